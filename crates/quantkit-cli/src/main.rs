@@ -1,0 +1,27 @@
+//! `quantkit`: linear quantization of neural networks.
+//!
+//! Each subcommand lives in its own module under `cmd/`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "quantkit", version, about = "Linear quantization of neural networks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the built-in demonstration on the default example.
+    Demo(cmd::demo::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(args) => cmd::demo::run(args),
+    }
+}

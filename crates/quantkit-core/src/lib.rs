@@ -1,0 +1,1 @@
+//! Quantization math: schemes, parameters, quantize/dequantize, fixed-point multipliers, error metrics and calibration observers.

