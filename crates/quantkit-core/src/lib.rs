@@ -1,1 +1,13 @@
-//! Quantization math: schemes, parameters, quantize/dequantize, fixed-point multipliers, error metrics and calibration observers.
+//! Quantization math: schemes, parameters, quantize/dequantize, fixed-point multipliers,
+//! error metrics and calibration observers.
+//!
+//! Every function implements a numbered equation of `docs/quantization.md` and is tested
+//! against a higher-precision (f64 / wide-integer) reference.
+
+pub mod error;
+pub mod fixed_point;
+pub mod linear;
+
+pub use error::{CoreError, Result};
+pub use fixed_point::{FixedPointRounding, QuantizedMultiplier};
+pub use linear::{dequantize_value, quantize_value, RoundingMode};
