@@ -7,7 +7,15 @@
 pub mod error;
 pub mod fixed_point;
 pub mod linear;
+pub mod metrics;
+pub mod params;
+pub mod scheme;
+pub mod tensor;
 
 pub use error::{CoreError, Result};
 pub use fixed_point::{FixedPointRounding, QuantizedMultiplier};
 pub use linear::{dequantize_value, quantize_value, RoundingMode};
+pub use metrics::ErrorMetrics;
+pub use params::{choose_qparams, QParams};
+pub use scheme::{Granularity, QuantScheme};
+pub use tensor::{dequantize_linear, quantize_linear};
