@@ -8,6 +8,7 @@ pub mod error;
 pub mod fixed_point;
 pub mod linear;
 pub mod metrics;
+pub mod observer;
 pub mod params;
 pub mod scheme;
 pub mod tensor;
@@ -16,6 +17,10 @@ pub use error::{CoreError, Result};
 pub use fixed_point::{FixedPointRounding, QuantizedMultiplier};
 pub use linear::{dequantize_value, quantize_value, RoundingMode};
 pub use metrics::ErrorMetrics;
+pub use observer::{
+    CalibrationMethod, HistogramMethod, HistogramObserver, MinMaxObserver,
+    MovingAverageMinMaxObserver, Observer,
+};
 pub use params::{choose_qparams, QParams};
 pub use scheme::{Granularity, QuantScheme};
 pub use tensor::{dequantize_linear, quantize_linear};

@@ -1,0 +1,254 @@
+//! Clip-range choice from a histogram: percentile, entropy (KL), MSE.
+
+use super::histogram::Histogram;
+use super::HistogramMethod;
+use crate::error::Result;
+use crate::linear::{dequantize_value, quantize_value, RoundingMode};
+use crate::params::choose_qparams;
+use crate::scheme::QuantScheme;
+
+/// Largest number of `|x|` bins the entropy search works on (TensorRT uses 2048); finer
+/// histograms are coarsened by exact pairwise merging first, bounding the O(n²) search.
+const ENTROPY_MAX_BINS: usize = 2048;
+
+/// Number of clip candidates the MSE search tries (`α = k/100 · range`, k = 1..=100).
+const MSE_CANDIDATES: usize = 100;
+
+pub(super) fn clip_range(
+    h: &Histogram,
+    method: HistogramMethod,
+    scheme: &QuantScheme,
+) -> Result<(f32, f32)> {
+    let (mn, mx) = (h.min(), h.max());
+    if h.total() == 0 {
+        return Ok((0.0, 0.0));
+    }
+    match method {
+        HistogramMethod::Percentile(p) => {
+            let q = p / 100.0;
+            if scheme.symmetric {
+                let t = abs_quantile(h, q);
+                Ok(((-t).max(mn.min(0.0)), t.min(mx.max(0.0))))
+            } else {
+                Ok((h.quantile(1.0 - q).min(mx), h.quantile(q).max(mn)))
+            }
+        }
+        HistogramMethod::Entropy => {
+            // TensorRT works on |x| with 128 levels for int8: half the codes per sign. For
+            // data of one sign under an affine scheme all codes serve that sign.
+            let codes = (scheme.qmax() - scheme.qmin() + 1) as usize;
+            let one_sign = mn >= 0.0 || mx <= 0.0;
+            let levels = if scheme.symmetric || !one_sign {
+                codes / 2
+            } else {
+                codes
+            };
+            let t = entropy_threshold(&h.abs_counts(), h.bin_width(), levels.max(2)) as f32;
+            Ok(((-t).max(mn.min(0.0)), t.min(mx.max(0.0))))
+        }
+        HistogramMethod::Mse => mse_range(h, scheme),
+    }
+}
+
+/// `q`-quantile of `|x|`, interpolated inside its bin.
+fn abs_quantile(h: &Histogram, q: f64) -> f32 {
+    let counts = h.abs_counts();
+    let w = h.bin_width();
+    let amax = f64::from(h.min().abs().max(h.max().abs()));
+    let target = q.clamp(0.0, 1.0) * h.total() as f64;
+    let mut cum = 0f64;
+    for (i, &c) in counts.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let next = cum + c as f64;
+        if next >= target {
+            let frac = ((target - cum) / c as f64).clamp(0.0, 1.0);
+            return ((i as f64 + frac) * w).min(amax) as f32;
+        }
+        cum = next;
+    }
+    amax as f32
+}
+
+/// TensorRT's entropy calibration on a histogram of `|x|` (bin width `w`): for each
+/// candidate `i ≥ levels` bins, `P` is the first `i` bins with all outliers added to bin
+/// `i − 1`; `Q` quantizes the first `i` bins into `levels` groups and spreads each group's
+/// count uniformly over its non-empty bins. The threshold is `i·w` for the `i` minimising
+/// `KL(P‖Q)` (the smallest such `i` on ties). Both distributions are normalised and smoothed
+/// as in the TensorRT/MXNet reference (`_smooth_distribution`, ε = 1e−4: empty bins get ε,
+/// taken proportionally from the non-empty ones) so an empty `Q` bin under `P > 0` gives a
+/// finite penalty.
+pub(crate) fn entropy_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f64 {
+    let mut counts: Vec<u64> = abs_counts.to_vec();
+    let mut w = w;
+    while counts.len() > ENTROPY_MAX_BINS {
+        counts = counts.chunks(2).map(|c| c.iter().sum()).collect();
+        w *= 2.0;
+    }
+    let n = counts.len();
+    if n <= levels {
+        return n as f64 * w;
+    }
+    let mut best = (f64::INFINITY, n);
+    let mut outliers: f64 = counts[levels..].iter().map(|&c| c as f64).sum();
+    let mut q = vec![0f64; n];
+    for i in levels..=n {
+        if i > levels {
+            outliers -= counts[i - 1] as f64;
+        }
+        // Q: `levels` groups over bins [0, i); group g = [g·i/levels, (g+1)·i/levels).
+        for g in 0..levels {
+            let (a, b) = (g * i / levels, (g + 1) * i / levels);
+            let sum: f64 = counts[a..b].iter().map(|&c| c as f64).sum();
+            let nz = counts[a..b].iter().filter(|&&c| c > 0).count();
+            for j in a..b {
+                q[j] = if counts[j] > 0 { sum / nz as f64 } else { 0.0 };
+            }
+        }
+        let mut pd: Vec<f64> = counts[..i].iter().map(|&c| c as f64).collect();
+        pd[i - 1] += outliers;
+        let kl = smoothed_kl(&mut pd, &mut q[..i]);
+        if kl < best.0 {
+            best = (kl, i);
+        }
+    }
+    best.1 as f64 * w
+}
+
+/// ε of the TensorRT/MXNet smoothing.
+const SMOOTH_EPS: f64 = 1e-4;
+
+/// Normalises and smooths `p` and `q`, then returns `Σ p·ln(p/q)`.
+fn smoothed_kl(p: &mut [f64], q: &mut [f64]) -> f64 {
+    for d in [&mut *p, &mut *q] {
+        let sum: f64 = d.iter().sum();
+        if sum > 0.0 {
+            d.iter_mut().for_each(|v| *v /= sum);
+        }
+        let zeros = d.iter().filter(|&&v| v == 0.0).count();
+        let nonzeros = d.len() - zeros;
+        if zeros > 0 && nonzeros > 0 {
+            let take = SMOOTH_EPS * zeros as f64 / nonzeros as f64;
+            for v in d.iter_mut() {
+                *v = if *v == 0.0 {
+                    SMOOTH_EPS
+                } else {
+                    (*v - take).max(SMOOTH_EPS)
+                };
+            }
+        }
+    }
+    p.iter()
+        .zip(q.iter())
+        .filter(|(&a, _)| a > 0.0)
+        .map(|(&a, &b)| a * (a / b.max(f64::MIN_POSITIVE)).ln())
+        .sum()
+}
+
+/// Tries `α·(min, max)` for `α = 1, 0.99, …, 0.01` (and `α·amax` symmetric ranges for
+/// symmetric schemes, which `choose_qparams` derives from the same pair), quantizing every
+/// bin centre with the resulting parameters; returns the range with the smallest
+/// count-weighted squared error (the largest range on ties).
+fn mse_range(h: &Histogram, scheme: &QuantScheme) -> Result<(f32, f32)> {
+    let (mn, mx) = (h.min().min(0.0), h.max().max(0.0));
+    let bins: Vec<(f32, f64)> = h
+        .bins()
+        .map(|(lo, hi, c)| (((lo + hi) / 2.0) as f32, c as f64))
+        .collect();
+    let (qmin, qmax) = (scheme.qmin(), scheme.qmax());
+    let mut best = (f64::INFINITY, (mn, mx));
+    for k in (1..=MSE_CANDIDATES).rev() {
+        let a = k as f32 / MSE_CANDIDATES as f32;
+        let (lo, hi) = (mn * a, mx * a);
+        let (s, z) = choose_qparams("", lo, hi, scheme)?;
+        let mut err = 0f64;
+        for &(c, n) in &bins {
+            let q = quantize_value(c, s, z, qmin, qmax, RoundingMode::HalfToEven);
+            let d = f64::from(c) - f64::from(dequantize_value(q, s, z));
+            err += n * d * d;
+        }
+        if err < best.0 {
+            best = (err, (lo, hi));
+        }
+    }
+    Ok(best.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observer::{HistogramObserver, Observer};
+    use crate::scheme::Granularity;
+
+    fn lcg_normalish(n: usize, seed: u64) -> Vec<f32> {
+        // Sum of 4 uniforms: a bell shape, deterministic.
+        let mut s = seed;
+        let mut u = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        };
+        (0..n)
+            .map(|_| (u() + u() + u() + u() - 2.0) * 1.7)
+            .collect()
+    }
+
+    #[test]
+    fn percentile_clips_outliers() {
+        let mut x = lcg_normalish(20000, 1);
+        x.push(100.0);
+        x.push(-90.0);
+        let mut o = HistogramObserver::new(
+            "a",
+            Granularity::PerTensor,
+            HistogramMethod::Percentile(99.9),
+        );
+        o.observe(&x, &[x.len()]).unwrap();
+        let r = o.ranges(&QuantScheme::u8_affine()).unwrap()[0];
+        assert!(r.1 < 5.0 && r.1 > 2.0 && r.0 > -5.0 && r.0 < -2.0, "{r:?}");
+        let r = o.ranges(&QuantScheme::i8_symmetric()).unwrap()[0];
+        assert!(r.1 < 5.0 && r.1 > 2.0 && (r.0 + r.1).abs() < 1e-6, "{r:?}");
+    }
+
+    #[test]
+    fn entropy_and_mse_clip_long_tails() {
+        let mut x = lcg_normalish(50000, 7);
+        for i in 0..20 {
+            x.push(30.0 + i as f32);
+        }
+        let x_min = x.iter().copied().fold(f32::INFINITY, f32::min);
+        for method in [HistogramMethod::Entropy, HistogramMethod::Mse] {
+            let mut o = HistogramObserver::new("a", Granularity::PerTensor, method);
+            o.observe(&x, &[x.len()]).unwrap();
+            let r = o.ranges(&QuantScheme::i8_symmetric()).unwrap()[0];
+            if method == HistogramMethod::Entropy {
+                // KL looks at the bulk of the distribution and clips the sparse tail.
+                assert!(r.1 > 2.0 && r.1 < 25.0, "{method:?}: {r:?}");
+                continue;
+            }
+            // MSE keeps most of the tail (clipping 20 values near 40 costs more than the
+            // coarser step) but still trims the range a little.
+            assert!(r.1 > 30.0 && r.1 < 49.0, "{method:?}: {r:?}");
+            // The MSE search beats plain min/max on its own criterion.
+            let s = QuantScheme::i8_symmetric();
+            let mse_of = |lo: f32, hi: f32| {
+                let p = crate::QParams::from_ranges("a", &[(lo, hi)], &s).unwrap();
+                let fq = p
+                    .fake_quantize(&x, &[x.len()], RoundingMode::HalfToEven)
+                    .unwrap();
+                crate::ErrorMetrics::compute(&x, &fq).unwrap().mse
+            };
+            assert!(mse_of(r.0, r.1) < mse_of(x_min, 49.0), "{method:?}");
+        }
+    }
+
+    #[test]
+    fn entropy_uniform_keeps_range() {
+        // A uniform |x| distribution has nothing to clip: the threshold is the full range.
+        let counts = vec![100u64; 1024];
+        let t = entropy_threshold(&counts, 1.0, 128);
+        assert!(t >= 1000.0, "{t}");
+    }
+}
