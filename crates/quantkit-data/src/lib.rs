@@ -2,8 +2,11 @@
 
 #![deny(missing_docs)]
 
+pub mod dataset;
 pub mod error;
 mod fsutil;
+pub mod idx;
 pub mod npy;
 
+pub use dataset::{Batch, BatchIter, BatchOptions, Dataset};
 pub use error::{DataError, Result};
