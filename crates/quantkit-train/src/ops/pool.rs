@@ -1,0 +1,194 @@
+//! Pooling: `MaxPool` (any kernel, stride, padding; backward through the stored argmax) and
+//! `GlobalAveragePool`.
+
+use std::any::Any;
+
+use rayon::prelude::*;
+
+use crate::error::{attr_err, shape_err, Result};
+use crate::tape::Op;
+use crate::tensor::Tensor;
+
+/// Max pooling attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolAttrs {
+    /// Kernel (h, w).
+    pub kernel: [usize; 2],
+    /// Strides (h, w).
+    pub stride: [usize; 2],
+    /// Pads (top, left, bottom, right); padded cells never win the max.
+    pub pads: [usize; 4],
+}
+
+impl PoolAttrs {
+    /// Square kernel `k`, stride `s`, no padding.
+    pub fn new(k: usize, s: usize) -> Self {
+        Self {
+            kernel: [k, k],
+            stride: [s, s],
+            pads: [0; 4],
+        }
+    }
+}
+
+/// ONNX `MaxPool` (floor output size, no dilation). Keeps the argmax of every output for
+/// backward; ties go to the first element in row-major window order.
+#[derive(Debug)]
+pub struct MaxPool2d {
+    attrs: PoolAttrs,
+    argmax: Vec<u32>,
+}
+
+impl MaxPool2d {
+    /// A max pool with the given attributes.
+    pub fn new(attrs: PoolAttrs) -> Self {
+        Self {
+            attrs,
+            argmax: Vec::new(),
+        }
+    }
+
+    fn out_hw(&self, x: &Tensor) -> Result<[usize; 6]> {
+        let a = &self.attrs;
+        let [n, c, h, w] = x.dims4("MaxPool")?;
+        if a.kernel.contains(&0) || a.stride.contains(&0) {
+            return Err(attr_err("MaxPool", "kernel and strides must be ≥ 1"));
+        }
+        if a.pads[0] >= a.kernel[0]
+            || a.pads[2] >= a.kernel[0]
+            || a.pads[1] >= a.kernel[1]
+            || a.pads[3] >= a.kernel[1]
+        {
+            return Err(attr_err("MaxPool", "pads must be smaller than the kernel"));
+        }
+        let ph = h + a.pads[0] + a.pads[2];
+        let pw = w + a.pads[1] + a.pads[3];
+        if ph < a.kernel[0] || pw < a.kernel[1] {
+            return Err(shape_err(
+                "MaxPool",
+                "an input at least as large as the kernel",
+                x.shape(),
+            ));
+        }
+        Ok([
+            n,
+            c,
+            h,
+            w,
+            (ph - a.kernel[0]) / a.stride[0] + 1,
+            (pw - a.kernel[1]) / a.stride[1] + 1,
+        ])
+    }
+}
+
+impl Op for MaxPool2d {
+    fn name(&self) -> &'static str {
+        "MaxPool"
+    }
+
+    fn forward(&mut self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let x = inputs[0];
+        let [n, c, h, w, oh, ow] = self.out_hw(x)?;
+        let a = self.attrs;
+        let mut y = vec![0.0f32; n * c * oh * ow];
+        let mut arg = vec![0u32; y.len()];
+        y.par_chunks_mut(oh * ow)
+            .zip(arg.par_chunks_mut(oh * ow))
+            .zip(x.data().par_chunks(h * w))
+            .for_each(|((yp, ap), xp)| {
+                for oy in 0..oh {
+                    let y0 = (oy * a.stride[0]) as isize - a.pads[0] as isize;
+                    let ylo = y0.max(0) as usize;
+                    let yhi = ((y0 + a.kernel[0] as isize) as usize).min(h);
+                    for ox in 0..ow {
+                        let x0 = (ox * a.stride[1]) as isize - a.pads[1] as isize;
+                        let xlo = x0.max(0) as usize;
+                        let xhi = ((x0 + a.kernel[1] as isize) as usize).min(w);
+                        let mut best = f32::NEG_INFINITY;
+                        let mut bi = ylo * w + xlo;
+                        for iy in ylo..yhi {
+                            for ix in xlo..xhi {
+                                let v = xp[iy * w + ix];
+                                // A NaN wins over any number so that it propagates to the output.
+                                if v > best || (v.is_nan() && !best.is_nan()) {
+                                    best = v;
+                                    bi = iy * w + ix;
+                                }
+                            }
+                        }
+                        yp[oy * ow + ox] = best;
+                        ap[oy * ow + ox] = bi as u32;
+                    }
+                }
+            });
+        self.argmax = arg;
+        Tensor::new(&[n, c, oh, ow], y)
+    }
+
+    fn backward(
+        &self,
+        inputs: &[&Tensor],
+        _output: &Tensor,
+        grad: &Tensor,
+        _needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        let x = inputs[0];
+        let [_, _, h, w, oh, ow] = self.out_hw(x)?;
+        let mut dx = vec![0.0f32; x.len()];
+        dx.par_chunks_mut(h * w)
+            .zip(grad.data().par_chunks(oh * ow))
+            .zip(self.argmax.par_chunks(oh * ow))
+            .for_each(|((dp, gp), ap)| {
+                for (g, &i) in gp.iter().zip(ap) {
+                    dp[i as usize] += *g;
+                }
+            });
+        Ok(vec![Some(Tensor::new(x.shape(), dx)?)])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// ONNX `GlobalAveragePool`: `[N, C, H, W] → [N, C, 1, 1]`.
+#[derive(Debug, Default)]
+pub struct GlobalAvgPool;
+
+impl Op for GlobalAvgPool {
+    fn name(&self) -> &'static str {
+        "GlobalAveragePool"
+    }
+
+    fn forward(&mut self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let [n, c, h, w] = inputs[0].dims4("GlobalAveragePool")?;
+        let hw = h * w;
+        let y: Vec<f32> = inputs[0]
+            .data()
+            .chunks(hw)
+            .map(|p| (p.iter().map(|&v| v as f64).sum::<f64>() / hw as f64) as f32)
+            .collect();
+        Tensor::new(&[n, c, 1, 1], y)
+    }
+
+    fn backward(
+        &self,
+        inputs: &[&Tensor],
+        _output: &Tensor,
+        grad: &Tensor,
+        _needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        let [_, _, h, w] = inputs[0].dims4("GlobalAveragePool")?;
+        let hw = h * w;
+        let inv = 1.0 / hw as f32;
+        let mut dx = vec![0.0f32; inputs[0].len()];
+        for (p, g) in dx.chunks_mut(hw).zip(grad.data()) {
+            p.fill(g * inv);
+        }
+        Ok(vec![Some(Tensor::new(inputs[0].shape(), dx)?)])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
