@@ -7,7 +7,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "quantkit", version, about = "Linear quantization of neural networks")]
+#[command(
+    name = "quantkit",
+    version,
+    about = "Linear quantization of neural networks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -17,11 +21,14 @@ struct Cli {
 enum Command {
     /// Run the built-in demonstration on the default example.
     Demo(cmd::demo::Args),
+    /// Quantize numbers (or a .npy file) and show parameters, values and error.
+    Tensor(Box<cmd::tensor::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Tensor(args) => cmd::tensor::run(*args),
     }
 }
