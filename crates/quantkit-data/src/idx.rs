@@ -223,7 +223,7 @@ pub fn find_fashion_mnist(explicit: Option<&Path>) -> Result<PathBuf> {
 pub struct IdxDataset {
     path: PathBuf,
     pixels: Vec<u8>,
-    labels: Option<Vec<u8>>,
+    labels: Option<Vec<i64>>,
     len: usize,
     sample_shape: Vec<usize>,
     sample_size: usize,
@@ -281,7 +281,7 @@ impl IdxDataset {
                         samples: len,
                     });
                 }
-                Some(values)
+                Some(values.into_iter().map(i64::from).collect())
             }
         };
         Ok(IdxDataset {
@@ -315,8 +315,21 @@ impl IdxDataset {
     }
 
     /// The label of sample `index`, if the data set has labels.
-    pub fn label(&self, index: usize) -> Option<u8> {
+    pub fn label(&self, index: usize) -> Option<i64> {
         self.labels.as_ref().and_then(|l| l.get(index).copied())
+    }
+
+    /// Replaces the labels (e.g. with labels from a `.npy` file); their count must match.
+    pub fn with_labels(mut self, labels: Vec<i64>, labels_path: &Path) -> Result<Self> {
+        if labels.len() != self.len {
+            return Err(DataError::CountMismatch {
+                path: labels_path.to_path_buf(),
+                labels: labels.len(),
+                samples: self.len,
+            });
+        }
+        self.labels = Some(labels);
+        Ok(self)
     }
 }
 
@@ -346,9 +359,9 @@ impl Dataset for IdxDataset {
             ))
         })?;
         out.extend(raw.iter().map(|&p| p as f32 / 255.0));
-        Ok(self.label(index).map(i64::from))
+        Ok(self.label(index))
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

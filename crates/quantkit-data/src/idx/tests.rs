@@ -197,9 +197,9 @@ fn real_fashion_mnist() {
     let mut test = IdxDataset::open_dir(&dir, Split::Test).unwrap();
     assert_eq!(test.len(), 10_000);
     assert_eq!(test.sample_shape(), &[1, 28, 28]);
-    let labels: Vec<u8> = (0..test.len()).map(|i| test.label(i).unwrap()).collect();
+    let labels: Vec<i64> = (0..test.len()).map(|i| test.label(i).unwrap()).collect();
     // Fashion-MNIST's test set is balanced: 1,000 of each of the 10 classes.
-    for class in 0..10u8 {
+    for class in 0..10i64 {
         assert_eq!(labels.iter().filter(|&&l| l == class).count(), 1000);
     }
     // The first test image is an ankle boot (class 9), as in the data set's README.
