@@ -2,7 +2,40 @@
 //! error metrics and calibration observers.
 //!
 //! Every function implements a numbered equation of `docs/quantization.md` and is tested
-//! against a higher-precision (f64 / wide-integer) reference.
+//! against a higher-precision (f64 / wide-integer) reference, the ONNX node-test vectors and
+//! ONNX Runtime.
+//!
+//! ```
+//! use quantkit_core::{
+//!     fixed_point::{FixedPointRounding, QuantizedMultiplier},
+//!     observer::CalibrationMethod, ErrorMetrics, Granularity, QParams, QuantScheme,
+//!     RoundingMode,
+//! };
+//!
+//! // u8 affine parameters from a range (eq. 3-4): scale 2.3/255, zero point 200.
+//! let x = [-1.8f32, -1.0, 0.0, 0.5];
+//! let scheme = QuantScheme::u8_affine();
+//! let p = QParams::from_tensor("x", &x, &[4], &scheme)?;
+//! assert_eq!(p.zero_points, vec![200]);
+//! let q = p.quantize(&x, &[4], RoundingMode::HalfToEven)?;
+//! assert_eq!(q, vec![0, 89, 200, 255]);
+//! let err = ErrorMetrics::compute(&x, &p.dequantize(&q, &[4])?)?;
+//! assert!(err.max_abs <= f64::from(p.scales[0]) / 2.0);
+//!
+//! // Calibrate per channel from streamed batches with any observer.
+//! let mut obs = "percentile=99.9".parse::<CalibrationMethod>()?
+//!     .observer("w", Granularity::PerChannel { axis: 0 });
+//! obs.observe(&[0.1, -0.2, 3.0, 4.0], &[2, 2])?;
+//! let pc = obs.qparams(&QuantScheme::i8_symmetric())?;
+//! assert_eq!(pc.scales.len(), 2);
+//!
+//! // Requantize an int32 accumulator by M = 0.0123 in fixed point (eq. 11-13).
+//! let m = QuantizedMultiplier::from_f64(0.0123)?;
+//! assert_eq!(m.apply(10_000, FixedPointRounding::DoubleRounding), 123);
+//! # Ok::<(), quantkit_core::CoreError>(())
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod error;
 pub mod fixed_point;
