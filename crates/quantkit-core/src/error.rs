@@ -55,6 +55,12 @@ pub enum CoreError {
         /// What was given.
         got: String,
     },
+    /// An observer asked for a range before it saw any data.
+    #[error("observer for tensor '{tensor}' has not seen any data")]
+    NoData {
+        /// The tensor's name.
+        tensor: String,
+    },
     /// An invalid quantization scheme or argument (bit width, axis, group size, range...).
     #[error("invalid quantization setting: {0}")]
     InvalidScheme(String),

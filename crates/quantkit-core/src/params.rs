@@ -317,6 +317,44 @@ mod tests {
     }
 
     #[test]
+    fn per_group_params_equal_per_tensor_of_each_block() {
+        // shape [2, 5], blocks of 2 along axis 1 → scale shape [2, 3].
+        let x: Vec<f32> = (0..10)
+            .map(|i| (i as f32 - 4.5) * (1.0 + i as f32))
+            .collect();
+        let sch = QuantScheme::new(4, true)
+            .unwrap()
+            .with_granularity(Granularity::PerGroup {
+                axis: 1,
+                group_size: 2,
+            });
+        let p = QParams::from_tensor("w", &x, &[2, 5], &sch).unwrap();
+        assert_eq!(p.scales.len(), 6);
+        let q = p.quantize(&x, &[2, 5], RoundingMode::HalfToEven).unwrap();
+        let blocks: [&[usize]; 6] = [&[0, 1], &[2, 3], &[4], &[5, 6], &[7, 8], &[9]];
+        for (b, idx) in blocks.iter().enumerate() {
+            let v: Vec<f32> = idx.iter().map(|&i| x[i]).collect();
+            let pt = QParams::from_tensor(
+                "w",
+                &v,
+                &[v.len()],
+                &sch.with_granularity(Granularity::PerTensor),
+            )
+            .unwrap();
+            assert_eq!(
+                (pt.scales[0], pt.zero_points[0]),
+                (p.scales[b], p.zero_points[b]),
+                "block {b}"
+            );
+            let qt = pt
+                .quantize(&v, &[v.len()], RoundingMode::HalfToEven)
+                .unwrap();
+            let qb: Vec<i32> = idx.iter().map(|&i| q[i]).collect();
+            assert_eq!(qt, qb, "block {b}");
+        }
+    }
+
+    #[test]
     fn validate_rejects_bad_params() {
         let s = QuantScheme::u8_affine();
         assert!(matches!(

@@ -155,3 +155,42 @@ fn per_channel_observers_with_all_zero_channel() {
         assert!(o.observe(&x, &[3, 2]).is_err());
     }
 }
+
+#[test]
+fn per_channel_streaming_merge_is_exact() {
+    // 3 channels along axis 1 of [rows, 3]; batches with growing ranges force re-binning.
+    let batch = |k: usize| -> Vec<f32> {
+        (0..30)
+            .map(|i| {
+                ((i * 37 + k * 11) % 23) as f32
+                    * (1.0 + k as f32)
+                    * if i % 2 == 0 { 1.0 } else { -0.3 }
+            })
+            .collect()
+    };
+    let g = Granularity::PerChannel { axis: 1 };
+    for method in [
+        HistogramMethod::Percentile(99.0),
+        HistogramMethod::Entropy,
+        HistogramMethod::Mse,
+    ] {
+        let mut whole = HistogramObserver::with_bins("t", g, method, 128);
+        let mut a = whole.clone();
+        let mut b = whole.clone();
+        for k in 0..6 {
+            let x = batch(k);
+            whole.observe(&x, &[10, 3]).unwrap();
+            if k % 2 == 0 {
+                a.observe(&x, &[10, 3]).unwrap()
+            } else {
+                b.observe(&x, &[10, 3]).unwrap()
+            }
+        }
+        a.merge(&b).unwrap();
+        assert_eq!(a, whole, "{method:?}");
+        let s = QuantScheme::u8_affine();
+        assert_eq!(a.qparams(&s).unwrap(), whole.qparams(&s).unwrap());
+        // Merging a different kind of observer is an error, not a panic.
+        assert!(a.merge(&MinMaxObserver::new("t", g)).is_err());
+    }
+}

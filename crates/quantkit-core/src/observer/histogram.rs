@@ -130,10 +130,22 @@ impl Histogram {
         }
     }
 
-    /// Merges `other` into `self` exactly.
-    pub fn merge(&mut self, other: &Histogram) {
+    /// Number of bins.
+    pub fn nbins(&self) -> usize {
+        self.nbins
+    }
+
+    /// Merges `other` into `self` exactly. Errors if the bin counts differ (the grids would
+    /// not line up).
+    pub fn merge(&mut self, other: &Histogram) -> crate::Result<()> {
+        if other.nbins != self.nbins {
+            return Err(crate::CoreError::InvalidScheme(format!(
+                "cannot merge histograms with {} and {} bins",
+                self.nbins, other.nbins
+            )));
+        }
         if other.total == 0 {
-            return;
+            return Ok(());
         }
         let lo = self.min.min(other.min);
         let hi = self.max.max(other.max);
@@ -148,6 +160,7 @@ impl Histogram {
             }
         }
         self.total += other.total;
+        Ok(())
     }
 
     /// Non-empty bins as `(lo, hi, count)` with edges clipped to `[min, max]`.
@@ -222,8 +235,9 @@ mod tests {
         let mut b = Histogram::new(64);
         a.add(data[..1000].iter().copied());
         b.add(data[1000..].iter().copied());
-        a.merge(&b);
+        a.merge(&b).unwrap();
         assert_eq!(a, whole);
+        assert!(a.merge(&Histogram::new(32)).is_err());
         // Streaming in small batches in reverse order gives the same state too.
         let mut s = Histogram::new(64);
         for chunk in data.rchunks(37) {

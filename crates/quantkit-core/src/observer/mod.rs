@@ -149,9 +149,9 @@ fn check_slots(tensor: &str, have: usize, got: usize) -> Result<()> {
 }
 
 fn empty(tensor: &str) -> CoreError {
-    CoreError::InvalidScheme(format!(
-        "observer for tensor '{tensor}' has not seen any data"
-    ))
+    CoreError::NoData {
+        tensor: tensor.to_string(),
+    }
 }
 
 fn downcast<'a, T: 'static>(me: &str, other: &'a dyn Observer) -> Result<&'a T> {
@@ -422,7 +422,7 @@ impl Observer for HistogramObserver {
             self.hists = o.hists.clone();
         } else {
             for (a, b) in self.hists.iter_mut().zip(&o.hists) {
-                a.merge(b);
+                a.merge(b)?;
             }
         }
         Ok(())
