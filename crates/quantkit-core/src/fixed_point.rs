@@ -166,6 +166,12 @@ impl QuantizedMultiplier {
             }
             FixedPointRounding::SingleRounding => {
                 let t = 31 - self.shift;
+                if (1..=62).contains(&t) && self.multiplier >= 0 {
+                    // TFLite's 64-bit path: |acc·M0| ≤ 2^62 and the rounding term ≤ 2^61,
+                    // so the sum fits in i64.
+                    let p = i64::from(acc) * m0 + (1i64 << (t - 1));
+                    return (p >> t).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+                }
                 let p = i128::from(acc) * i128::from(m0);
                 if t <= 0 {
                     let l = (-t).min(64) as u32;

@@ -24,9 +24,25 @@ impl RoundingMode {
     #[inline]
     pub fn round(self, v: f32) -> f32 {
         match self {
-            RoundingMode::HalfToEven => v.round_ties_even(),
+            RoundingMode::HalfToEven => round_half_even(v),
             RoundingMode::HalfAwayFromZero => v.round(),
         }
+    }
+}
+
+/// Round half to even without a libm call: for `|v| < 2^22`, adding and subtracting
+/// `1.5·2^23` in f32 leaves exactly the nearest integer (ties to even, IEEE default rounding
+/// of the addition); larger magnitudes and non-finite values take `round_ties_even`
+/// (every f32 ≥ 2^23 is already an integer). Tested against `round_ties_even` below.
+#[inline]
+fn round_half_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    if v.abs() < 4_194_304.0 {
+        // The result keeps the sign of zero only loosely (−0.4 → +0.0); callers add an
+        // integer zero point, so the sign of zero never matters.
+        (v + MAGIC) - MAGIC
+    } else {
+        v.round_ties_even()
     }
 }
 
@@ -106,6 +122,36 @@ mod tests {
         ] {
             assert_eq!(quantize_value(x, 2.0, 0, -128, 127, he), even, "x={x}");
             assert_eq!(quantize_value(x, 2.0, 0, -128, 127, ha), away, "x={x}");
+        }
+    }
+
+    #[test]
+    fn fast_round_matches_round_ties_even() {
+        let mut v = vec![
+            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 4194303.5, -4194303.5, 4194304.0,
+        ];
+        v.extend([
+            8388607.5f32,
+            1e10,
+            -1e10,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-40,
+        ]);
+        let mut s = 0x1234_5678_9abc_def1u64;
+        for _ in 0..200_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            v.push(f32::from_bits(s as u32));
+        }
+        for x in v {
+            if x.is_nan() {
+                assert!(round_half_even(x).is_nan());
+                continue;
+            }
+            let (a, b) = (round_half_even(x), x.round_ties_even());
+            assert!(a == b, "{x}: {a} vs {b}");
         }
     }
 
