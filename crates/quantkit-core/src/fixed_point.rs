@@ -111,6 +111,21 @@ impl QuantizedMultiplier {
         })
     }
 
+    /// The requantization multiplier of eq. (10), `M = s_in · s_w / s_out` computed in f64,
+    /// in fixed point (see [`QuantizedMultiplier::from_f64`]). Errors if a scale is not
+    /// finite and positive, or `M` is too large.
+    pub fn from_scales(s_in: f32, s_w: f32, s_out: f32) -> Result<QuantizedMultiplier> {
+        for s in [s_in, s_w, s_out] {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(CoreError::InvalidMultiplier {
+                    value: f64::from(s),
+                    reason: "scales must be finite and positive",
+                });
+            }
+        }
+        Self::from_f64(f64::from(s_in) * f64::from(s_w) / f64::from(s_out))
+    }
+
     /// The real value this fixed-point multiplier represents exactly:
     /// `multiplier · 2^(shift − 31)`.
     pub fn to_f64(self) -> f64 {
@@ -550,6 +565,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn from_scales_computes_m_in_f64() {
+        let qm = QuantizedMultiplier::from_scales(0.02, 0.003, 0.05).unwrap();
+        let m = 0.02f32 as f64 * 0.003f32 as f64 / 0.05f32 as f64;
+        assert!((qm.to_f64() - m).abs() <= m * 2f64.powi(-31));
+        assert!(QuantizedMultiplier::from_scales(0.0, 1.0, 1.0).is_err());
+        assert!(QuantizedMultiplier::from_scales(1.0, 1.0, f32::NAN).is_err());
+        // M ≥ 1 is fine: shift becomes positive.
+        assert!(
+            QuantizedMultiplier::from_scales(1.0, 1.0, 0.25)
+                .unwrap()
+                .shift
+                > 0
+        );
     }
 
     #[test]

@@ -54,6 +54,6 @@ pub use observer::{
     CalibrationMethod, HistogramMethod, HistogramObserver, MinMaxObserver,
     MovingAverageMinMaxObserver, Observer,
 };
-pub use params::{choose_qparams, QParams};
+pub use params::{choose_qparams, quantize_bias, QParams};
 pub use scheme::{Granularity, QuantScheme};
 pub use tensor::{dequantize_linear, quantize_linear};

@@ -89,6 +89,66 @@ fn finish_scale(s: f64, zero_range: bool) -> f32 {
     }
 }
 
+/// Quantizes a bias to int32 with scale `s_in · s_w` and zero point 0 (eq. 9):
+/// `qb_j = saturate_i32(round_half_even(b_j / bs_j))` with `bs_j = f32(s_in · s_w,j)`,
+/// the division in f32 as ONNX Runtime's quantizer and `QuantizeLinear` do.
+///
+/// `weight_scales` has one entry (per-tensor weights) or one per bias element (per output
+/// channel). Returns the int32 bias and its scales (as stored in a QDQ graph). Errors,
+/// naming `tensor`, on NaN/±Inf in the bias, a non-positive/non-finite scale, a bias scale
+/// that underflows to a subnormal/zero f32, or a length mismatch.
+pub fn quantize_bias(
+    tensor: &str,
+    bias: &[f32],
+    input_scale: f32,
+    weight_scales: &[f32],
+) -> Result<(Vec<i32>, Vec<f32>)> {
+    crate::tensor::check_finite(tensor, bias)?;
+    if weight_scales.len() != 1 && weight_scales.len() != bias.len() {
+        return Err(CoreError::ShapeMismatch {
+            what: format!("bias '{tensor}': number of weight scales"),
+            expected: format!("1 or {}", bias.len()),
+            got: weight_scales.len().to_string(),
+        });
+    }
+    let mut q = Vec::with_capacity(bias.len());
+    let mut scales = Vec::with_capacity(weight_scales.len());
+    for &sw in weight_scales {
+        for s in [input_scale, sw] {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(CoreError::InvalidScale {
+                    tensor: tensor.to_string(),
+                    scale: s,
+                });
+            }
+        }
+        let bs = input_scale * sw;
+        if !bs.is_normal() {
+            return Err(CoreError::InvalidScale {
+                tensor: tensor.to_string(),
+                scale: bs,
+            });
+        }
+        scales.push(bs);
+    }
+    for (j, &b) in bias.iter().enumerate() {
+        let bs = if scales.len() == 1 {
+            scales[0]
+        } else {
+            scales[j]
+        };
+        q.push(crate::linear::quantize_value(
+            b,
+            bs,
+            0,
+            i32::MIN,
+            i32::MAX,
+            RoundingMode::HalfToEven,
+        ));
+    }
+    Ok((q, scales))
+}
+
 /// Scales and zero points for one tensor under one scheme, laid out in the ONNX scale
 /// tensor order (row-major over [`Granularity::param_shape`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -352,6 +412,17 @@ mod tests {
             let qb: Vec<i32> = idx.iter().map(|&i| q[i]).collect();
             assert_eq!(qt, qb, "block {b}");
         }
+    }
+
+    #[test]
+    fn bias_quantization() {
+        let (q, s) = quantize_bias("fc.b", &[0.5, -0.25, 1e12], 0.5, &[0.1, 0.05, 0.1]).unwrap();
+        assert_eq!(s, vec![0.5f32 * 0.1, 0.5f32 * 0.05, 0.5f32 * 0.1]);
+        assert_eq!(q, vec![10, -10, i32::MAX]);
+        assert!(quantize_bias("fc.b", &[1.0, 2.0], 0.5, &[0.1, 0.1, 0.1]).is_err());
+        assert!(quantize_bias("fc.b", &[f32::NAN], 0.5, &[0.1]).is_err());
+        assert!(quantize_bias("fc.b", &[1.0], 0.0, &[0.1]).is_err());
+        assert!(quantize_bias("fc.b", &[1.0], 1e-30, &[1e-30]).is_err());
     }
 
     #[test]
