@@ -911,7 +911,7 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, NpyArray)>> {
                 "member of an .npz archive is not a .npy file",
             ));
         };
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 30) as usize);
+        let mut bytes = Vec::with_capacity(entry.size().min(1 << 26) as usize);
         entry
             .read_to_end(&mut bytes)
             .map_err(|e| DataError::io(&member_path, e))?;

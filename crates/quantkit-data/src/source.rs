@@ -342,7 +342,7 @@ impl NpzArrays {
             .archive
             .by_index(zi)
             .map_err(|e| zip_err(&self.path, e))?;
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 30) as usize);
+        let mut bytes = Vec::with_capacity(entry.size().min(1 << 26) as usize);
         entry
             .read_to_end(&mut bytes)
             .map_err(|e| DataError::io(&member_path, e))?;

@@ -481,3 +481,96 @@ fn numpy_reads_what_we_write() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Reference for Fortran → C order: element at C index (i0, ..., in-1) is the F-order
+    /// element at offset sum_k i_k * prod_{j<k} shape[j].
+    fn reference_f_to_c(src: &[u32], shape: &[usize]) -> Vec<u32> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|c| {
+                let mut rem = c;
+                let mut idx = vec![0; shape.len()];
+                for k in (0..shape.len()).rev() {
+                    idx[k] = rem % shape[k];
+                    rem /= shape[k];
+                }
+                let mut off = 0;
+                let mut stride = 1;
+                for k in 0..shape.len() {
+                    off += idx[k] * stride;
+                    stride *= shape[k];
+                }
+                src[off]
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn fortran_to_c_matches_reference(shape in proptest::collection::vec(1usize..5, 0..5)) {
+            let n: usize = shape.iter().product();
+            let src: Vec<u32> = (0..n as u32).collect();
+            prop_assert_eq!(fortran_to_c(&src, &shape), reference_f_to_c(&src, &shape));
+        }
+
+        #[test]
+        fn write_then_read_is_identity(
+            shape in proptest::collection::vec(0usize..4, 0..4),
+            which in 0usize..12,
+            seed in any::<u64>(),
+        ) {
+            let n: usize = shape.iter().product();
+            let mut rng = crate::dataset::SplitMix64::new(seed);
+            let mut bits = || rng.next_u64();
+            let data = match which {
+                0 => NpyData::Bool((0..n).map(|_| bits() & 1 == 1).collect()),
+                1 => NpyData::U8((0..n).map(|_| bits() as u8).collect()),
+                2 => NpyData::I8((0..n).map(|_| bits() as i8).collect()),
+                3 => NpyData::U16((0..n).map(|_| bits() as u16).collect()),
+                4 => NpyData::I16((0..n).map(|_| bits() as i16).collect()),
+                5 => NpyData::U32((0..n).map(|_| bits() as u32).collect()),
+                6 => NpyData::I32((0..n).map(|_| bits() as i32).collect()),
+                7 => NpyData::U64((0..n).map(|_| bits()).collect()),
+                8 => NpyData::I64((0..n).map(|_| bits() as i64).collect()),
+                9 => NpyData::F16((0..n).map(|_| f16::from_bits(bits() as u16 & 0x7bff)).collect()),
+                10 => NpyData::F32((0..n).map(|_| f32::from_bits(bits() as u32 & 0x7f7f_ffff)).collect()),
+                _ => NpyData::F64((0..n).map(|_| f64::from_bits(bits() & 0x7fef_ffff_ffff_ffff)).collect()),
+            };
+            let a = NpyArray::new(shape, data).unwrap();
+            let bytes = npy_bytes(&a).unwrap();
+            prop_assert_eq!(read_npy_bytes(Path::new("p.npy"), &bytes).unwrap(), a);
+        }
+
+        /// Arbitrary bytes, and valid files with arbitrary corruption, give a result or an
+        /// error, never a panic.
+        #[test]
+        fn garbage_never_panics(
+            mut bytes in proptest::collection::vec(any::<u8>(), 0..300),
+            keep_magic in any::<bool>(),
+        ) {
+            if keep_magic && bytes.len() >= 10 {
+                bytes[..8].copy_from_slice(b"\x93NUMPY\x01\x00");
+            }
+            let _ = read_npy_bytes(Path::new("g.npy"), &bytes);
+            let _ = crate::idx::read_idx_bytes(Path::new("g.idx"), &bytes);
+            if bytes.len() >= 4 {
+                let mut idx = bytes.clone();
+                let ndims = idx[3] % 4;
+                idx[..4].copy_from_slice(&[0, 0, 0x08, ndims]);
+                let _ = crate::idx::read_idx_bytes(Path::new("g.idx"), &idx);
+            }
+        }
+
+        #[test]
+        fn corrupted_valid_file_never_panics(pos in 0usize..224, value in any::<u8>(), cut in 0usize..225) {
+            let mut bytes = std::fs::read(fixture("arange_le_f4.npy")).unwrap();
+            bytes[pos] = value;
+            bytes.truncate(cut);
+            let _ = read_npy_bytes(Path::new("c.npy"), &bytes);
+        }
+    }
+}
