@@ -1,0 +1,252 @@
+//! Conformance runner for the ONNX node-test layout: `CASE/model.onnx` plus
+//! `CASE/test_data_set_N/{input_K.pb, output_K.pb}`.
+//!
+//! A case passes when every output of every data set matches: integer and boolean outputs
+//! exactly, float outputs within `|y − ref| ≤ atol + rtol·|ref|` (rtol 1e-3, atol 1e-5,
+//! ONNX's defaults for model tests; NaN matches NaN). A case is `unsupported` when it needs
+//! an operator or element type this crate does not implement; it is then never run.
+
+use crate::error::{GraphError, OpError};
+use crate::onnx::{load_model, load_tensor_pb};
+use crate::tensor::Tensor;
+use serde::Serialize;
+use std::path::Path;
+
+/// Relative tolerance for float outputs.
+pub const RTOL: f64 = 1e-3;
+/// Absolute tolerance for float outputs.
+pub const ATOL: f64 = 1e-5;
+
+/// Outcome of one case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// All outputs matched.
+    Passed,
+    /// Ran and mismatched, or failed with an error.
+    Failed,
+    /// Needs an operator or type that is not implemented; not run.
+    Unsupported,
+}
+
+/// Result of one case.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    /// Case folder name.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// Largest absolute difference over all outputs (`None` if nothing was compared).
+    pub max_error: Option<f64>,
+    /// Why it failed or is unsupported (empty on success).
+    pub message: String,
+}
+
+/// Results of a whole folder.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Per-case results, sorted by name.
+    pub cases: Vec<CaseResult>,
+    /// Number passed.
+    pub passed: usize,
+    /// Number failed.
+    pub failed: usize,
+    /// Number unsupported (skipped).
+    pub unsupported: usize,
+}
+
+fn is_unsupported(e: &GraphError) -> bool {
+    matches!(
+        e,
+        GraphError::UnknownOp { .. }
+            | GraphError::UnsupportedType { .. }
+            | GraphError::Op {
+                source: OpError::Unsupported(_),
+                ..
+            }
+    )
+}
+
+/// Runs every case folder under `dir` (folders without `model.onnx` are ignored).
+pub fn run_dir(dir: &Path) -> Result<Report, GraphError> {
+    let io = |source| GraphError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("model.onnx").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let cases: Vec<CaseResult> = names.iter().map(|n| run_case(&dir.join(n))).collect();
+    let count = |s| cases.iter().filter(|c| c.status == s).count();
+    Ok(Report {
+        passed: count(Status::Passed),
+        failed: count(Status::Failed),
+        unsupported: count(Status::Unsupported),
+        cases,
+    })
+}
+
+/// Runs one case folder.
+pub fn run_case(case: &Path) -> CaseResult {
+    let name = case
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut max_error: Option<f64> = None;
+    let outcome = (|| -> Result<Option<String>, GraphError> {
+        let graph = load_model(case.join("model.onnx"))?;
+        crate::exec::plan(&graph)?;
+        let mut sets: Vec<_> = std::fs::read_dir(case)
+            .map_err(|source| GraphError::Io {
+                path: case.display().to_string(),
+                source,
+            })?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+            })
+            .collect();
+        sets.sort();
+        if sets.is_empty() {
+            return Ok(Some("no test_data_set_* folder".into()));
+        }
+        for set in sets {
+            let mut inputs = Vec::new();
+            for (k, vi) in graph.inputs.iter().enumerate() {
+                let p = set.join(format!("input_{k}.pb"));
+                if !p.exists() {
+                    continue;
+                }
+                let (_, t) = load_tensor_pb(&p)?;
+                inputs.push((vi.name.clone(), t));
+            }
+            let outputs = crate::exec::execute(&graph, inputs)?;
+            for (k, (oname, got)) in outputs.iter().enumerate() {
+                let p = set.join(format!("output_{k}.pb"));
+                if !p.exists() {
+                    continue;
+                }
+                let (_, want) = load_tensor_pb(&p)?;
+                let (ok, err, why) = compare(got, &want);
+                max_error = Some(max_error.map_or(err, |m: f64| m.max(err)));
+                if !ok {
+                    let set_name = set
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
+                    return Ok(Some(format!("{set_name}, output `{oname}`: {why}")));
+                }
+            }
+        }
+        Ok(None)
+    })();
+    let (status, message) = match outcome {
+        Ok(None) => (Status::Passed, String::new()),
+        Ok(Some(m)) => (Status::Failed, m),
+        Err(e) if is_unsupported(&e) => (Status::Unsupported, e.to_string()),
+        Err(e) => (Status::Failed, e.to_string()),
+    };
+    CaseResult {
+        name,
+        status,
+        max_error,
+        message,
+    }
+}
+
+/// Compares an output with its reference: (matches, max abs error, explanation).
+pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64, String) {
+    if got.dtype != want.dtype {
+        return (
+            false,
+            f64::INFINITY,
+            format!("dtype {} instead of {}", got.dtype, want.dtype),
+        );
+    }
+    if got.shape != want.shape {
+        return (
+            false,
+            f64::INFINITY,
+            format!("shape {:?} instead of {:?}", got.shape, want.shape),
+        );
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let float = got.dtype.is_float();
+    let (gi, wi) = if float {
+        (Vec::new(), Vec::new())
+    } else {
+        (got.to_i64_vec(), want.to_i64_vec())
+    };
+    let mut max_err = 0f64;
+    let mut bad = None;
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        let err = if a == b { 0.0 } else { (a - b).abs() };
+        let err = if err.is_nan() { f64::INFINITY } else { err };
+        max_err = max_err.max(err);
+        let ok = if float {
+            err <= ATOL + RTOL * b.abs()
+        } else {
+            gi[i] == wi[i]
+        };
+        if !ok && bad.is_none() {
+            bad = Some(format!("element {i}: {a} vs reference {b}"));
+        }
+    }
+    match bad {
+        None => (true, max_err, String::new()),
+        Some(why) => (
+            false,
+            max_err,
+            format!("{why} (max abs error {max_err:.3e})"),
+        ),
+    }
+}
+
+impl Report {
+    /// The one-line summary: `N passed, M failed` plus `, K skipped` when some were skipped.
+    pub fn summary(&self) -> String {
+        let mut s = format!("{} passed, {} failed", self.passed, self.failed);
+        if self.unsupported > 0 {
+            s.push_str(&format!(", {} skipped", self.unsupported));
+        }
+        s
+    }
+
+    /// A Markdown page with one table row per case (CONFORMANCE.md).
+    pub fn to_markdown(&self, source: &str) -> String {
+        let mut s = String::from("# ONNX conformance\n\n");
+        s.push_str(&format!(
+            "Generated by `quantkit conformance {source} --markdown CONFORMANCE.md`. Float outputs must match within rtol {RTOL:e}, atol {ATOL:e}; integer outputs exactly. `unsupported` cases need an operator or element type quantkit does not implement and are not run.\n\n**{}**\n\n",
+            self.summary()
+        ));
+        s.push_str("| case | status | max abs error | note |\n|---|---|---|---|\n");
+        for c in &self.cases {
+            let st = match c.status {
+                Status::Passed => "passed",
+                Status::Failed => "**failed**",
+                Status::Unsupported => "unsupported",
+            };
+            let err = c
+                .max_error
+                .map(|e| format!("{e:.2e}"))
+                .unwrap_or_else(|| "–".into());
+            s.push_str(&format!(
+                "| {} | {st} | {err} | {} |\n",
+                c.name,
+                c.message.replace('|', "\\|").replace('\n', " ")
+            ));
+        }
+        s
+    }
+}

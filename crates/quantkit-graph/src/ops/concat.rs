@@ -1,0 +1,54 @@
+//! `Concat`: joins tensors along `axis` (negative allowed); all other dimensions must agree.
+
+use super::{make, norm_axis, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{Data, Tensor};
+
+/// Evaluates `Concat`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let parts: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+    let first = parts.first().ok_or(OpError::MissingInput { index: 0 })?;
+    let axis = norm_axis(ctx.node.attr_int("axis", 0)?, first.rank())?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for (i, p) in parts.iter().enumerate() {
+        if p.dtype != first.dtype {
+            return Err(OpError::DType {
+                index: i,
+                expected: first.dtype.to_string(),
+                got: p.dtype.to_string(),
+            });
+        }
+        let same = p.rank() == first.rank()
+            && p.shape
+                .iter()
+                .zip(&first.shape)
+                .enumerate()
+                .all(|(a, (x, y))| a == axis || x == y);
+        if !same {
+            return Err(OpError::shape(
+                format!("shapes matching {:?} except axis {axis}", first.shape),
+                &p.shape,
+            ));
+        }
+        shape[axis] += p.shape[axis];
+    }
+    let outer: usize = first.shape[..axis].iter().product();
+    let datas: Vec<&Data> = parts.iter().map(|p| &p.data).collect();
+    let flat = Data::concat(&datas).ok_or_else(|| OpError::Invalid("mixed storage".into()))?;
+    // Build the gather order: for each outer index, each part's contiguous block.
+    let mut offsets = Vec::with_capacity(parts.len());
+    let mut off = 0;
+    for p in &parts {
+        offsets.push(off);
+        off += p.len();
+    }
+    let mut idx = Vec::with_capacity(off);
+    for o in 0..outer {
+        for (p, &base) in parts.iter().zip(&offsets) {
+            let block: usize = p.shape[axis..].iter().product();
+            idx.extend(base + o * block..base + (o + 1) * block);
+        }
+    }
+    make(first.dtype, shape, flat.gather(&idx)).map(|t| vec![t])
+}

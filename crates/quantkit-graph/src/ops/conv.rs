@@ -1,0 +1,278 @@
+//! `Conv` (N-D, groups, strides, dilations, pads / auto_pad): im2col followed by the f32
+//! GEMM, batches run in parallel with rayon.
+//!
+//! For batch n and group g: `Y[n, g] (M/g × P) = W[g] (M/g × C/g·∏k) · col (C/g·∏k × P)`,
+//! where P is the number of output positions and col holds the receptive fields
+//! (zeros where they fall on padding).
+
+use super::{input, make, opt_input, resolve_pads, window_out, OpCtx};
+use crate::error::OpError;
+use crate::linalg::{sgemm, MatRef};
+use crate::tensor::{DType, Data, Tensor};
+use rayon::prelude::*;
+
+/// Geometry of a convolution (also used by ConvInteger and QLinearConv).
+#[derive(Clone, Debug)]
+pub struct ConvGeom {
+    /// Batch size.
+    pub n: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Output channels.
+    pub m: usize,
+    /// Groups.
+    pub group: usize,
+    /// Input spatial sizes.
+    pub in_sp: Vec<usize>,
+    /// Kernel sizes.
+    pub k: Vec<usize>,
+    /// Output spatial sizes.
+    pub out_sp: Vec<usize>,
+    /// Strides.
+    pub strides: Vec<usize>,
+    /// Dilations.
+    pub dilations: Vec<usize>,
+    /// Padding at the start of each axis.
+    pub pad_begin: Vec<usize>,
+}
+
+impl ConvGeom {
+    /// Reads the attributes of a Conv-like node for input shape `x` and weight shape `w`.
+    pub fn new(ctx: &OpCtx, x: &[usize], w: &[usize]) -> Result<ConvGeom, OpError> {
+        if x.len() < 3 || w.len() != x.len() {
+            return Err(OpError::shape(
+                "input [N, C, D...] and weight [M, C/group, k...] of equal rank ≥ 3",
+                (x, w),
+            ));
+        }
+        let nd = x.len() - 2;
+        let node = ctx.node;
+        let group = node.attr_int("group", 1)?.max(1) as usize;
+        let k: Vec<usize> = match node.attr_ints("kernel_shape")? {
+            Some(k) => k.iter().map(|&v| v as usize).collect(),
+            None => w[2..].to_vec(),
+        };
+        if k.as_slice() != &w[2..] {
+            return Err(OpError::shape(format!("weight spatial dims {k:?}"), w));
+        }
+        let get = |name: &str| -> Result<Vec<usize>, OpError> {
+            match node.attr_ints(name)? {
+                Some(v) if v.len() == nd && v.iter().all(|&x| x > 0) => {
+                    Ok(v.iter().map(|&x| x as usize).collect())
+                }
+                Some(v) => Err(OpError::attr(
+                    name,
+                    format!("expected {nd} positive values, got {v:?}"),
+                )),
+                None => Ok(vec![1; nd]),
+            }
+        };
+        let strides = get("strides")?;
+        let dilations = get("dilations")?;
+        let (c, m) = (x[1], w[0]);
+        if c != w[1] * group || m % group != 0 {
+            return Err(OpError::shape(
+                format!("weight [M, {}/{group}, ...] with M divisible by {group}", c),
+                w,
+            ));
+        }
+        let in_sp = x[2..].to_vec();
+        let (pb, pe) = resolve_pads(node, &in_sp, &k, &strides, &dilations)?;
+        let out_sp = (0..nd)
+            .map(|i| {
+                window_out(
+                    in_sp[i],
+                    k[i],
+                    strides[i],
+                    dilations[i],
+                    pb[i],
+                    pe[i],
+                    false,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ConvGeom {
+            n: x[0],
+            c,
+            m,
+            group,
+            in_sp,
+            k,
+            out_sp,
+            strides,
+            dilations,
+            pad_begin: pb,
+        })
+    }
+    /// Output positions per image.
+    pub fn out_len(&self) -> usize {
+        self.out_sp.iter().product()
+    }
+    /// Rows of the im2col matrix per group.
+    pub fn col_rows(&self) -> usize {
+        self.c / self.group * self.k.iter().product::<usize>()
+    }
+    /// Whether im2col is the identity (1×1 kernel, stride 1, no padding).
+    pub fn is_pointwise(&self) -> bool {
+        self.k.iter().all(|&k| k == 1)
+            && self.strides.iter().all(|&s| s == 1)
+            && self.pad_begin.iter().all(|&p| p == 0)
+            && self.in_sp == self.out_sp
+    }
+    /// Writes the im2col matrix of `x` (one image, channels `c0..c0+C/group`) into `col`
+    /// (`col_rows × out_len`), filling padding with `pad`.
+    pub fn im2col<T: Copy>(&self, x: &[T], c0: usize, col: &mut [T], pad: T) {
+        let nd = self.k.len();
+        let in_len: usize = self.in_sp.iter().product();
+        let p = self.out_len();
+        let klen: usize = self.k.iter().product();
+        let last = nd - 1;
+        let (ow, iw, kw) = (self.out_sp[last], self.in_sp[last], self.k[last]);
+        let (sw, dw, pw) = (
+            self.strides[last],
+            self.dilations[last],
+            self.pad_begin[last] as isize,
+        );
+        let outer: usize = p / ow.max(1);
+        let mut kidx = vec![0usize; nd];
+        for row in 0..self.col_rows() {
+            let ci = c0 + row / klen;
+            let mut rem = row % klen;
+            for a in (0..nd).rev() {
+                kidx[a] = rem % self.k[a];
+                rem /= self.k[a];
+            }
+            let xc = &x[ci * in_len..(ci + 1) * in_len];
+            let dst = &mut col[row * p..(row + 1) * p];
+            let mut oidx = vec![0usize; nd];
+            for o in 0..outer {
+                // Input offset of the outer (all but last) axes; None if in padding.
+                let mut off = Some(0usize);
+                let mut rem = o;
+                for a in (0..last).rev() {
+                    oidx[a] = rem % self.out_sp[a];
+                    rem /= self.out_sp[a];
+                }
+                let mut stride_in = iw;
+                for a in (0..last).rev() {
+                    let i = (oidx[a] * self.strides[a] + kidx[a] * self.dilations[a]) as isize
+                        - self.pad_begin[a] as isize;
+                    if i < 0 || i >= self.in_sp[a] as isize {
+                        off = None;
+                        break;
+                    }
+                    if let Some(v) = off.as_mut() {
+                        *v += i as usize * stride_in;
+                    }
+                    stride_in *= self.in_sp[a];
+                }
+                let d = &mut dst[o * ow..(o + 1) * ow];
+                match off {
+                    None => d.fill(pad),
+                    Some(base) => {
+                        let k0 = (kidx[last] * dw) as isize - pw;
+                        for (j, v) in d.iter_mut().enumerate() {
+                            let i = (j * sw) as isize + k0;
+                            *v = if i >= 0 && (i as usize) < iw {
+                                xc[base + i as usize]
+                            } else {
+                                pad
+                            };
+                        }
+                    }
+                }
+            }
+            let _ = kw;
+        }
+    }
+}
+
+/// Evaluates `Conv`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let w = input(inputs, 1)?;
+    let g = ConvGeom::new(ctx, &x.shape, &w.shape)?;
+    let xv = x.to_f32_vec();
+    let wv = w.to_f32_vec();
+    let bias = match opt_input(inputs, 2) {
+        Some(b) if b.len() == g.m => Some(b.to_f32_vec()),
+        Some(b) => {
+            return Err(OpError::shape(
+                format!("bias of {} elements", g.m),
+                &b.shape,
+            ))
+        }
+        None => None,
+    };
+    let y = conv_f32(&g, &xv, &wv, bias.as_deref());
+    let mut shape = vec![g.n, g.m];
+    shape.extend_from_slice(&g.out_sp);
+    let t = make(DType::F32, shape, Data::F32(y))?;
+    Ok(vec![if x.dtype == DType::F32 {
+        t
+    } else {
+        t.cast(x.dtype)
+    }])
+}
+
+/// f32 convolution of a whole batch (layout NCHW…, weights M × C/g × k…).
+pub fn conv_f32(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let p = g.out_len();
+    let in_len: usize = g.c * g.in_sp.iter().product::<usize>();
+    let rows = g.col_rows();
+    let mg = g.m / g.group;
+    let mut y = vec![0f32; g.n * g.m * p];
+    if y.is_empty() {
+        return y;
+    }
+    // Parallelise over images when there are enough of them, inside GEMM otherwise.
+    let par_batch = g.n >= rayon::current_num_threads().max(2);
+    let run = |(ni, yn): (usize, &mut [f32])| {
+        let xn = &x[ni * in_len..(ni + 1) * in_len];
+        let mut col = if g.is_pointwise() {
+            Vec::new()
+        } else {
+            vec![0f32; rows * p]
+        };
+        for gi in 0..g.group {
+            let c0 = gi * (g.c / g.group);
+            let colref: &[f32] = if g.is_pointwise() {
+                &xn[c0 * p..(c0 + g.c / g.group) * p]
+            } else {
+                g.im2col(xn, c0, &mut col, 0.0);
+                &col
+            };
+            let wg = &w[gi * mg * rows..(gi + 1) * mg * rows];
+            let yg = &mut yn[gi * mg * p..(gi + 1) * mg * p];
+            if let Some(b) = bias {
+                for (mi, row) in yg.chunks_mut(p).enumerate() {
+                    row.fill(b[gi * mg + mi]);
+                }
+            }
+            sgemm(
+                mg,
+                p,
+                rows,
+                MatRef {
+                    data: wg,
+                    rs: rows,
+                    cs: 1,
+                },
+                MatRef {
+                    data: colref,
+                    rs: p,
+                    cs: 1,
+                },
+                yg,
+                bias.is_some(),
+                !par_batch,
+            );
+        }
+    };
+    if par_batch {
+        y.par_chunks_mut(g.m * p).enumerate().for_each(run);
+    } else {
+        y.chunks_mut(g.m * p).enumerate().for_each(run);
+    }
+    y
+}

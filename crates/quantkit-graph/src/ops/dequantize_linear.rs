@@ -1,0 +1,55 @@
+//! `DequantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`):
+//! `y = (x − x_zero_point) · x_scale` (ONNX spec), computed as an exact integer difference
+//! times the scale in f32, returned in the scale's type (f32 or f16).
+
+use super::quantize_linear::qparam_index;
+use super::{input, make, opt_input, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{DType, Data, Tensor};
+
+/// Evaluates `DequantizeLinear`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let s = input(inputs, 1)?;
+    let zp = opt_input(inputs, 2);
+    if x.dtype.int_range().is_none() || x.dtype == DType::I64 {
+        return Err(OpError::Unsupported(format!(
+            "DequantizeLinear of {}",
+            x.dtype
+        )));
+    }
+    if let Some(z) = zp {
+        if z.dtype != x.dtype {
+            return Err(OpError::DType {
+                index: 2,
+                expected: x.dtype.to_string(),
+                got: z.dtype.to_string(),
+            });
+        }
+    }
+    let axis = ctx.node.attr_int("axis", 1)?;
+    let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
+    let zpv = zp
+        .map(|z| z.to_i64_vec())
+        .unwrap_or_else(|| vec![0; s.len()]);
+    if zpv.len() != s.len() {
+        return Err(OpError::shape(
+            format!("zero point shaped like the scale {:?}", s.shape),
+            zp.map(|z| z.shape.clone()),
+        ));
+    }
+    let sv = s.to_f32_vec();
+    let y: Vec<f32> = x
+        .to_i64_vec()
+        .iter()
+        .zip(&si)
+        .map(|(&q, &j)| (q - zpv[j]) as f32 * sv[j])
+        .collect();
+    let t = make(DType::F32, x.shape.clone(), Data::F32(y))?;
+    Ok(vec![if s.dtype == DType::F32 {
+        t
+    } else {
+        t.cast(s.dtype)
+    }])
+}

@@ -1,0 +1,28 @@
+//! `Flatten`: reshapes to 2-D, `[prod(d[..axis]), prod(d[axis..])]`; axis may be negative.
+
+use super::{input, OpCtx};
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Flatten`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let r = x.rank() as i64;
+    let mut axis = ctx.node.attr_int("axis", 1)?;
+    if axis < 0 {
+        axis += r;
+    }
+    if axis < 0 || axis > r {
+        return Err(OpError::attr(
+            "axis",
+            format!("{axis} out of range for rank {r}"),
+        ));
+    }
+    let a = axis as usize;
+    let outer: usize = x.shape[..a].iter().product();
+    let inner: usize = x.shape[a..].iter().product();
+    Ok(vec![x
+        .clone()
+        .reshaped(vec![outer, inner])
+        .map_err(|e| OpError::Invalid(e.to_string()))?])
+}

@@ -1,0 +1,69 @@
+//! `Gemm`: Y = alpha·op(A)·op(B) + beta·C, op = optional transpose; C broadcasts to [M, N]
+//! (optional from opset 11).
+
+use super::binary::broadcast;
+use super::{input, make, opt_input, OpCtx};
+use crate::error::OpError;
+use crate::linalg::{sgemm, MatRef};
+use crate::tensor::{DType, Data, Tensor};
+
+/// Evaluates `Gemm`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let a = input(inputs, 0)?;
+    let b = input(inputs, 1)?;
+    let n = ctx.node;
+    let (alpha, beta) = (n.attr_float("alpha", 1.0)?, n.attr_float("beta", 1.0)?);
+    let (ta, tb) = (n.attr_int("transA", 0)? != 0, n.attr_int("transB", 0)? != 0);
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(OpError::shape("rank-2 A and B", (&a.shape, &b.shape)));
+    }
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let (k2, nn) = if tb {
+        (b.shape[1], b.shape[0])
+    } else {
+        (b.shape[0], b.shape[1])
+    };
+    if k != k2 {
+        return Err(OpError::shape(
+            format!("B with inner dimension {k}"),
+            &b.shape,
+        ));
+    }
+    let av = a.to_f32_vec();
+    let bv = b.to_f32_vec();
+    let mut y = vec![0f32; m * nn];
+    sgemm(
+        m,
+        nn,
+        k,
+        MatRef::row_major(&av, a.shape[1], ta),
+        MatRef::row_major(&bv, b.shape[1], tb),
+        &mut y,
+        false,
+        true,
+    );
+    if alpha != 1.0 {
+        y.iter_mut().for_each(|v| *v *= alpha);
+    }
+    if let Some(c) = opt_input(inputs, 2) {
+        let cv = c.to_f32_vec();
+        let (s2, out) = broadcast(&y, &[m, nn], &cv, &c.shape, |y, c| y + beta * c)?;
+        if s2 != [m, nn] {
+            return Err(OpError::shape(
+                format!("C broadcastable to [{m}, {nn}]"),
+                &c.shape,
+            ));
+        }
+        y = out;
+    }
+    let t = make(DType::F32, vec![m, nn], Data::F32(y))?;
+    Ok(vec![if a.dtype == DType::F32 {
+        t
+    } else {
+        t.cast(a.dtype)
+    }])
+}

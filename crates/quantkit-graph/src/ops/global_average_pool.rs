@@ -1,0 +1,25 @@
+//! `GlobalAveragePool`: the mean over all spatial axes of an `[N, C, D...]` input, keeping them as 1s.
+
+use super::{input, make, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{Data, Tensor};
+
+/// Evaluates `GlobalAveragePool`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    if x.rank() < 3 {
+        return Err(OpError::shape("input [N, C, D...]", &x.shape));
+    }
+    let plane: usize = x.shape[2..].iter().product();
+    let v = x.to_f64_vec();
+    let y: Vec<f64> = v.chunks(plane.max(1)).map(reduce).collect();
+    let mut shape = x.shape[..2].to_vec();
+    shape.extend(std::iter::repeat(1).take(x.rank() - 2));
+    Ok(vec![
+        make(crate::DType::F64, shape, Data::F64(y))?.cast(x.dtype)
+    ])
+}
+
+fn reduce(c: &[f64]) -> f64 {
+    c.iter().sum::<f64>() / c.len() as f64
+}

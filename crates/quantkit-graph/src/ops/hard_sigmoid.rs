@@ -1,0 +1,19 @@
+//! `HardSigmoid`: y = max(0, min(1, alpha·x + beta)), alpha 0.2 and beta 0.5 by default.
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `HardSigmoid`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let alpha = ctx.node.attr_float("alpha", 0.2)?;
+    let beta = ctx.node.attr_float("beta", 0.5)?;
+    let (a, b) = (alpha as f64, beta as f64);
+    eval_unary(
+        ctx,
+        inputs,
+        move |x| (a * x + b).clamp(0.0, 1.0),
+        move |x| (alpha * x + beta).clamp(0.0, 1.0),
+    )
+}

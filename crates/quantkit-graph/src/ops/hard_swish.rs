@@ -1,0 +1,16 @@
+//! `HardSwish`: y = x · max(0, min(1, x/6 + 1/2)) (opset 14).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `HardSwish`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(
+        ctx,
+        inputs,
+        |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+    )
+}

@@ -1,0 +1,280 @@
+//! Operators, one per file. Each file parses its attributes, checks shapes and evaluates the
+//! operator in float (or, for the quantization operators, in exact integer arithmetic).
+//!
+//! An operator is a plain function `fn(&OpCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>>`:
+//! inputs are borrowed (`None` for an omitted optional input) and outputs are fresh tensors.
+//! The same functions serve the executor, constant folding and (as forward passes) training.
+
+use crate::error::OpError;
+use crate::ir::Node;
+use crate::tensor::{DType, Data, Tensor};
+
+pub mod add;
+pub mod average_pool;
+pub mod batch_normalization;
+pub mod binary;
+pub mod cast;
+pub mod clip;
+pub mod concat;
+pub mod constant;
+pub mod conv;
+pub mod conv_integer;
+pub mod conv_transpose;
+pub mod dequantize_linear;
+pub mod div;
+pub mod dynamic_quantize_linear;
+pub mod erf;
+pub mod flatten;
+pub mod gather;
+pub mod gelu;
+pub mod gemm;
+pub mod global_average_pool;
+pub mod global_max_pool;
+pub mod hard_sigmoid;
+pub mod hard_swish;
+pub mod identity;
+pub mod layer_normalization;
+pub mod leaky_relu;
+pub mod mat_mul;
+pub mod mat_mul_integer;
+pub mod max_pool;
+pub mod mul;
+pub mod pad;
+pub mod pool;
+pub mod pow;
+pub mod prelu;
+pub mod qlinear_conv;
+pub mod qlinear_mat_mul;
+pub mod quantize_linear;
+pub mod reduce_mean;
+pub mod relu;
+pub mod reshape;
+pub mod resize;
+pub mod shape;
+pub mod sigmoid;
+pub mod slice;
+pub mod softmax;
+pub mod sqrt;
+pub mod squeeze;
+pub mod sub;
+pub mod tanh;
+pub mod transpose;
+pub mod unary;
+pub mod unsqueeze;
+
+/// What an operator sees besides its inputs.
+pub struct OpCtx<'a> {
+    /// The node (attributes, names).
+    pub node: &'a Node,
+    /// Version of the default ONNX operator set the model imports.
+    pub opset: i64,
+}
+
+/// Signature of an operator's evaluation.
+pub type EvalFn = fn(&OpCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
+
+/// The implementation of `op_type` in `domain` ("" = ai.onnx), if there is one.
+pub fn lookup(domain: &str, op_type: &str) -> Option<EvalFn> {
+    if !(domain.is_empty() || domain == "ai.onnx") {
+        return None;
+    }
+    Some(match op_type {
+        "Add" => add::eval,
+        "AveragePool" => average_pool::eval,
+        "BatchNormalization" => batch_normalization::eval,
+        "Cast" => cast::eval,
+        "Clip" => clip::eval,
+        "Concat" => concat::eval,
+        "Constant" => constant::eval,
+        "Conv" => conv::eval,
+        "ConvInteger" => conv_integer::eval,
+        "ConvTranspose" => conv_transpose::eval,
+        "DequantizeLinear" => dequantize_linear::eval,
+        "Div" => div::eval,
+        "DynamicQuantizeLinear" => dynamic_quantize_linear::eval,
+        "Erf" => erf::eval,
+        "Flatten" => flatten::eval,
+        "Gather" => gather::eval,
+        "Gelu" => gelu::eval,
+        "Gemm" => gemm::eval,
+        "GlobalAveragePool" => global_average_pool::eval,
+        "GlobalMaxPool" => global_max_pool::eval,
+        "HardSigmoid" => hard_sigmoid::eval,
+        "HardSwish" => hard_swish::eval,
+        "Identity" => identity::eval,
+        "LayerNormalization" => layer_normalization::eval,
+        "LeakyRelu" => leaky_relu::eval,
+        "MatMul" => mat_mul::eval,
+        "MatMulInteger" => mat_mul_integer::eval,
+        "MaxPool" => max_pool::eval,
+        "Mul" => mul::eval,
+        "Pad" => pad::eval,
+        "Pow" => pow::eval,
+        "PRelu" => prelu::eval,
+        "QLinearConv" => qlinear_conv::eval,
+        "QLinearMatMul" => qlinear_mat_mul::eval,
+        "QuantizeLinear" => quantize_linear::eval,
+        "ReduceMean" => reduce_mean::eval,
+        "Relu" => relu::eval,
+        "Reshape" => reshape::eval,
+        "Resize" => resize::eval,
+        "Shape" => shape::eval,
+        "Sigmoid" => sigmoid::eval,
+        "Slice" => slice::eval,
+        "Softmax" => softmax::eval,
+        "Sqrt" => sqrt::eval,
+        "Squeeze" => squeeze::eval,
+        "Sub" => sub::eval,
+        "Tanh" => tanh::eval,
+        "Transpose" => transpose::eval,
+        "Unsqueeze" => unsqueeze::eval,
+        _ => return None,
+    })
+}
+
+/// Operators the integer engine runs (QDQ / QOperator forms); used by `inspect`.
+pub fn is_integer_op(op_type: &str) -> bool {
+    matches!(
+        op_type,
+        "QuantizeLinear"
+            | "DequantizeLinear"
+            | "DynamicQuantizeLinear"
+            | "QLinearConv"
+            | "QLinearMatMul"
+            | "MatMulInteger"
+            | "ConvInteger"
+    )
+}
+
+/// Required input `i`.
+pub fn input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or(OpError::MissingInput { index: i })
+}
+
+/// Optional input `i`.
+pub fn opt_input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+    inputs.get(i).copied().flatten()
+}
+
+/// Required f32 input `i`.
+pub fn f32_input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a [f32], OpError> {
+    let t = input(inputs, i)?;
+    t.as_f32().ok_or_else(|| OpError::DType {
+        index: i,
+        expected: "float".into(),
+        got: t.dtype.to_string(),
+    })
+}
+
+/// Normalizes a possibly negative axis against `rank`.
+pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) {
+        return Err(OpError::Invalid(format!(
+            "axis {axis} out of range for rank {rank}"
+        )));
+    }
+    Ok(a as usize)
+}
+
+/// Integer values of a 1-D (or scalar) "shape-like" input (axes, pads, shape...).
+pub fn ints_of(t: &Tensor) -> Vec<i64> {
+    t.to_i64_vec()
+}
+
+/// Builds a tensor, mapping a size mismatch (a bug in an op) to an op error.
+pub fn make(dtype: DType, shape: Vec<usize>, data: Data) -> Result<Tensor, OpError> {
+    Tensor::new(shape, data)
+        .map(|t| t.with_dtype(dtype))
+        .map_err(|e| OpError::Invalid(e.to_string()))
+}
+
+/// Output size of a sliding window along one axis (ONNX conv/pool formula):
+/// `floor_or_ceil((in + pb + pe − (d·(k−1)+1)) / s) + 1`; in ceil mode a window that would
+/// start beyond the input and left padding is dropped (as PyTorch and the ONNX reference do).
+pub fn window_out(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    ceil: bool,
+) -> Result<usize, OpError> {
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return Err(OpError::Invalid(
+            "kernel, stride and dilation must be positive".into(),
+        ));
+    }
+    let eff = dilation * (kernel - 1) + 1;
+    let padded = input + pad_begin + pad_end;
+    if padded < eff {
+        return Err(OpError::shape(
+            format!("padded input ≥ effective kernel {eff}"),
+            padded,
+        ));
+    }
+    let num = padded - eff;
+    let mut out = if ceil {
+        num.div_ceil(stride) + 1
+    } else {
+        num / stride + 1
+    };
+    if ceil && out > 1 && (out - 1) * stride >= input + pad_begin {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+/// Resolves `auto_pad` into explicit begin/end pads for each spatial axis.
+/// `SAME_UPPER` puts the extra padding at the end, `SAME_LOWER` at the beginning.
+pub fn resolve_pads(
+    node: &Node,
+    spatial: &[usize],
+    kernel: &[usize],
+    strides: &[usize],
+    dilations: &[usize],
+) -> Result<(Vec<usize>, Vec<usize>), OpError> {
+    let n = spatial.len();
+    let auto_pad = node.attr_string("auto_pad", "NOTSET")?;
+    match auto_pad.as_str() {
+        "NOTSET" | "" => {
+            let pads = node.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+            if pads.len() != 2 * n || pads.iter().any(|&p| p < 0) {
+                return Err(OpError::attr(
+                    "pads",
+                    format!("expected {} non-negative values, got {pads:?}", 2 * n),
+                ));
+            }
+            Ok((
+                pads[..n].iter().map(|&p| p as usize).collect(),
+                pads[n..].iter().map(|&p| p as usize).collect(),
+            ))
+        }
+        "VALID" => Ok((vec![0; n], vec![0; n])),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut b = vec![0; n];
+            let mut e = vec![0; n];
+            for i in 0..n {
+                let out = spatial[i].div_ceil(strides[i]);
+                let eff = dilations[i] * (kernel[i] - 1) + 1;
+                let total = ((out - 1) * strides[i] + eff).saturating_sub(spatial[i]);
+                let small = total / 2;
+                if auto_pad == "SAME_UPPER" {
+                    b[i] = small;
+                    e[i] = total - small;
+                } else {
+                    b[i] = total - small;
+                    e[i] = small;
+                }
+            }
+            Ok((b, e))
+        }
+        other => Err(OpError::attr("auto_pad", format!("unknown value {other}"))),
+    }
+}

@@ -1,0 +1,11 @@
+//! `Mul`: element-wise mul with numpy broadcasting (ONNX opsets 7, 13, 14).
+
+use super::binary::{eval_arith, Arith};
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Mul`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_arith(Arith::Mul, inputs)
+}

@@ -1,0 +1,38 @@
+//! `Pow`: y = x^e with broadcasting; base and exponent may have different types
+//! (opset 12+); the output has the base's type. Integer powers are computed exactly.
+
+use super::binary::broadcast;
+use super::{input, make, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{Data, Tensor};
+
+/// Evaluates `Pow`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let e = input(inputs, 1)?;
+    let (shape, data) = match (&x.data, &e.data) {
+        (Data::F32(a), Data::F32(b)) => {
+            let (s, v) = broadcast(a, &x.shape, b, &e.shape, f32::powf)?;
+            (s, Data::F32(v))
+        }
+        (Data::I64(_) | Data::I32(_), _) if !e.dtype.is_float() => {
+            let (a, b) = (x.to_i64_vec(), e.to_i64_vec());
+            let (s, v) = broadcast(&a, &x.shape, &b, &e.shape, |p, q| {
+                if q < 0 {
+                    0
+                } else {
+                    p.wrapping_pow(q.min(u32::MAX as i64) as u32)
+                }
+            })?;
+            (s, Tensor::from_i64(&[v.len()], v).cast(x.dtype).data)
+        }
+        _ => {
+            let (a, b) = (x.to_f64_vec(), e.to_f64_vec());
+            let (s, v) = broadcast(&a, &x.shape, &b, &e.shape, f64::powf)?;
+            let t = Tensor::new(vec![v.len()], Data::F64(v))
+                .map_err(|e| OpError::Invalid(e.to_string()))?;
+            (s, t.cast(x.dtype).data)
+        }
+    };
+    make(x.dtype, shape, data).map(|t| vec![t])
+}

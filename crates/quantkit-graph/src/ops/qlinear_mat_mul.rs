@@ -1,0 +1,69 @@
+//! `QLinearMatMul`: `acc = (a − a_zp)·(b − b_zp)` in exact integers, then
+//! `y = saturate(round_half_even(acc · (a_scale·b_scale / y_scale)) + y_zp)`. The multiplier
+//! is formed in the scales' own precision (f32, or f16 with rounding after each operation)
+//! and applied in f64, as the ONNX reference implementation does.
+
+use super::mat_mul_integer::matmul_i64;
+use super::{input, make, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{DType, Data, Tensor};
+use half::f16;
+
+/// `a·b/c` in the scales' precision (f16 rounds after every operation, like numpy).
+pub fn multiplier(a: &Tensor, b: f32, c: &Tensor, b_dtype: DType) -> Vec<f64> {
+    let av = a.to_f32_vec();
+    let cv = c.to_f32_vec();
+    let f16_math = a.dtype == DType::F16 && b_dtype == DType::F16 && c.dtype == DType::F16;
+    av.iter()
+        .map(|&x| {
+            if f16_math {
+                let p = f16::from_f32(x * b).to_f32();
+                f16::from_f32(p / cv[0]).to_f64()
+            } else {
+                ((x * b) / cv[0]) as f64
+            }
+        })
+        .collect()
+}
+
+/// Evaluates `QLinearMatMul`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let a = input(inputs, 0)?;
+    let a_s = input(inputs, 1)?;
+    let a_zp = input(inputs, 2)?;
+    let b = input(inputs, 3)?;
+    let b_s = input(inputs, 4)?;
+    let b_zp = input(inputs, 5)?;
+    let y_s = input(inputs, 6)?;
+    let y_zp = input(inputs, 7)?;
+    for (i, t) in [
+        (1, a_s),
+        (2, a_zp),
+        (4, b_s),
+        (5, b_zp),
+        (6, y_s),
+        (7, y_zp),
+    ] {
+        if t.len() != 1 {
+            return Err(OpError::Unsupported(format!(
+                "per-axis quantization parameter at input {i} of QLinearMatMul"
+            )));
+        }
+    }
+    let az = a_zp.to_i64_vec()[0];
+    let bz = b_zp.to_i64_vec()[0];
+    let av: Vec<i64> = a.to_i64_vec().iter().map(|v| v - az).collect();
+    let bv: Vec<i64> = b.to_i64_vec().iter().map(|v| v - bz).collect();
+    let (shape, acc) = matmul_i64(&av, &a.shape, &bv, &b.shape)?;
+    let m = multiplier(a_s, b_s.to_f32_vec()[0], y_s, b_s.dtype)[0];
+    let yz = y_zp.to_i64_vec()[0] as f64;
+    let (lo, hi) = y_zp
+        .dtype
+        .int_range()
+        .ok_or_else(|| OpError::Unsupported(format!("output type {}", y_zp.dtype)))?;
+    let y: Vec<i64> = acc
+        .iter()
+        .map(|&v| ((v as f64 * m + yz).round_ties_even() as i64).clamp(lo, hi))
+        .collect();
+    Ok(vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)])
+}

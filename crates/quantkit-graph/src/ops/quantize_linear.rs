@@ -1,0 +1,126 @@
+//! `QuantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`/`output_dtype`):
+//! `y = saturate(round_half_even(x / y_scale) + y_zero_point)` (ONNX spec). The division
+//! is done in the precision numpy's reference uses: f16 when x and the scale are both
+//! f16, f32 otherwise. The output type is the zero point's type (or `output_dtype`,
+//! default uint8): u8/i8/u16/i16/u4/i4 (int32 as well); float8/float4/2-bit types are
+//! unsupported.
+
+use super::{input, make, norm_axis, opt_input, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{DType, Data, Tensor};
+use half::f16;
+
+/// For each element of a tensor of shape `x`, the index into a quantization parameter of
+/// shape `p`: per-tensor (one element), per-axis (1-D along `axis`) or blocked (same rank,
+/// `axis` divided into blocks of `block`).
+pub fn qparam_index(
+    x: &[usize],
+    p: &[usize],
+    axis: i64,
+    block: usize,
+) -> Result<Vec<usize>, OpError> {
+    let n: usize = x.iter().product();
+    let plen: usize = p.iter().product();
+    if plen == 1 && block == 0 {
+        return Ok(vec![0; n]);
+    }
+    let a = norm_axis(axis, x.len())?;
+    let inner: usize = x[a + 1..].iter().product();
+    if block == 0 {
+        if p.len() != 1 || p[0] != x[a] {
+            return Err(OpError::shape(
+                format!("scale of shape [{}] (axis {a})", x[a]),
+                p,
+            ));
+        }
+        return Ok((0..n).map(|i| (i / inner) % x[a]).collect());
+    }
+    let nb = x[a].div_ceil(block);
+    let want: Vec<usize> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if i == a { nb } else { d })
+        .collect();
+    if p != want.as_slice() {
+        return Err(OpError::shape(
+            format!("blocked scale of shape {want:?}"),
+            p,
+        ));
+    }
+    let outer: usize = x[..a].iter().product();
+    let mut idx = Vec::with_capacity(n);
+    for o in 0..outer {
+        for j in 0..x[a] {
+            let base = (o * nb + j / block) * inner;
+            idx.extend(base..base + inner);
+        }
+    }
+    Ok(idx)
+}
+
+/// The quantized element type for an ONNX type code, if supported.
+pub fn quant_dtype(code: i32) -> Result<DType, OpError> {
+    match DType::from_onnx(code) {
+        Some(
+            d @ (DType::U8
+            | DType::I8
+            | DType::U16
+            | DType::I16
+            | DType::U4
+            | DType::I4
+            | DType::I32),
+        ) => Ok(d),
+        _ => Err(OpError::Unsupported(format!(
+            "quantized type {}",
+            DType::onnx_name(code)
+        ))),
+    }
+}
+
+/// Evaluates `QuantizeLinear`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let s = input(inputs, 1)?;
+    let zp = opt_input(inputs, 2);
+    let axis = ctx.node.attr_int("axis", 1)?;
+    let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let out_dtype = match zp {
+        Some(z) => z.dtype,
+        None => quant_dtype(ctx.node.attr_int("output_dtype", 2)? as i32)?,
+    };
+    let (lo, hi) = out_dtype
+        .int_range()
+        .ok_or_else(|| OpError::Unsupported(format!("quantized type {out_dtype}")))?;
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
+    let zpv = match zp {
+        Some(z) => {
+            if z.shape != s.shape && z.len() != s.len() {
+                return Err(OpError::shape(
+                    format!("zero point shaped like the scale {:?}", s.shape),
+                    &z.shape,
+                ));
+            }
+            z.to_i64_vec()
+        }
+        None => vec![0; s.len()],
+    };
+    let both_f16 = x.dtype == DType::F16 && s.dtype == DType::F16;
+    let xv = x.to_f32_vec();
+    let sv = s.to_f32_vec();
+    let q: Vec<i64> = xv
+        .iter()
+        .zip(&si)
+        .map(|(&v, &j)| {
+            let d = if both_f16 {
+                f16::from_f32(v / sv[j]).to_f32()
+            } else {
+                v / sv[j]
+            };
+            let r = d.round_ties_even();
+            let r = if r.is_nan() { 0 } else { r as i64 };
+            (r.saturating_add(zpv[j])).clamp(lo, hi)
+        })
+        .collect();
+    let t = make(DType::I64, x.shape.clone(), Data::I64(q))?;
+    Ok(vec![t.cast(out_dtype)])
+}

@@ -1,0 +1,12 @@
+//! `Relu`: y = max(x, 0).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Relu`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let _ = ctx;
+    eval_unary(ctx, inputs, |x| x.max(0.0), |x| x.max(0.0))
+}

@@ -1,0 +1,55 @@
+//! `Reshape` (opsets 5, 13, 14 with `allowzero`, 19, 21): 0 copies the input dimension
+//! (unless `allowzero`), −1 is inferred.
+
+use super::{input, ints_of, OpCtx};
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Reshape`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let spec = ints_of(input(inputs, 1)?);
+    let allowzero = ctx.node.attr_int("allowzero", 0)? != 0;
+    let shape = resolve(&x.shape, &spec, allowzero)?;
+    Ok(vec![x
+        .clone()
+        .reshaped(shape)
+        .map_err(|e| OpError::Invalid(e.to_string()))?])
+}
+
+/// The output shape for input shape `input` and a Reshape `spec`.
+pub fn resolve(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usize>, OpError> {
+    let total: usize = input.iter().product();
+    let mut out = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                out.push(1);
+            }
+            0 if !allowzero => out.push(*input.get(i).ok_or_else(|| {
+                OpError::shape(format!("an input dimension at index {i} to copy"), input)
+            })?),
+            d if d >= 0 => out.push(d as usize),
+            _ => return Err(OpError::Invalid(format!("invalid reshape target {spec:?}"))),
+        }
+    }
+    if let Some(i) = infer {
+        let known: usize = out.iter().product();
+        if known == 0 || total % known != 0 {
+            return Err(OpError::shape(
+                format!("a shape compatible with {input:?}"),
+                spec,
+            ));
+        }
+        out[i] = total / known;
+    }
+    if out.iter().product::<usize>() != total {
+        return Err(OpError::shape(
+            format!("{total} elements (input {input:?})"),
+            spec,
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,37 @@
+//! `Shape`: the input's dimensions as int64, optionally sliced by `start`/`end` (opset 15).
+
+use super::{input, OpCtx};
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Shape`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    Ok(vec![shape_of(&x.shape, ctx)?])
+}
+
+/// The output of `Shape` for an input of shape `shape` (also used by constant folding).
+pub fn shape_of(shape: &[usize], ctx: &OpCtx) -> Result<Tensor, OpError> {
+    let r = shape.len() as i64;
+    let clampi = |v: i64| {
+        if v < 0 {
+            (v + r).clamp(0, r)
+        } else {
+            v.clamp(0, r)
+        }
+    };
+    let start = clampi(ctx.node.attr_int("start", 0)?);
+    let end = match ctx.node.attr("end") {
+        Some(_) => clampi(ctx.node.attr_int("end", r)?),
+        None => r,
+    };
+    let dims: Vec<i64> = if end > start {
+        shape[start as usize..end as usize]
+            .iter()
+            .map(|&d| d as i64)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Tensor::from_i64(&[dims.len()], dims))
+}

@@ -1,0 +1,16 @@
+//! `Sigmoid`: y = 1 / (1 + e^(−x)).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Sigmoid`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(
+        ctx,
+        inputs,
+        |x| 1.0 / (1.0 + (-x).exp()),
+        |x| 1.0 / (1.0 + (-x).exp()),
+    )
+}

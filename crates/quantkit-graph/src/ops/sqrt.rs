@@ -1,0 +1,11 @@
+//! `Sqrt`: y = √x (NaN for negative x).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Sqrt`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(ctx, inputs, f64::sqrt, f32::sqrt)
+}

@@ -1,0 +1,52 @@
+//! `Transpose`: permutes axes (default: reverses them).
+
+use super::{input, make, OpCtx};
+use crate::error::OpError;
+use crate::tensor::{strides, Tensor};
+
+/// Evaluates `Transpose`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let r = x.rank();
+    let perm: Vec<usize> = match ctx.node.attr_ints("perm")? {
+        Some(p) => p.iter().map(|&a| a as usize).collect(),
+        None => (0..r).rev().collect(),
+    };
+    let mut seen = vec![false; r];
+    if perm.len() != r
+        || perm
+            .iter()
+            .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+    {
+        return Err(OpError::attr(
+            "perm",
+            format!("{perm:?} is not a permutation of rank {r}"),
+        ));
+    }
+    Ok(vec![transpose(x, &perm)?])
+}
+
+/// Permutes the axes of `x`: output axis i is input axis `perm[i]`.
+pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor, OpError> {
+    let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+    let st = strides(&x.shape);
+    let src_st: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+    let n = x.len();
+    let mut idx = Vec::with_capacity(n);
+    let r = shape.len();
+    let mut counter = vec![0usize; r];
+    let mut cur = 0usize;
+    for _ in 0..n {
+        idx.push(cur);
+        for ax in (0..r).rev() {
+            counter[ax] += 1;
+            cur += src_st[ax];
+            if counter[ax] < shape[ax] {
+                break;
+            }
+            cur -= src_st[ax] * counter[ax];
+            counter[ax] = 0;
+        }
+    }
+    make(x.dtype, shape, x.data.gather(&idx))
+}
