@@ -175,3 +175,47 @@ fn npy_input() {
     assert_eq!(v["quantized"], serde_json::json!([0, 89, 200, 255]));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn rounding_modes_and_groups() {
+    // x / s = 0.5, 1.5, 2.5, -0.5: even → 0, 2, 2, 0; away → 1, 2, 3, -1.
+    let base = [
+        "--values",
+        "0.5,1.5,2.5,-0.5",
+        "--dtype",
+        "i8",
+        "--scale",
+        "1",
+    ];
+    let mut even = base.to_vec();
+    even.extend(["--rounding", "even"]);
+    assert_eq!(json(&even)["quantized"], serde_json::json!([0, 2, 2, 0]));
+    let mut away = base.to_vec();
+    away.extend(["--rounding", "away"]);
+    assert_eq!(json(&away)["quantized"], serde_json::json!([1, 2, 3, -1]));
+    // Blocked: [1, 4] with blocks of 2 along axis 1 → two scales.
+    let v = json(&[
+        "--values",
+        "1,2,100,-50",
+        "--shape",
+        "1,4",
+        "--dtype",
+        "i8",
+        "--symmetric",
+        "--per-channel",
+        "1",
+        "--group-size",
+        "2",
+    ]);
+    assert_eq!(v["scale"].as_array().unwrap().len(), 2);
+    assert_eq!(v["quantized"], serde_json::json!([64, 127, 127, -64]));
+}
+
+#[test]
+fn text_output_tells_the_whole_story() {
+    let (ok, out, err) = run(&["--values", "191.6,-13.5,728.6", "--shape", "1,3"]);
+    assert!(ok, "{err}");
+    for want in ["scale", "zero_point", "dequantized", "error", "MSE", "SQNR"] {
+        assert!(out.contains(want), "missing {want} in:\n{out}");
+    }
+}
