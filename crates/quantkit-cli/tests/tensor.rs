@@ -139,6 +139,7 @@ fn bad_arguments_give_clear_errors() {
             "unknown calibration method",
         ),
         (&["--values", "1,nan,3"], "non-finite"),
+        (&["--values", "1,inf,3", "--scale", "0.5"], "non-finite"),
         (&["--npy", "/nonexistent/file.npy"], "file.npy"),
     ];
     for (args, want) in cases {

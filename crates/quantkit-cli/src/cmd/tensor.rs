@@ -111,6 +111,8 @@ pub fn run(args: Args) -> Result<()> {
     if x.is_empty() {
         bail!("no values to quantize");
     }
+    // Also with --scale given: NaN/±Inf would otherwise quantize silently (to z / saturation).
+    quantkit_core::tensor::check_finite(&name, &x)?;
     let shape: Vec<usize> = match (&args.shape, file_shape) {
         (Some(s), _) => parse_list("--shape", s)?,
         (None, Some(s)) => s,
