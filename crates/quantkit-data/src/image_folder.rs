@@ -115,6 +115,43 @@ impl ImageOptions {
     }
 }
 
+/// Parses an image size for the command line: `"28"` (square), `"32x24"` or `"32,24"`
+/// (height first, as in NCHW).
+pub fn parse_size(s: &str) -> Result<(u32, u32)> {
+    let bad = || {
+        DataError::InvalidArgument(format!(
+            "bad image size {s:?} (expected H, HxW or H,W with positive integers)"
+        ))
+    };
+    let parts: Vec<&str> = s.split(['x', 'X', ',']).map(str::trim).collect();
+    let nums: Vec<u32> = parts
+        .iter()
+        .map(|p| p.parse::<u32>().map_err(|_| bad()))
+        .collect::<Result<_>>()?;
+    match nums.as_slice() {
+        [n] if *n > 0 => Ok((*n, *n)),
+        [h, w] if *h > 0 && *w > 0 => Ok((*h, *w)),
+        _ => Err(bad()),
+    }
+}
+
+/// Parses per-channel values for the command line (`"0.485,0.456,0.406"` or `"0.5"`).
+pub fn parse_channel_values(s: &str) -> Result<Vec<f32>> {
+    s.split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<f32>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| {
+                    DataError::InvalidArgument(format!(
+                        "bad value {v:?} in {s:?} (expected comma-separated numbers)"
+                    ))
+                })
+        })
+        .collect()
+}
+
 fn is_image_file(p: &Path) -> bool {
     let hidden = p
         .file_name()
@@ -431,6 +468,23 @@ mod tests {
         let mut out = Vec::new();
         f.read_sample(1, &mut out).unwrap();
         assert_eq!(out, vec![128.0 / 255.0; 6]);
+    }
+
+    #[test]
+    fn command_line_parsers() {
+        assert_eq!(parse_size("28").unwrap(), (28, 28));
+        assert_eq!(parse_size("32x24").unwrap(), (32, 24));
+        assert_eq!(parse_size("32, 24").unwrap(), (32, 24));
+        for bad in ["", "0", "3x", "x4", "1x2x3", "-1", "ax2"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_channel_values("0.5").unwrap(), vec![0.5]);
+        assert_eq!(parse_channel_values("1, 2,3").unwrap(), vec![1.0, 2.0, 3.0]);
+        assert!(parse_channel_values("1,,2").is_err());
+        assert!(parse_channel_values("nan").is_err());
+        assert_eq!("NHWC".parse::<Layout>().unwrap(), Layout::Nhwc);
+        assert_eq!("rgb".parse::<ColorMode>().unwrap(), ColorMode::Rgb);
+        assert!("nwhc".parse::<Layout>().is_err());
     }
 
     #[test]

@@ -248,3 +248,68 @@ fn scaler_divides_by_integer_reciprocals() {
     assert_eq!(Scaler::new(2.0).apply(3.0), 6.0);
     assert_eq!(Scaler::new(1.0).apply(3.5), 3.5);
 }
+
+#[test]
+fn idx_paths_with_split_and_npy_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = |dims: &[u32], data: &[u8]| {
+        let mut out = vec![0, 0, 0x08, dims.len() as u8];
+        dims.iter().for_each(|d| out.extend(d.to_be_bytes()));
+        out.extend_from_slice(data);
+        out
+    };
+    std::fs::write(
+        dir.path().join("train-images-idx3-ubyte"),
+        idx(&[3, 1, 2], &[0, 255, 1, 2, 3, 4]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("train-labels-idx1-ubyte"),
+        idx(&[3], &[7, 8, 9]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("t10k-images-idx3-ubyte"),
+        idx(&[1, 1, 2], &[5, 6]),
+    )
+    .unwrap();
+    // Test split by default, without labels (no t10k label file).
+    let src = open_data(dir.path(), &OpenOptions::default()).unwrap();
+    assert_eq!(src.len(), 1);
+    assert!(!src.has_labels());
+    let opts = OpenOptions {
+        split: Split::Train,
+        ..Default::default()
+    };
+    let mut src = open_data(dir.path(), &opts).unwrap();
+    let b = collect(&mut src, &BatchOptions::new(8));
+    assert_eq!(b[0].shape, vec![3, 1, 1, 2]);
+    assert_eq!(b[0].labels, Some(vec![7, 8, 9]));
+    assert_eq!(b[0].data[1], 1.0);
+    // A single IDX file with labels from .npy; a wrong count is refused.
+    let y = dir.path().join("y.npy");
+    write_npy(
+        &y,
+        &NpyArray::new(vec![3], NpyData::I64(vec![1, 2, 3])).unwrap(),
+    )
+    .unwrap();
+    let opts = OpenOptions {
+        labels: Some(y.clone()),
+        ..Default::default()
+    };
+    let mut src = open_data(dir.path().join("train-images-idx3-ubyte"), &opts).unwrap();
+    let b = collect(&mut src, &BatchOptions::new(8));
+    assert_eq!(b[0].labels, Some(vec![1, 2, 3]));
+    let err = open_data(dir.path().join("t10k-images-idx3-ubyte"), &opts).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::CountMismatch {
+                labels: 3,
+                samples: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
