@@ -11,7 +11,8 @@ use crate::scheme::QuantScheme;
 /// histograms are coarsened by exact pairwise merging first, bounding the O(n²) search.
 const ENTROPY_MAX_BINS: usize = 2048;
 
-/// Number of clip candidates the MSE search tries (`α = k/100 · range`, k = 1..=100).
+/// Number of clip candidates of the MSE search's first stage (`α = k/100 · range`), and
+/// the step count of its refinement (1% of the range).
 const MSE_CANDIDATES: usize = 100;
 
 pub(super) fn clip_range(
@@ -146,10 +147,13 @@ fn smoothed_kl(p: &mut [f64], q: &mut [f64]) -> f64 {
         .sum()
 }
 
-/// Tries `α·(min, max)` for `α = 1, 0.99, …, 0.01` (and `α·amax` symmetric ranges for
-/// symmetric schemes, which `choose_qparams` derives from the same pair), quantizing every
-/// bin centre with the resulting parameters; returns the range with the smallest
-/// count-weighted squared error (the largest range on ties).
+/// MSE-optimal clip range. Stage 1 tries `α·(min', max')` for `α = 1, 0.99, …, 0.01`
+/// (`min' ≤ 0 ≤ max'` as in eq. 3; symmetric schemes use `α·amax`, which `choose_qparams`
+/// derives from the same pair). Stage 2, for affine schemes only, refines the two ends
+/// independently: repeatedly move `lo` or `hi` inwards or outwards by 1% of the full range,
+/// keeping the single move that lowers the error most, until no move helps (at most 200
+/// moves). The error of a candidate is `Σ count·(c − fq(c))²` over the bin centres `c`.
+/// Ties keep the earlier (wider) candidate, so the result is deterministic.
 fn mse_range(h: &Histogram, scheme: &QuantScheme) -> Result<(f32, f32)> {
     let (mn, mx) = (h.min().min(0.0), h.max().max(0.0));
     let bins: Vec<(f32, f64)> = h
@@ -157,10 +161,7 @@ fn mse_range(h: &Histogram, scheme: &QuantScheme) -> Result<(f32, f32)> {
         .map(|(lo, hi, c)| (((lo + hi) / 2.0) as f32, c as f64))
         .collect();
     let (qmin, qmax) = (scheme.qmin(), scheme.qmax());
-    let mut best = (f64::INFINITY, (mn, mx));
-    for k in (1..=MSE_CANDIDATES).rev() {
-        let a = k as f32 / MSE_CANDIDATES as f32;
-        let (lo, hi) = (mn * a, mx * a);
+    let error = |lo: f32, hi: f32| -> Result<f64> {
         let (s, z) = choose_qparams("", lo, hi, scheme)?;
         let mut err = 0f64;
         for &(c, n) in &bins {
@@ -168,8 +169,45 @@ fn mse_range(h: &Histogram, scheme: &QuantScheme) -> Result<(f32, f32)> {
             let d = f64::from(c) - f64::from(dequantize_value(q, s, z));
             err += n * d * d;
         }
+        Ok(err)
+    };
+    let mut best = (f64::INFINITY, (mn, mx));
+    for k in (1..=MSE_CANDIDATES).rev() {
+        let a = k as f32 / MSE_CANDIDATES as f32;
+        let (lo, hi) = (mn * a, mx * a);
+        let err = error(lo, hi)?;
         if err < best.0 {
             best = (err, (lo, hi));
+        }
+    }
+    if scheme.symmetric {
+        return Ok(best.1);
+    }
+    let step = (mx - mn) / MSE_CANDIDATES as f32;
+    if step <= 0.0 || !step.is_finite() {
+        return Ok(best.1);
+    }
+    for _ in 0..2 * MSE_CANDIDATES {
+        let (lo, hi) = best.1;
+        let mut improved = None;
+        for (l, u) in [
+            (lo + step, hi),
+            (lo - step, hi),
+            (lo, hi - step),
+            (lo, hi + step),
+        ] {
+            let (l, u) = (l.clamp(mn, 0.0), u.clamp(0.0, mx));
+            if (l, u) == (lo, hi) {
+                continue;
+            }
+            let err = error(l, u)?;
+            if err < improved.map_or(best.0, |(e, _)| e) {
+                improved = Some((err, (l, u)));
+            }
+        }
+        match improved {
+            Some(b) => best = b,
+            None => break,
         }
     }
     Ok(best.1)
@@ -250,5 +288,49 @@ mod tests {
         let counts = vec![100u64; 1024];
         let t = entropy_threshold(&counts, 1.0, 128);
         assert!(t >= 1000.0, "{t}");
+    }
+}
+
+#[cfg(test)]
+mod mse_tests {
+    use super::*;
+
+    #[test]
+    fn affine_refinement_clips_the_long_side_only() {
+        // Uniform bulk on [-1, 1] plus an exponential tail on the positive side (quantiles
+        // of Exp(1), up to ~10.6): the best affine range keeps lo ≈ −1 and clips hi. A
+        // uniform shrink α·(lo, hi) cannot do that; the refinement must beat it.
+        let n = 20_000;
+        let mut x: Vec<f32> = (0..n)
+            .map(|i| 2.0 * (i as f32 + 0.5) / n as f32 - 1.0)
+            .collect();
+        x.extend((0..n).map(|i| -(((i as f64 + 0.5) / n as f64).ln()) as f32));
+        let mut h = Histogram::new(2048);
+        h.add(x.iter().copied());
+        let sch = QuantScheme::new(4, false).unwrap();
+        let (lo, hi) = mse_range(&h, &sch).unwrap();
+        let err = |l: f32, u: f32| {
+            let (s, z) = choose_qparams("", l, u, &sch).unwrap();
+            x.iter()
+                .map(|&v| {
+                    let q =
+                        quantize_value(v, s, z, sch.qmin(), sch.qmax(), RoundingMode::HalfToEven);
+                    let d = f64::from(v - dequantize_value(q, s, z));
+                    d * d
+                })
+                .sum::<f64>()
+        };
+        let xmax = x.iter().copied().fold(0f32, f32::max);
+        let uniform_best = (1..=100)
+            .map(|k| err(-(k as f32) / 100.0, xmax * k as f32 / 100.0))
+            .fold(f64::INFINITY, f64::min);
+        assert!(hi < 0.8 * xmax, "hi {hi} of {xmax}");
+        assert!(
+            err(lo, hi) < uniform_best,
+            "{} vs {}",
+            err(lo, hi),
+            uniform_best
+        );
+        assert!(err(lo, hi) < err(-1.0, xmax));
     }
 }
