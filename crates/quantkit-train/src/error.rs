@@ -52,6 +52,15 @@ pub enum TrainError {
     /// The architecture name is not in the zoo.
     #[error("unknown architecture `{0}` (known: lenet, resnet8, mobilenet, mlp, autoencoder)")]
     UnknownArch(String),
+    /// Training and evaluation need labelled data.
+    #[error("{}: training and evaluation need a label file", path.display())]
+    MissingLabels {
+        /// The image file without labels.
+        path: PathBuf,
+    },
+    /// Loading a data set failed.
+    #[error(transparent)]
+    Dataset(#[from] quantkit_data::DataError),
     /// A gradient was asked of a value that does not require one.
     #[error("backward: {0}")]
     Backward(String),

@@ -14,9 +14,14 @@
 
 pub mod error;
 pub mod gemm;
+pub mod model;
 pub mod ops;
+pub mod optim;
+pub mod params;
 pub mod rng;
 pub mod tape;
 pub mod tensor;
+pub mod trainer;
+pub mod zoo;
 
 pub use error::{Result, TrainError};

@@ -6,6 +6,10 @@
 //! straight-through estimator for QAT, observers) plug in without touching the tape.
 
 use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::error::{Result, TrainError};
 use crate::tensor::Tensor;
@@ -31,6 +35,36 @@ pub trait Op: Send + Any {
     ) -> Result<Vec<Option<Tensor>>>;
     /// Upcast for [`Tape::op`] (read back state such as batch statistics).
     fn as_any(&self) -> &dyn Any;
+}
+
+static PROFILE_ON: AtomicBool = AtomicBool::new(false);
+static PROFILE: Mutex<BTreeMap<&'static str, [f64; 3]>> = Mutex::new(BTreeMap::new());
+
+/// Turns per-op timing on or off (off by default; costs two clock reads per op when on).
+pub fn set_profiling(on: bool) {
+    PROFILE_ON.store(on, Ordering::Relaxed);
+}
+
+/// Accumulated `(op name, forward seconds, backward seconds, calls)` since the last call,
+/// then resets the counters.
+pub fn take_profile() -> Vec<(&'static str, f64, f64, usize)> {
+    let mut p = PROFILE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = p
+        .iter()
+        .map(|(k, v)| (*k, v[0], v[1], v[2] as usize))
+        .collect();
+    p.clear();
+    out
+}
+
+fn record(name: &'static str, slot: usize, t: Instant) {
+    let dt = t.elapsed().as_secs_f64();
+    let mut p = PROFILE.lock().unwrap_or_else(|e| e.into_inner());
+    let e = p.entry(name).or_insert([0.0; 3]);
+    e[slot] += dt;
+    if slot == 0 {
+        e[2] += 1.0;
+    }
 }
 
 /// Handle to a value recorded on a [`Tape`].
@@ -112,7 +146,12 @@ impl Tape {
     pub fn apply<O: Op>(&mut self, mut op: O, inputs: &[Var]) -> Result<Var> {
         let value = {
             let ins: Vec<&Tensor> = inputs.iter().map(|v| &self.nodes[v.0].value).collect();
-            op.forward(&ins)?
+            let t = Instant::now();
+            let y = op.forward(&ins)?;
+            if PROFILE_ON.load(Ordering::Relaxed) {
+                record(op.name(), 0, t);
+            }
+            y
         };
         let requires_grad = self.record && inputs.iter().any(|v| self.nodes[v.0].requires_grad);
         self.nodes.push(Node {
@@ -184,7 +223,11 @@ impl Tape {
                 .iter()
                 .map(|&j| self.nodes[j].requires_grad)
                 .collect();
+            let t = Instant::now();
             let gin = op.backward(&ins, &node.value, &g, &needs)?;
+            if PROFILE_ON.load(Ordering::Relaxed) {
+                record(op.name(), 1, t);
+            }
             for ((&j, gi), &need) in node.inputs.iter().zip(gin).zip(&needs) {
                 let Some(gi) = gi else { continue };
                 if !need {

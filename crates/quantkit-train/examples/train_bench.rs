@@ -1,0 +1,98 @@
+//! Training throughput of the zoo models: samples/s of full training steps (forward, loss,
+//! backward, optimizer) at a given batch size on rayon's default pool (set
+//! `RAYON_NUM_THREADS`).
+//!
+//! `RAYON_NUM_THREADS=2 cargo run --release -p quantkit-train --example train_bench -- [steps] [batch] [arch...]`
+
+use std::time::Instant;
+
+use quantkit_train::optim::{Adam, Sgd};
+use quantkit_train::rng::Rng;
+use quantkit_train::tensor::Tensor;
+use quantkit_train::trainer::train_step;
+use quantkit_train::zoo;
+
+/// User + system CPU seconds of this process (Linux `/proc/self/stat`; `None` elsewhere).
+/// On a machine shared with other work, samples per CPU-second is the figure that does not
+/// depend on how much of the machine the benchmark happened to get.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let steps: usize = args.first().map(|s| s.parse()).transpose()?.unwrap_or(30);
+    let batch: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(64);
+    let archs: Vec<String> = if args.len() > 2 {
+        args[2..].to_vec()
+    } else {
+        ["lenet", "resnet8", "mobilenet", "mlp", "autoencoder"]
+            .map(String::from)
+            .to_vec()
+    };
+    println!(
+        "threads: {}, batch {batch}, {steps} timed steps after 3 warm-up steps",
+        rayon::current_num_threads()
+    );
+    let mut rng = Rng::new(7);
+    let x: Vec<f32> = (0..batch * 784).map(|_| rng.uniform()).collect();
+    let labels: Vec<usize> = (0..batch).map(|_| rng.below(10)).collect();
+    for arch in archs {
+        let mut model = zoo::build(&arch, 1)?;
+        let mut sgd = Sgd::new(0.9, 5e-4);
+        let mut adam = Adam::new(1e-4);
+        let opt: &mut dyn quantkit_train::optim::Optimizer =
+            if arch == "resnet8" || arch == "mobilenet" {
+                &mut sgd
+            } else {
+                &mut adam
+            };
+        for _ in 0..3 {
+            train_step(
+                &mut model,
+                opt,
+                Tensor::new(&[batch, 1, 28, 28], x.clone())?,
+                &labels,
+                1e-3,
+            )?;
+        }
+        let profile = std::env::var_os("QUANTKIT_PROFILE").is_some();
+        quantkit_train::tape::set_profiling(profile);
+        let c0 = cpu_seconds();
+        let t = Instant::now();
+        for _ in 0..steps {
+            train_step(
+                &mut model,
+                opt,
+                Tensor::new(&[batch, 1, 28, 28], x.clone())?,
+                &labels,
+                1e-3,
+            )?;
+        }
+        let s = t.elapsed().as_secs_f64();
+        let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+        println!(
+            "{arch:12} {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
+            (steps * batch) as f64 / s,
+            cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
+            s * 1e3 / steps as f64,
+            model.num_params()
+        );
+        if profile {
+            for (name, f, b, n) in quantkit_train::tape::take_profile() {
+                println!(
+                    "    {name:28} fwd {:8.2} ms/step  bwd {:8.2} ms/step  ({} calls/step)",
+                    f * 1e3 / steps as f64,
+                    b * 1e3 / steps as f64,
+                    n / steps
+                );
+            }
+            quantkit_train::tape::set_profiling(false);
+        }
+    }
+    Ok(())
+}
