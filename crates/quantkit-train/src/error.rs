@@ -58,6 +58,16 @@ pub enum TrainError {
         /// The image file without labels.
         path: PathBuf,
     },
+    /// A label is outside 0..=255 (the zoo's classifiers take class indices).
+    #[error("{}: sample {index} has label {label}, expected a class index in 0..=255", path.display())]
+    BadLabel {
+        /// The data source.
+        path: PathBuf,
+        /// Sample index.
+        index: usize,
+        /// The label found.
+        label: i64,
+    },
     /// Loading a data set failed.
     #[error(transparent)]
     Dataset(#[from] quantkit_data::DataError),

@@ -58,7 +58,13 @@ impl ImageData {
         let mut labels = Vec::with_capacity(n);
         for i in 0..n {
             pixels.extend_from_slice(ds.raw_sample(i).expect("index < len"));
-            labels.push(ds.label(i).expect("labels checked"));
+            let l = ds.label(i).expect("labels checked");
+            let l = u8::try_from(l).map_err(|_| TrainError::BadLabel {
+                path: ds.source().to_path_buf(),
+                index: i,
+                label: l,
+            })?;
+            labels.push(l);
         }
         Self::new(pixels, labels, [c, h, w])
     }
