@@ -278,10 +278,19 @@ impl<D: Dataset + ?Sized> Iterator for BatchIter<'_, D> {
                 ),
             }));
         }
+        let has_labels = self.dataset.has_labels();
+        if has_labels && labels.len() != b {
+            self.failed = true;
+            return Some(Err(DataError::CountMismatch {
+                path: self.dataset.source().to_path_buf(),
+                labels: labels.len(),
+                samples: b,
+            }));
+        }
         let mut shape = Vec::with_capacity(sample_shape.len() + 1);
         shape.push(b);
         shape.extend(sample_shape);
-        let labels = self.dataset.has_labels().then_some(labels);
+        let labels = has_labels.then_some(labels);
         Some(Ok(Batch {
             data,
             shape,

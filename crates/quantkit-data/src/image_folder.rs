@@ -301,9 +301,18 @@ impl ImageFolder {
         &self.files
     }
 
-    /// Replaces the labels (e.g. from a label file for a flat folder).
-    pub fn set_labels(&mut self, labels: Vec<i64>) {
+    /// Replaces the labels (e.g. from a label file for a flat folder); one per image, in
+    /// [`ImageFolder::files`] order. `labels_path` names their origin in the error.
+    pub fn set_labels(&mut self, labels: Vec<i64>, labels_path: &Path) -> Result<()> {
+        if labels.len() != self.files.len() {
+            return Err(DataError::CountMismatch {
+                path: labels_path.to_path_buf(),
+                labels: labels.len(),
+                samples: self.files.len(),
+            });
+        }
         self.labels = Some(labels);
+        Ok(())
     }
 }
 

@@ -508,7 +508,8 @@ pub fn open_data(path: impl AsRef<Path>, options: &OpenOptions) -> Result<DataSo
         } else {
             let mut ds = ImageFolder::open(path, &options.image)?;
             if let Some(l) = &options.labels {
-                ds.set_labels(labels_for(l, ds.len())?);
+                let labels = labels_for(l, ds.len())?;
+                ds.set_labels(labels, l)?;
             }
             DataSource::Samples(Box::new(ds))
         }

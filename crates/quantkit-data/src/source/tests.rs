@@ -313,3 +313,46 @@ fn idx_paths_with_split_and_npy_labels() {
         "{err:?}"
     );
 }
+
+#[test]
+fn flat_image_folder_takes_labels_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let imgs = dir.path().join("flat");
+    std::fs::create_dir(&imgs).unwrap();
+    for (i, v) in [10u8, 20, 30].iter().enumerate() {
+        image::GrayImage::from_fn(2, 1, |_, _| image::Luma([*v]))
+            .save(imgs.join(format!("{i}.png")))
+            .unwrap();
+    }
+    let y = dir.path().join("y.npy");
+    write_npy(
+        &y,
+        &NpyArray::new(vec![3], NpyData::U8(vec![2, 0, 1])).unwrap(),
+    )
+    .unwrap();
+    let opts = OpenOptions {
+        labels: Some(y.clone()),
+        ..Default::default()
+    };
+    let mut src = open_data(&imgs, &opts).unwrap();
+    let b = collect(&mut src, &BatchOptions::new(3));
+    assert_eq!(b[0].labels, Some(vec![2, 0, 1]));
+    assert_eq!(b[0].data[4], 30.0 / 255.0);
+    write_npy(
+        &y,
+        &NpyArray::new(vec![2], NpyData::U8(vec![2, 0])).unwrap(),
+    )
+    .unwrap();
+    let err = open_data(&imgs, &opts).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::CountMismatch {
+                labels: 2,
+                samples: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
