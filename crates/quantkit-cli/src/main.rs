@@ -23,6 +23,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Quantize numbers (or a .npy file) and show parameters, values and error.
     Tensor(Box<cmd::tensor::Args>),
+    /// Measure kernel speed on this machine (`bench gemm`, `bench --isa`).
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,5 +32,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Tensor(args) => cmd::tensor::run(*args),
+        Command::Bench(args) => cmd::bench::run(args),
     }
 }

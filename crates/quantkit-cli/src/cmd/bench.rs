@@ -1,0 +1,303 @@
+//! `quantkit bench`: speed of the integer kernels on this machine.
+//!
+//! `quantkit bench gemm` measures, in one run and on the same shapes, the int8 GEMM
+//! (u8×i8 and i8×i8 activations, fused float-scale output stage to u8), an f32 GEMM
+//! baseline (the `gemm` crate) and the machine's int8 peak from a register-only
+//! multiply-accumulate loop, and prints the ratios. `quantkit bench --isa` prints the
+//! instruction set the kernels dispatch to. (A later `quantkit bench MODEL.onnx` can sit
+//! beside the subcommands: the arguments conflict with subcommands by design.)
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args as ClapArgs, Subcommand};
+use quantkit_kernels::dispatch::{self, Isa};
+use quantkit_kernels::gemm::{gemm_quant_with, Activations, PackedWeights, WeightLayout};
+use quantkit_kernels::output::OutputStage;
+use serde::Serialize;
+
+/// Arguments of `quantkit bench`.
+#[derive(ClapArgs)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// Print the instruction set the kernels use and the CPU features detected.
+    #[arg(long)]
+    isa: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// int8 GEMM vs f32 GEMM vs the int8 peak.
+    Gemm(GemmArgs),
+}
+
+/// Arguments of `quantkit bench gemm`.
+#[derive(ClapArgs)]
+struct GemmArgs {
+    /// Rows of A (with --n and --k: one shape instead of the default list).
+    #[arg(long)]
+    m: Option<usize>,
+    /// Columns of the output.
+    #[arg(long)]
+    n: Option<usize>,
+    /// Reduction length.
+    #[arg(long)]
+    k: Option<usize>,
+    /// Worker threads (int8, f32 and peak alike).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Print a JSON list instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Force an instruction set (scalar, avx2, ...) instead of the dispatched one.
+    #[arg(long)]
+    isa: Option<String>,
+    /// Minimum seconds spent timing each kernel on each shape.
+    #[arg(long, default_value_t = 0.5)]
+    seconds: f64,
+}
+
+/// Runs `quantkit bench`.
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        Some(BenchCommand::Gemm(g)) => run_gemm(g),
+        None if args.isa => {
+            print_isa();
+            Ok(())
+        }
+        None => bail!("nothing to benchmark: use `quantkit bench gemm` or `quantkit bench --isa`"),
+    }
+}
+
+fn print_isa() {
+    println!("dispatched ISA: {}", dispatch::isa());
+    println!("best detected:  {}", dispatch::detect_best());
+    let feats: Vec<String> = dispatch::cpu_features()
+        .into_iter()
+        .map(|(n, on)| format!("{n}{}", if on { "+" } else { "-" }))
+        .collect();
+    println!("CPU features:   {}", feats.join(" "));
+}
+
+/// One row of the report (`--json` prints a list of these).
+#[derive(Serialize)]
+struct Row {
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+    /// u8×i8 GEMM with fused requantization to u8, 10^9 int ops/s (1 MAC = 2 ops).
+    int8_gops: f64,
+    /// i8×i8 (i8 activations) on the same shape.
+    i8i8_gops: f64,
+    f32_gflops: f64,
+    peak_gops: f64,
+    int8_vs_f32: f64,
+    int8_vs_peak: f64,
+    i8i8_vs_u8i8: f64,
+    isa: String,
+}
+
+/// Best (shortest) time of `f` over repetitions filling at least `seconds`.
+fn time_best(seconds: f64, mut f: impl FnMut()) -> f64 {
+    f(); // warm-up: page faults, caches, thread start-up
+    let start = Instant::now();
+    let mut best = f64::INFINITY;
+    let mut reps = 0;
+    while reps < 3 || start.elapsed().as_secs_f64() < seconds {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+        reps += 1;
+    }
+    best
+}
+
+/// f32 baseline: `C = A·B` with the `gemm` crate (row-major, no accumulation).
+fn f32_gemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], threads: usize) {
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
+    // SAFETY: the asserted lengths cover every element addressed with these row-major
+    // strides (row stride = number of columns, column stride 1).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        )
+    };
+}
+
+fn run_gemm(args: GemmArgs) -> Result<()> {
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let isa = match &args.isa {
+        Some(name) => Isa::parse(name).with_context(|| format!("--isa {name}"))?,
+        None => dispatch::isa(),
+    };
+    let shapes: Vec<(usize, usize, usize)> = match (args.m, args.n, args.k) {
+        (None, None, None) => vec![
+            (256, 256, 256),
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (1, 4096, 4096),
+        ],
+        (m, n, k) => {
+            let d = m.or(n).or(k).unwrap_or(512);
+            vec![(m.unwrap_or(d), n.unwrap_or(d), k.unwrap_or(d))]
+        }
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .context("building the thread pool")?;
+
+    // Peak: every worker thread runs the register-only loop at once.
+    let per_thread: Vec<Vec<quantkit_kernels::peak::Peak>> =
+        pool.broadcast(|_| quantkit_kernels::peak::measure(0.3));
+    let mut peak_gops = 0.0f64;
+    let mut peak_lines = Vec::new();
+    if let Some(first) = per_thread.first() {
+        for (i, p) in first.iter().enumerate() {
+            let total: f64 = per_thread.iter().map(|v| v[i].gops).sum();
+            peak_lines.push(format!("{}: {:.1} GOP/s", p.sequence, total));
+            peak_gops = peak_gops.max(total);
+        }
+    }
+    if !args.json {
+        println!(
+            "quantkit bench gemm: ISA {isa}, {} thread(s); int8 = u8×i8→u8 with fused requantization; best of repeated runs",
+            args.threads
+        );
+        for l in &peak_lines {
+            println!("  int8 peak, {l}");
+        }
+        println!(
+            "{:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8}",
+            "m",
+            "n",
+            "k",
+            "u8i8 GOPs",
+            "i8i8 GOPs",
+            "f32 GFLOP",
+            "peak",
+            "vs f32",
+            "vs peak",
+            "i8/u8"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut seed = 0x1234_5678u32;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    for (m, n, k) in shapes {
+        let a_u8: Vec<u8> = (0..m * k).map(|_| rnd() as u8).collect();
+        let a_i8: Vec<i8> = a_u8.iter().map(|&x| x as i8).collect();
+        let w: Vec<i8> = (0..k * n).map(|_| rnd() as i8).collect();
+        let packed = PackedWeights::from_i8(&w, k, n, WeightLayout::KxN, &[0])?;
+        let stage = OutputStage::float(vec![1.0 / (k as f32 * 64.0)], 128).with_bias(vec![7; n]);
+        let mut out = vec![0u8; m * n];
+        let ops = 2.0 * (m * n * k) as f64;
+        let t_u8 = pool.install(|| {
+            time_best(args.seconds, || {
+                gemm_quant_with(
+                    isa,
+                    &Activations::u8(&a_u8, m, k, 128),
+                    &packed,
+                    &stage,
+                    &mut out,
+                )
+                .expect("shapes checked")
+            })
+        });
+        let t_i8 = pool.install(|| {
+            time_best(args.seconds, || {
+                gemm_quant_with(
+                    isa,
+                    &Activations::i8(&a_i8, m, k, 0),
+                    &packed,
+                    &stage,
+                    &mut out,
+                )
+                .expect("shapes checked")
+            })
+        });
+        let af: Vec<f32> = a_u8.iter().map(|&x| x as f32).collect();
+        let bf: Vec<f32> = w.iter().map(|&x| x as f32).collect();
+        let mut cf = vec![0f32; m * n];
+        let t_f32 = pool.install(|| {
+            time_best(args.seconds, || {
+                f32_gemm(m, n, k, &af, &bf, &mut cf, args.threads)
+            })
+        });
+        let int8 = ops / t_u8 / 1e9;
+        let i8i8 = ops / t_i8 / 1e9;
+        let f32g = ops / t_f32 / 1e9;
+        let row = Row {
+            m,
+            n,
+            k,
+            threads: args.threads,
+            int8_gops: int8,
+            i8i8_gops: i8i8,
+            f32_gflops: f32g,
+            peak_gops,
+            int8_vs_f32: int8 / f32g,
+            int8_vs_peak: if peak_gops > 0.0 {
+                int8 / peak_gops
+            } else {
+                f64::NAN
+            },
+            i8i8_vs_u8i8: i8i8 / int8,
+            isa: isa.name().to_string(),
+        };
+        if !args.json {
+            println!(
+                "{:>5} {:>5} {:>5} | {:>9.1} {:>9.1} {:>9.1} {:>9.1} | {:>7.2}x {:>7.1}% {:>8.2}",
+                m,
+                n,
+                k,
+                row.int8_gops,
+                row.i8i8_gops,
+                row.f32_gflops,
+                row.peak_gops,
+                row.int8_vs_f32,
+                100.0 * row.int8_vs_peak,
+                row.i8i8_vs_u8i8
+            );
+        }
+        rows.push(row);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
+}

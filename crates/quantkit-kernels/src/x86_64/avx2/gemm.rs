@@ -1,0 +1,157 @@
+//! `avx2_gemm_u8i8_i32_6x16` and its output epilogue.
+
+use std::arch::x86_64::*;
+
+use crate::gemm::{Epilogue, KGROUP, MR, NR};
+use crate::output::QuantType;
+
+/// AVX2 microkernel: `R ≤ 6` rows × 16 columns, same contract as
+/// [`crate::generic::gemm::generic_gemm_u8i8_i32_6x16`].
+///
+/// # Safety
+/// The CPU must support AVX2; `a` must hold `kgroups·MR` words and `b` `kgroups·NR·KGROUP`
+/// bytes.
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2_gemm_u8i8_i32_6x16<const R: usize>(
+    kgroups: usize,
+    a: &[u32],
+    b: &[i8],
+    out: &mut [[i32; NR]; MR],
+) {
+    debug_assert!(a.len() >= kgroups * MR && b.len() >= kgroups * NR * KGROUP);
+    let mut acc0 = [_mm256_setzero_si256(); R];
+    let mut acc1 = [_mm256_setzero_si256(); R];
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    for g in 0..kgroups {
+        // SAFETY: g < kgroups, so bytes [32g, 32g+32) of `b` and words [6g, 6g+R) of `a`
+        // are in bounds (checked by the caller's layout, asserted above in debug builds).
+        unsafe {
+            let b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bp.add(g * 32) as *const __m128i));
+            let b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bp.add(g * 32 + 16) as *const __m128i));
+            for r in 0..R {
+                let av = _mm256_set1_epi32(*ap.add(g * MR + r));
+                acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(av, b0));
+                acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(av, b1));
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: out[r] is 16 i32 = two 32-byte stores.
+        unsafe {
+            _mm256_storeu_si256(out[r].as_mut_ptr() as *mut __m256i, acc0[r]);
+            _mm256_storeu_si256(out[r].as_mut_ptr().add(8) as *mut __m256i, acc1[r]);
+        }
+    }
+}
+
+/// Zero-point correction (K1) of one tile row chunk of 8 columns starting at `c`.
+#[inline(always)]
+unsafe fn corrected(
+    ep: &Epilogue<'_>,
+    raw: &[i32; NR],
+    rowsum: i32,
+    c: usize,
+    cc: usize,
+) -> __m256i {
+    // SAFETY: `cc + 8 ≤ NR` and `c + 8 ≤` padded column count (column vectors of the
+    // epilogue are padded to whole panels).
+    unsafe {
+        let mut v = _mm256_add_epi32(
+            _mm256_loadu_si256(raw.as_ptr().add(cc) as *const __m256i),
+            _mm256_loadu_si256(ep.colterm.as_ptr().add(c) as *const __m256i),
+        );
+        if let Some(zw) = ep.zw {
+            let zwv = _mm256_loadu_si256(zw.as_ptr().add(c) as *const __m256i);
+            v = _mm256_sub_epi32(v, _mm256_mullo_epi32(zwv, _mm256_set1_epi32(rowsum)));
+        }
+        v
+    }
+}
+
+/// Writes the valid `rows × cols` part of a raw tile as i32 (plain MatMulInteger output).
+///
+/// # Safety
+/// AVX2 must be available; `out` must be valid for `rows` rows of stride `ldc` from
+/// column `c0` with `cols` columns; `c0` is a multiple of [`NR`].
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx2_epilogue_i32(
+    ep: &Epilogue<'_>,
+    tile: &[[i32; NR]; MR],
+    rowsums: &[i32],
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    out: *mut i32,
+    ldc: usize,
+) {
+    for r in 0..rows {
+        for cc in (0..NR).step_by(8) {
+            if cc >= cols {
+                break;
+            }
+            // SAFETY: see the function contract.
+            unsafe {
+                let v = corrected(ep, &tile[r], rowsums[r], c0 + cc, cc);
+                let dst = out.add(r * ldc + c0 + cc);
+                if cols - cc >= 8 {
+                    _mm256_storeu_si256(dst as *mut __m256i, v);
+                } else {
+                    let mut tmp = [0i32; 8];
+                    _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, v);
+                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, cols - cc);
+                }
+            }
+        }
+    }
+}
+
+/// Writes the valid part of a raw tile through the float-scale output stage (K2, K3a, K4).
+/// Bit-identical to [`crate::output::float_requant`]: the same IEEE conversion, multiply,
+/// min/max, and round-half-even conversion (`vcvtps2dq` under the default MXCSR, which
+/// Rust code never changes).
+///
+/// # Safety
+/// As [`avx2_epilogue_i32`], with `out` pointing at `T` elements.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx2_epilogue_float<T: QuantType>(
+    ep: &Epilogue<'_>,
+    scales: &[f32],
+    z: i32,
+    lo: i32,
+    hi: i32,
+    tile: &[[i32; NR]; MR],
+    rowsums: &[i32],
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    out: *mut T,
+    ldc: usize,
+) {
+    let lo_f = _mm256_set1_ps((lo as i64 - z as i64) as f32);
+    let hi_f = _mm256_set1_ps((hi as i64 - z as i64) as f32);
+    let zv = _mm256_set1_epi32(z);
+    for r in 0..rows {
+        for cc in (0..NR).step_by(8) {
+            if cc >= cols {
+                break;
+            }
+            // SAFETY: see the function contract; `scales` is padded like the column terms.
+            unsafe {
+                let v = corrected(ep, &tile[r], rowsums[r], c0 + cc, cc);
+                let s = _mm256_loadu_ps(scales.as_ptr().add(c0 + cc));
+                let f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+                let f = _mm256_min_ps(_mm256_max_ps(f, lo_f), hi_f);
+                let q = _mm256_add_epi32(_mm256_cvtps_epi32(f), zv);
+                let mut tmp = [0i32; 8];
+                _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, q);
+                let dst = out.add(r * ldc + c0 + cc);
+                for (i, &t) in tmp.iter().enumerate().take((cols - cc).min(8)) {
+                    *dst.add(i) = T::from_clamped(t);
+                }
+            }
+        }
+    }
+}
