@@ -113,6 +113,17 @@ impl PackedWeights {
         })
     }
 
+    /// Packs weights given by `get(k, n)` (already in the stored i8 domain) for the conv
+    /// kernels; zero points in the stored domain.
+    pub(crate) fn from_fn(
+        k: usize,
+        n: usize,
+        zero_points: &[i32],
+        get: impl Fn(usize, usize) -> i8,
+    ) -> Result<Self> {
+        Self::pack(k, n, zero_points, 0, k * n, get)
+    }
+
     fn pack(
         k: usize,
         n: usize,
@@ -566,6 +577,7 @@ fn run<T: QuantType>(
     w: &PackedWeights,
     colterm: &[i32],
     sink: Sink<'_, T>,
+    ldc: usize,
 ) {
     if a.m == 0 {
         return;
@@ -603,7 +615,7 @@ fn run<T: QuantType>(
                 let rows = MR.min(a.m - r0);
                 compute_tile(isa, rows, w.kgroups, pa.panel(q), b, &mut tile);
                 let rowsums = &pa.rowsums[q * MR..q * MR + MR];
-                write_tile(isa, &ep, &sink, &tile, rowsums, r0, rows, c0, cols, w.n);
+                write_tile(isa, &ep, &sink, &tile, rowsums, r0, rows, c0, cols, ldc);
             }
         }
     };
@@ -649,7 +661,14 @@ pub fn gemm_i32_with(
     check_isa(isa)?;
     check_shapes("gemm_i32", a, w, out.len())?;
     let colterm = column_terms(a, w, None);
-    run::<u8>(isa, a, w, &colterm, Sink::I32(OutPtr(out.as_mut_ptr())));
+    run::<u8>(
+        isa,
+        a,
+        w,
+        &colterm,
+        Sink::I32(OutPtr(out.as_mut_ptr())),
+        w.n,
+    );
     Ok(())
 }
 
@@ -700,6 +719,69 @@ pub fn gemm_quant_with<T: QuantType>(
             out: OutPtr(out.as_mut_ptr()),
         },
     };
-    run::<T>(isa, a, w, &colterm, sink);
+    run::<T>(isa, a, w, &colterm, sink, w.n);
+    Ok(())
+}
+
+/// Strided variants for conv: write the `M × w.n` result into `out` with row stride `ldc`
+/// (`out` must hold `(M−1)·ldc + w.n` elements; checked).
+pub(crate) fn gemm_strided<T: QuantType>(
+    isa: Isa,
+    a: &Activations<'_>,
+    w: &PackedWeights,
+    stage: Option<&OutputStage>,
+    out_i32: Option<&mut [i32]>,
+    out_q: Option<&mut [T]>,
+    ldc: usize,
+) -> Result<()> {
+    check_isa(isa)?;
+    check_shapes("conv", a, w, a.m * w.n)?;
+    let need = if a.m == 0 { 0 } else { (a.m - 1) * ldc + w.n };
+    match (stage, out_i32, out_q) {
+        (None, Some(out), _) => {
+            assert!(
+                out.len() >= need && ldc >= w.n,
+                "conv output buffer too small"
+            );
+            let colterm = column_terms(a, w, None);
+            run::<u8>(
+                isa,
+                a,
+                w,
+                &colterm,
+                Sink::I32(OutPtr(out.as_mut_ptr())),
+                ldc,
+            );
+        }
+        (Some(stage), _, Some(out)) => {
+            assert!(
+                out.len() >= need && ldc >= w.n,
+                "conv output buffer too small"
+            );
+            stage.validate("conv", w.n)?;
+            let colterm = column_terms(a, w, stage.bias.as_deref());
+            let sink = match &stage.requant {
+                Requant::Float(s) => Sink::Float {
+                    scales: (0..w.n_panels * NR)
+                        .map(|j| {
+                            if s.len() == 1 {
+                                s[0]
+                            } else {
+                                s[j.min(w.n - 1)]
+                            }
+                        })
+                        .collect(),
+                    stage,
+                    out: OutPtr(out.as_mut_ptr()),
+                },
+                Requant::FixedPoint { .. } => Sink::Generic {
+                    stage,
+                    out: OutPtr(out.as_mut_ptr()),
+                },
+            };
+            run::<T>(isa, a, w, &colterm, sink, ldc);
+        }
+        _ => unreachable!("conv passes either an i32 output or a stage with a quantized output"),
+    }
     Ok(())
 }

@@ -21,6 +21,7 @@
 //! assert_eq!(y, [14, 11]);
 //! ```
 
+pub mod conv;
 pub mod dispatch;
 pub mod error;
 pub mod gemm;

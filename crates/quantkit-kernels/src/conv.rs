@@ -1,0 +1,459 @@
+//! Quantized 2-D convolution on NHWC tensors.
+//!
+//! Weights come in ONNX order `[C_out, C_in/groups, kh, kw]` (i8, zero point per tensor or
+//! per output channel) and are packed once into a [`ConvWeights`]. Paths:
+//! - **1×1, stride 1, no padding, one group**: the NHWC input *is* the GEMM's A matrix
+//!   `[N·H·W, C_in]`; no copy.
+//! - **k×k, strided, dilated, grouped**: im2col per group into rows of
+//!   `kh·kw·C_in/groups` values (ordered `ky, kx, ci`), padding filled with the input zero
+//!   point (it represents real 0, so padded taps contribute `(za − za)·(w − zw) = 0`, exactly
+//!   as ONNX QLinearConv/ConvInteger define it), then the int8 GEMM of [`crate::gemm`], writing
+//!   each group's output channels in place (row stride `C_out`).
+//! - **depthwise** (`groups = C_in`, one input channel per group, any channel multiplier):
+//!   its own direct kernel, `Σ_{ky,kx} (x − za)(w − zw)` per output channel, skipping
+//!   padded taps (which contribute 0). Scalar for every ISA for now.
+//!
+//! The output stage is the GEMM's ([`OutputStage`]), per output channel.
+
+use crate::dispatch::{self, Isa};
+use crate::error::{KernelError, Result};
+use crate::gemm::{gemm_strided, Activations, PackedWeights};
+use crate::output::{OutputStage, QuantType, Requant};
+
+/// Geometry of a 2-D convolution (ONNX attribute names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvParams {
+    /// Kernel `[kh, kw]`.
+    pub kernel: [usize; 2],
+    /// Strides `[sh, sw]` (≥ 1).
+    pub stride: [usize; 2],
+    /// Dilations `[dh, dw]` (≥ 1).
+    pub dilation: [usize; 2],
+    /// Padding `[top, left, bottom, right]` (ONNX `pads` order is `[t, l, b, r]` for 2-D).
+    pub pads: [usize; 4],
+    /// Number of groups (divides C_in and C_out).
+    pub groups: usize,
+}
+
+impl ConvParams {
+    /// A `kh×kw` kernel with stride 1, dilation 1, no padding, one group.
+    pub fn new(kh: usize, kw: usize) -> Self {
+        ConvParams {
+            kernel: [kh, kw],
+            stride: [1, 1],
+            dilation: [1, 1],
+            pads: [0; 4],
+            groups: 1,
+        }
+    }
+
+    /// Output `[oh, ow]` for an input of `[h, w]`, or an error if the kernel does not fit.
+    pub fn output_size(&self, h: usize, w: usize) -> Result<[usize; 2]> {
+        let mut out = [0; 2];
+        for (i, (&x, (p0, p1))) in [h, w]
+            .iter()
+            .zip([(self.pads[0], self.pads[2]), (self.pads[1], self.pads[3])])
+            .enumerate()
+        {
+            let span = self.dilation[i] * (self.kernel[i] - 1) + 1;
+            let padded = x + p0 + p1;
+            if self.stride[i] == 0 || self.dilation[i] == 0 || self.kernel[i] == 0 || padded < span
+            {
+                return Err(KernelError::InvalidArgument {
+                    op: "conv2d",
+                    arg: "params",
+                    reason: format!("kernel {:?} (dilation {:?}) does not fit input {h}×{w} with pads {:?}, or a zero stride/dilation", self.kernel, self.dilation, self.pads),
+                });
+            }
+            out[i] = (padded - span) / self.stride[i] + 1;
+        }
+        Ok(out)
+    }
+}
+
+/// An 8-bit activation element type (u8 or i8) for the conv entry points.
+pub trait ActElem: QuantType {
+    /// Wraps a `[m, k]` matrix of this type as GEMM activations.
+    fn activations(data: &[Self], m: usize, k: usize, zero_point: i32) -> Activations<'_>;
+}
+impl ActElem for u8 {
+    fn activations(data: &[u8], m: usize, k: usize, zero_point: i32) -> Activations<'_> {
+        Activations::u8(data, m, k, zero_point)
+    }
+}
+impl ActElem for i8 {
+    fn activations(data: &[i8], m: usize, k: usize, zero_point: i32) -> Activations<'_> {
+        Activations::i8(data, m, k, zero_point)
+    }
+}
+
+/// An NHWC input tensor with its zero point.
+#[derive(Debug, Clone, Copy)]
+pub struct NhwcInput<'a, T> {
+    /// Elements in `[n, h, w, c]` order.
+    pub data: &'a [T],
+    /// `[n, h, w, c]`.
+    pub shape: [usize; 4],
+    /// Zero point (fills the padding).
+    pub zero_point: i32,
+}
+
+enum Kind {
+    Gemm(Vec<PackedWeights>),
+    Depthwise {
+        /// `[ky][kx][co]` of `w − zw`.
+        taps: Vec<i32>,
+        multiplier: usize,
+    },
+}
+
+/// Convolution weights packed once for [`conv2d_i32`] / [`conv2d_quant`].
+pub struct ConvWeights {
+    params: ConvParams,
+    c_in: usize,
+    c_out: usize,
+    kind: Kind,
+}
+
+impl ConvWeights {
+    /// Packs ONNX-ordered i8 weights `[c_out, c_in/groups, kh, kw]` with zero point(s)
+    /// `zero_points` (1 or `c_out` entries).
+    pub fn new(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+    ) -> Result<Self> {
+        const OP: &str = "conv2d";
+        let g = params.groups;
+        if g == 0 || c_in % g != 0 || c_out % g != 0 || c_in == 0 || c_out == 0 {
+            return Err(KernelError::InvalidArgument {
+                op: OP,
+                arg: "groups",
+                reason: format!("groups {g} must divide C_in {c_in} and C_out {c_out}"),
+            });
+        }
+        let [kh, kw] = params.kernel;
+        let (cin_g, cout_g) = (c_in / g, c_out / g);
+        let expected = c_out * cin_g * kh * kw;
+        if weights.len() != expected {
+            return Err(KernelError::BufferLength {
+                op: OP,
+                arg: "weights",
+                expected,
+                got: weights.len(),
+            });
+        }
+        if zero_points.len() != 1 && zero_points.len() != c_out {
+            return Err(KernelError::ChannelCount {
+                op: OP,
+                arg: "weight zero_points",
+                channels: c_out,
+                got: zero_points.len(),
+            });
+        }
+        let zp = |co: usize| {
+            if zero_points.len() == 1 {
+                zero_points[0]
+            } else {
+                zero_points[co]
+            }
+        };
+        let widx =
+            |co: usize, ci: usize, ky: usize, kx: usize| ((co * cin_g + ci) * kh + ky) * kw + kx;
+        let kind = if cin_g == 1 && g == c_in && g > 1 {
+            let mut taps = vec![0i32; kh * kw * c_out];
+            for co in 0..c_out {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        taps[(ky * kw + kx) * c_out + co] =
+                            weights[widx(co, 0, ky, kx)] as i32 - zp(co);
+                    }
+                }
+            }
+            Kind::Depthwise {
+                taps,
+                multiplier: cout_g,
+            }
+        } else {
+            let k = kh * kw * cin_g;
+            let mut packs = Vec::with_capacity(g);
+            for gi in 0..g {
+                let zps: Vec<i32> = (0..cout_g).map(|j| zp(gi * cout_g + j)).collect();
+                packs.push(PackedWeights::from_fn(k, cout_g, &zps, |kk, j| {
+                    let (tap, ci) = (kk / cin_g, kk % cin_g);
+                    weights[widx(gi * cout_g + j, ci, tap / kw, tap % kw)]
+                })?);
+            }
+            Kind::Gemm(packs)
+        };
+        Ok(ConvWeights {
+            params,
+            c_in,
+            c_out,
+            kind,
+        })
+    }
+
+    /// Output channels.
+    pub fn c_out(&self) -> usize {
+        self.c_out
+    }
+
+    /// The geometry.
+    pub fn params(&self) -> &ConvParams {
+        &self.params
+    }
+
+    /// Whether the dedicated depthwise kernel is used.
+    pub fn is_depthwise(&self) -> bool {
+        matches!(self.kind, Kind::Depthwise { .. })
+    }
+}
+
+/// Output shape `[n, oh, ow, c_out]` of a conv.
+pub fn conv2d_output_shape(input_shape: [usize; 4], w: &ConvWeights) -> Result<[usize; 4]> {
+    let [oh, ow] = w.params.output_size(input_shape[1], input_shape[2])?;
+    Ok([input_shape[0], oh, ow, w.c_out])
+}
+
+fn check<T>(x: &NhwcInput<'_, T>, w: &ConvWeights, out_len: usize) -> Result<[usize; 4]> {
+    let [n, h, wd, c] = x.shape;
+    if c != w.c_in {
+        return Err(KernelError::InvalidArgument {
+            op: "conv2d",
+            arg: "input",
+            reason: format!("input has {c} channels, weights expect {}", w.c_in),
+        });
+    }
+    if x.data.len() != n * h * wd * c {
+        return Err(KernelError::BufferLength {
+            op: "conv2d",
+            arg: "input",
+            expected: n * h * wd * c,
+            got: x.data.len(),
+        });
+    }
+    let os = conv2d_output_shape(x.shape, w)?;
+    let total = os.iter().product::<usize>();
+    if out_len != total {
+        return Err(KernelError::BufferLength {
+            op: "conv2d",
+            arg: "output",
+            expected: total,
+            got: out_len,
+        });
+    }
+    Ok(os)
+}
+
+/// im2col of group `gi`: rows `(n, oy, ox)`, columns `(ky, kx, ci)`, padding = zero point.
+fn im2col<T: ActElem>(
+    x: &NhwcInput<'_, T>,
+    p: &ConvParams,
+    gi: usize,
+    cin_g: usize,
+    oh: usize,
+    ow: usize,
+) -> Vec<T> {
+    let [n, h, wd, c] = x.shape;
+    let [kh, kw] = p.kernel;
+    let k = kh * kw * cin_g;
+    let pad = T::from_clamped(x.zero_point.clamp(T::MIN, T::MAX));
+    let mut buf = vec![pad; n * oh * ow * k];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let row = &mut buf[((b * oh + oy) * ow + ox) * k..][..k];
+                for ky in 0..kh {
+                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    for kx in 0..kw {
+                        let ix =
+                            (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pads[1] as isize;
+                        if ix < 0 || ix >= wd as isize {
+                            continue;
+                        }
+                        let src = ((b * h + iy as usize) * wd + ix as usize) * c + gi * cin_g;
+                        row[(ky * kw + kx) * cin_g..][..cin_g]
+                            .copy_from_slice(&x.data[src..src + cin_g]);
+                    }
+                }
+            }
+        }
+    }
+    buf
+}
+
+fn group_stage(stage: &OutputStage, lo: usize, len: usize) -> OutputStage {
+    let mut s = stage.clone();
+    s.bias = stage.bias.as_ref().map(|b| b[lo..lo + len].to_vec());
+    s.requant = match &stage.requant {
+        Requant::Float(v) if v.len() > 1 => Requant::Float(v[lo..lo + len].to_vec()),
+        Requant::FixedPoint {
+            multipliers,
+            rounding,
+        } if multipliers.len() > 1 => Requant::FixedPoint {
+            multipliers: multipliers[lo..lo + len].to_vec(),
+            rounding: *rounding,
+        },
+        other => other.clone(),
+    };
+    s
+}
+
+/// Shared driver: `emit(pixel_row, co, acc)` for the depthwise path, GEMM otherwise.
+fn conv_impl<T: ActElem, O: QuantType>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    stage: Option<&OutputStage>,
+    mut out_i32: Option<&mut [i32]>,
+    mut out_q: Option<&mut [O]>,
+) -> Result<()> {
+    let out_len = out_i32
+        .as_ref()
+        .map(|o| o.len())
+        .or(out_q.as_ref().map(|o| o.len()))
+        .unwrap_or(0);
+    let [n, oh, ow, c_out] = check(x, w, out_len)?;
+    if let Some(st) = stage {
+        st.validate("conv2d", c_out)?;
+    }
+    let p = &w.params;
+    let m = n * oh * ow;
+    match &w.kind {
+        Kind::Depthwise { taps, multiplier } => {
+            let [_, h, wd, c] = x.shape;
+            let [kh, kw] = p.kernel;
+            let za = x.zero_point;
+            let range = stage.map(|s| s.range::<O>());
+            for b in 0..n {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let orow = ((b * oh + oy) * ow + ox) * c_out;
+                        let mut acc = vec![0i32; c_out];
+                        for ky in 0..kh {
+                            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
+                                - p.pads[0] as isize;
+                            if iy < 0 || iy >= h as isize {
+                                continue;
+                            }
+                            for kx in 0..kw {
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
+                                    - p.pads[1] as isize;
+                                if ix < 0 || ix >= wd as isize {
+                                    continue;
+                                }
+                                let src =
+                                    &x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c];
+                                let t = &taps[(ky * kw + kx) * c_out..][..c_out];
+                                for (co, a) in acc.iter_mut().enumerate() {
+                                    let xv = src[co / multiplier].to_i32() - za;
+                                    *a = a.wrapping_add(xv.wrapping_mul(t[co]));
+                                }
+                            }
+                        }
+                        if let Some(o) = out_i32.as_deref_mut() {
+                            o[orow..orow + c_out].copy_from_slice(&acc);
+                        } else if let (Some(o), Some(st), Some((lo, hi))) =
+                            (out_q.as_deref_mut(), stage, range)
+                        {
+                            for (co, &a) in acc.iter().enumerate() {
+                                let t = match &st.bias {
+                                    Some(bias) => a.wrapping_add(bias[co]),
+                                    None => a,
+                                };
+                                o[orow + co] = O::from_clamped(st.requant_one(t, co, lo, hi));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Kind::Gemm(packs) => {
+            let g = p.groups;
+            let (cin_g, cout_g) = (w.c_in / g, c_out / g);
+            let direct = g == 1 && p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
+            for (gi, pw) in packs.iter().enumerate() {
+                let col;
+                let a_data: &[T] = if direct {
+                    x.data
+                } else {
+                    col = im2col(x, p, gi, cin_g, oh, ow);
+                    &col
+                };
+                let a = T::activations(a_data, m, pw.k(), x.zero_point);
+                let off = gi * cout_g;
+                match stage {
+                    None => {
+                        let o = out_i32.as_deref_mut().expect("i32 output");
+                        gemm_strided::<O>(isa, &a, pw, None, Some(&mut o[off..]), None, c_out)?;
+                    }
+                    Some(st) => {
+                        let sub = if g == 1 {
+                            st.clone()
+                        } else {
+                            group_stage(st, off, cout_g)
+                        };
+                        let o = out_q.as_deref_mut().expect("quantized output");
+                        gemm_strided::<O>(
+                            isa,
+                            &a,
+                            pw,
+                            Some(&sub),
+                            None,
+                            Some(&mut o[off..]),
+                            c_out,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ConvInteger: `out[n,oy,ox,co] = Σ (x − zx)(w − zw)` as i32, NHWC, on the dispatched ISA.
+pub fn conv2d_i32<T: ActElem>(
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    out: &mut [i32],
+) -> Result<()> {
+    conv2d_i32_with(dispatch::isa(), x, w, out)
+}
+
+/// [`conv2d_i32`] on an explicit ISA.
+pub fn conv2d_i32_with<T: ActElem>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    out: &mut [i32],
+) -> Result<()> {
+    conv_impl::<T, u8>(isa, x, w, None, Some(out), None)
+}
+
+/// QLinearConv: the conv followed by the fused output stage (bias, per-channel
+/// requantization, zero point, activation clamp), NHWC, on the dispatched ISA.
+pub fn conv2d_quant<T: ActElem, O: QuantType>(
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    stage: &OutputStage,
+    out: &mut [O],
+) -> Result<()> {
+    conv2d_quant_with(dispatch::isa(), x, w, stage, out)
+}
+
+/// [`conv2d_quant`] on an explicit ISA.
+pub fn conv2d_quant_with<T: ActElem, O: QuantType>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    stage: &OutputStage,
+    out: &mut [O],
+) -> Result<()> {
+    conv_impl::<T, O>(isa, x, w, Some(stage), None, Some(out))
+}

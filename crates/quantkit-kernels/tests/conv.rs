@@ -1,0 +1,250 @@
+//! Conv2d (NHWC) against an i64 reference, every ISA against the reference, and the
+//! quantized result against a float conv on dequantized inputs.
+
+use quantkit_kernels::conv::{
+    conv2d_i32_with, conv2d_output_shape, conv2d_quant_with, ActElem, ConvParams, ConvWeights,
+    NhwcInput,
+};
+use quantkit_kernels::output::OutputStage;
+use quantkit_kernels::Isa;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn range(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+}
+
+fn supported() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+}
+
+/// Plain i64 NHWC conv with ONNX-ordered weights `[co][ci/g][ky][kx]`.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    x: &[i32],
+    shape: [usize; 4],
+    zx: i32,
+    w: &[i32],
+    zw: &[i32],
+    c_out: usize,
+    p: &ConvParams,
+) -> (Vec<i64>, [usize; 4]) {
+    let [n, h, wd, c] = shape;
+    let [kh, kw] = p.kernel;
+    let g = p.groups;
+    let (cin_g, cout_g) = (c / g, c_out / g);
+    let oh = (h + p.pads[0] + p.pads[2] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
+    let ow = (wd + p.pads[1] + p.pads[3] - p.dilation[1] * (kw - 1) - 1) / p.stride[1] + 1;
+    let mut out = vec![0i64; n * oh * ow * c_out];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for co in 0..c_out {
+                    let gi = co / cout_g;
+                    let mut s = 0i64;
+                    for ci in 0..cin_g {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as i64
+                                    - p.pads[0] as i64;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as i64
+                                    - p.pads[1] as i64;
+                                // Padding holds the zero point.
+                                let xv = if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
+                                    zx
+                                } else {
+                                    x[((b * h + iy as usize) * wd + ix as usize) * c
+                                        + gi * cin_g
+                                        + ci]
+                                };
+                                let wv = w[((co * cin_g + ci) * kh + ky) * kw + kx];
+                                s += (xv - zx) as i64 * (wv - zw[co]) as i64;
+                            }
+                        }
+                    }
+                    out[((b * oh + oy) * ow + ox) * c_out + co] = s;
+                }
+            }
+        }
+    }
+    (out, [n, oh, ow, c_out])
+}
+
+struct Layer {
+    shape: [usize; 4],
+    c_out: usize,
+    p: ConvParams,
+}
+
+fn layers() -> Vec<Layer> {
+    let mk = |k: usize, s: usize, d: usize, pads: [usize; 4], g: usize| ConvParams {
+        kernel: [k, k],
+        stride: [s, s],
+        dilation: [d, d],
+        pads,
+        groups: g,
+    };
+    vec![
+        Layer {
+            shape: [2, 5, 4, 7],
+            c_out: 9,
+            p: mk(1, 1, 1, [0; 4], 1),
+        }, // 1×1 direct GEMM
+        Layer {
+            shape: [1, 6, 7, 5],
+            c_out: 17,
+            p: mk(3, 1, 1, [1; 4], 1),
+        }, // 3×3 same
+        Layer {
+            shape: [1, 9, 8, 3],
+            c_out: 8,
+            p: mk(3, 2, 1, [1, 0, 2, 1], 1),
+        }, // strided, asym pads
+        Layer {
+            shape: [1, 9, 9, 4],
+            c_out: 6,
+            p: mk(3, 1, 2, [2; 4], 1),
+        }, // dilated
+        Layer {
+            shape: [2, 5, 5, 8],
+            c_out: 12,
+            p: mk(3, 1, 1, [1; 4], 4),
+        }, // grouped
+        Layer {
+            shape: [1, 7, 6, 6],
+            c_out: 6,
+            p: mk(3, 1, 1, [1; 4], 6),
+        }, // depthwise
+        Layer {
+            shape: [1, 8, 8, 4],
+            c_out: 8,
+            p: mk(3, 2, 1, [1; 4], 4),
+        }, // depthwise ×2, stride 2
+        Layer {
+            shape: [1, 4, 5, 3],
+            c_out: 5,
+            p: ConvParams {
+                kernel: [2, 3],
+                ..mk(1, 1, 1, [0, 1, 0, 1], 1)
+            },
+        },
+    ]
+}
+
+fn run_layer<T: ActElem>(rng: &mut Rng, layer: &Layer, to_t: fn(i32) -> T, xr: (i32, i32)) {
+    let [n, h, wd, c] = layer.shape;
+    let p = layer.p;
+    let cin_g = c / p.groups;
+    let x: Vec<i32> = (0..n * h * wd * c).map(|_| rng.range(xr.0, xr.1)).collect();
+    let zx = if rng.next() % 3 == 0 {
+        xr.1
+    } else {
+        rng.range(xr.0, xr.1)
+    };
+    let wlen = layer.c_out * cin_g * p.kernel[0] * p.kernel[1];
+    let w: Vec<i32> = (0..wlen).map(|_| rng.range(-128, 127)).collect();
+    let zw: Vec<i32> = (0..layer.c_out)
+        .map(|_| {
+            if rng.next() % 2 == 0 {
+                0
+            } else {
+                rng.range(-128, 127)
+            }
+        })
+        .collect();
+    let w8: Vec<i8> = w.iter().map(|&v| v as i8).collect();
+    let cw = ConvWeights::new(&w8, layer.c_out, c, p, &zw).unwrap();
+    let xt: Vec<T> = x.iter().map(|&v| to_t(v)).collect();
+    let input = NhwcInput {
+        data: &xt,
+        shape: layer.shape,
+        zero_point: zx,
+    };
+    let (want, oshape) = reference(&x, layer.shape, zx, &w, &zw, layer.c_out, &p);
+    assert_eq!(conv2d_output_shape(layer.shape, &cw).unwrap(), oshape);
+    let total = oshape.iter().product::<usize>();
+
+    // Per-channel float stage, bias, u8 output.
+    let sx = 0.02f64;
+    let sw: Vec<f64> = (0..layer.c_out)
+        .map(|_| 0.001 + (rng.next() % 100) as f64 * 1e-4)
+        .collect();
+    let sy = 0.05f64 * (cin_g * p.kernel[0] * p.kernel[1]) as f64 / 9.0;
+    let zy = rng.range(0, 255);
+    let bias: Vec<i32> = (0..layer.c_out).map(|_| rng.range(-2000, 2000)).collect();
+    let scales: Vec<f32> = sw.iter().map(|&s| (sx * s / sy) as f32).collect();
+    let stage = OutputStage::float(scales.clone(), zy).with_bias(bias.clone());
+
+    for isa in supported() {
+        let mut got = vec![0i32; total];
+        conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+        for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g as i64, e,
+                "{isa} layer {:?} c_out {} idx {i}",
+                layer.shape, layer.c_out
+            );
+        }
+        let mut q = vec![0u8; total];
+        conv2d_quant_with(isa, &input, &cw, &stage, &mut q).unwrap();
+        for (i, &qv) in q.iter().enumerate() {
+            let co = i % layer.c_out;
+            // Exact: the documented float stage on the exact accumulator.
+            let exact = quantkit_kernels::reference::float_output_i64(
+                want[i],
+                bias[co] as i64,
+                scales[co],
+                zy,
+                0,
+                255,
+            );
+            assert_eq!(qv as i32, exact, "{isa} stage idx {i}");
+            // Within the quantization bound of a float conv on dequantized values:
+            // real y = sx·sw·(acc + bias); |q − clamp(y/sy + zy)| ≤ 1/2 (+ f32 rounding).
+            let real = sx * sw[co] * (want[i] + bias[co] as i64) as f64;
+            let ideal = (real / sy + zy as f64).clamp(0.0, 255.0);
+            assert!(
+                (qv as f64 - ideal).abs() <= 0.5 + 1e-3,
+                "{isa} idx {i}: {qv} vs float {ideal}"
+            );
+        }
+    }
+}
+
+#[test]
+fn conv_layers_u8_and_i8_match_references() {
+    let mut rng = Rng(11);
+    for layer in layers() {
+        run_layer::<u8>(&mut rng, &layer, |v| v as u8, (0, 255));
+        run_layer::<i8>(&mut rng, &layer, |v| v as i8, (-128, 127));
+    }
+}
+
+#[test]
+fn depthwise_path_is_chosen_and_bad_input_is_an_error() {
+    let p = ConvParams {
+        groups: 4,
+        ..ConvParams::new(3, 3)
+    };
+    let cw = ConvWeights::new(&[1i8; 36], 4, 4, p, &[0]).unwrap();
+    assert!(cw.is_depthwise());
+    let x = vec![0u8; 2 * 2 * 4];
+    let input = NhwcInput {
+        data: &x,
+        shape: [1, 2, 2, 4],
+        zero_point: 0,
+    };
+    let mut out = vec![0i32; 4];
+    // 3×3 kernel on a 2×2 input without padding does not fit.
+    assert!(conv2d_i32_with(Isa::Scalar, &input, &cw, &mut out).is_err());
+    assert!(ConvWeights::new(&[1i8; 35], 4, 4, p, &[0]).is_err());
+    assert!(ConvWeights::new(&[1i8; 36], 4, 3, ConvParams { groups: 2, ..p }, &[0]).is_err());
+}
