@@ -23,11 +23,14 @@
 
 pub mod conv;
 pub mod dispatch;
+pub mod eltwise;
 pub mod error;
 pub mod gemm;
 pub mod generic;
+pub mod lut;
 pub mod output;
 pub mod peak;
+pub mod pool;
 pub mod reference;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

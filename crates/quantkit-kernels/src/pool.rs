@@ -1,0 +1,151 @@
+//! Pooling on NHWC int8 tensors (scalar; the same code on every ISA).
+
+use crate::conv::ConvParams;
+use crate::error::{KernelError, Result};
+use crate::output::QuantType;
+
+fn check(op: &'static str, len: usize, shape: [usize; 4], p: &ConvParams) -> Result<[usize; 2]> {
+    let [n, h, w, c] = shape;
+    if len != n * h * w * c {
+        return Err(KernelError::BufferLength {
+            op,
+            arg: "input",
+            expected: n * h * w * c,
+            got: len,
+        });
+    }
+    p.output_size(h, w)
+}
+
+/// Max pool (ONNX MaxPool, NHWC): padded positions are ignored. The output has the input's
+/// quantization parameters (max commutes with a monotone affine map), so no requantization.
+/// `p.groups` is ignored.
+pub fn max_pool<T: QuantType>(
+    x: &[T],
+    shape: [usize; 4],
+    p: &ConvParams,
+    out: &mut [T],
+) -> Result<[usize; 4]> {
+    let [oh, ow] = check("max_pool", x.len(), shape, p)?;
+    let [n, h, w, c] = shape;
+    if out.len() != n * oh * ow * c {
+        return Err(KernelError::BufferLength {
+            op: "max_pool",
+            arg: "output",
+            expected: n * oh * ow * c,
+            got: out.len(),
+        });
+    }
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let o = &mut out[((b * oh + oy) * ow + ox) * c..][..c];
+                let mut best = vec![i32::MIN; c];
+                for ky in 0..p.kernel[0] {
+                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    for kx in 0..p.kernel[1] {
+                        let ix =
+                            (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pads[1] as isize;
+                        if ix < 0 || ix >= w as isize {
+                            continue;
+                        }
+                        let src = &x[((b * h + iy as usize) * w + ix as usize) * c..][..c];
+                        for (m, v) in best.iter_mut().zip(src) {
+                            *m = (*m).max(v.to_i32());
+                        }
+                    }
+                }
+                for (dst, m) in o.iter_mut().zip(best) {
+                    // A window entirely in the padding cannot happen: output_size requires
+                    // the kernel to overlap the input; fall back to T::MIN defensively.
+                    *dst = T::from_clamped(m.max(T::MIN));
+                }
+            }
+        }
+    }
+    Ok([n, oh, ow, c])
+}
+
+/// `round(num / den)` with ties away from zero, `den > 0` (TFLite's average-pool rounding).
+#[inline]
+pub fn div_round_half_away(num: i64, den: i64) -> i64 {
+    if num >= 0 {
+        (num + den / 2) / den
+    } else {
+        -((-num + den / 2) / den)
+    }
+}
+
+/// Average pool (ONNX AveragePool, NHWC) with input and output sharing the quantization
+/// parameters (scale and zero point `z`):
+/// `y = clamp(z + div_round_half_away(Σ (x − z), count), T::MIN, T::MAX)` where `count` is
+/// the number of taps inside the input, or the full kernel size when `count_include_pad`
+/// (padded taps then count as real 0, i.e. as `z`).
+pub fn avg_pool<T: QuantType>(
+    x: &[T],
+    shape: [usize; 4],
+    z: i32,
+    p: &ConvParams,
+    count_include_pad: bool,
+    out: &mut [T],
+) -> Result<[usize; 4]> {
+    let [oh, ow] = check("avg_pool", x.len(), shape, p)?;
+    let [n, h, w, c] = shape;
+    if out.len() != n * oh * ow * c {
+        return Err(KernelError::BufferLength {
+            op: "avg_pool",
+            arg: "output",
+            expected: n * oh * ow * c,
+            got: out.len(),
+        });
+    }
+    let mut sum = vec![0i64; c];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                sum.iter_mut().for_each(|s| *s = 0);
+                let mut count = 0i64;
+                for ky in 0..p.kernel[0] {
+                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
+                    for kx in 0..p.kernel[1] {
+                        let ix =
+                            (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pads[1] as isize;
+                        if iy < 0 || iy >= h as isize || ix < 0 || ix >= w as isize {
+                            if count_include_pad {
+                                count += 1;
+                            }
+                            continue;
+                        }
+                        count += 1;
+                        let src = &x[((b * h + iy as usize) * w + ix as usize) * c..][..c];
+                        for (s, v) in sum.iter_mut().zip(src) {
+                            *s += (v.to_i32() - z) as i64;
+                        }
+                    }
+                }
+                let o = &mut out[((b * oh + oy) * ow + ox) * c..][..c];
+                for (dst, &s) in o.iter_mut().zip(&sum) {
+                    let y = z as i64 + div_round_half_away(s, count.max(1));
+                    *dst = T::from_clamped(y.clamp(T::MIN as i64, T::MAX as i64) as i32);
+                }
+            }
+        }
+    }
+    Ok([n, oh, ow, c])
+}
+
+/// Global average pool (ONNX GlobalAveragePool, NHWC → `[n, 1, 1, c]`), same rounding as
+/// [`avg_pool`].
+pub fn global_avg_pool<T: QuantType>(
+    x: &[T],
+    shape: [usize; 4],
+    z: i32,
+    out: &mut [T],
+) -> Result<()> {
+    let [_, h, w, _] = shape;
+    let p = ConvParams::new(h, w);
+    avg_pool(x, shape, z, &p, false, out).map(|_| ())
+}

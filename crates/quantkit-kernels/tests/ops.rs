@@ -1,0 +1,223 @@
+//! Pooling, Add, Concat and lookup tables against independent references.
+
+use quantkit_kernels::conv::ConvParams;
+use quantkit_kernels::eltwise::{add, concat_last_axis, QParams};
+use quantkit_kernels::lut::{erf, Function, Lut8};
+use quantkit_kernels::pool::{avg_pool, global_avg_pool, max_pool};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Window values of output (b, oy, ox, ch): `Some(x)` inside the input, `None` in padding.
+fn window(
+    x: &[i8],
+    shape: [usize; 4],
+    p: &ConvParams,
+    b: usize,
+    oy: usize,
+    ox: usize,
+    ch: usize,
+) -> Vec<Option<i32>> {
+    let [_, h, w, c] = shape;
+    let mut v = Vec::new();
+    for ky in 0..p.kernel[0] {
+        for kx in 0..p.kernel[1] {
+            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as i64 - p.pads[0] as i64;
+            let ix = (ox * p.stride[1] + kx * p.dilation[1]) as i64 - p.pads[1] as i64;
+            v.push(if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                None
+            } else {
+                Some(x[((b * h + iy as usize) * w + ix as usize) * c + ch] as i32)
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn pools_match_references() {
+    let mut rng = Rng(21);
+    let shape = [2, 7, 6, 3];
+    let x: Vec<i8> = (0..shape.iter().product::<usize>())
+        .map(|_| rng.next() as i8)
+        .collect();
+    let z = -17;
+    for p in [
+        ConvParams {
+            stride: [2, 2],
+            pads: [1, 1, 1, 1],
+            ..ConvParams::new(3, 3)
+        },
+        ConvParams {
+            stride: [2, 2],
+            ..ConvParams::new(2, 2)
+        },
+        ConvParams {
+            dilation: [2, 1],
+            pads: [0, 1, 2, 0],
+            ..ConvParams::new(2, 3)
+        },
+    ] {
+        let [oh, ow] = p.output_size(7, 6).unwrap();
+        let mut mx = vec![0i8; 2 * oh * ow * 3];
+        max_pool(&x, shape, &p, &mut mx).unwrap();
+        for include_pad in [false, true] {
+            let mut av = vec![0i8; 2 * oh * ow * 3];
+            avg_pool(&x, shape, z, &p, include_pad, &mut av).unwrap();
+            for b in 0..2 {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        for ch in 0..3 {
+                            let win = window(&x, shape, &p, b, oy, ox, ch);
+                            let idx = ((b * oh + oy) * ow + ox) * 3 + ch;
+                            let inside: Vec<i32> = win.iter().flatten().copied().collect();
+                            assert_eq!(mx[idx] as i32, *inside.iter().max().unwrap());
+                            let count = if include_pad { win.len() } else { inside.len() } as f64;
+                            let mean = inside.iter().map(|&v| (v - z) as f64).sum::<f64>() / count;
+                            let want = (z as f64 + mean.abs().add_half_round() * mean.signum())
+                                .clamp(-128.0, 127.0);
+                            assert_eq!(av[idx] as f64, want, "avg {idx} include_pad {include_pad}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut g = vec![0i8; 2 * 3];
+    global_avg_pool(&x, shape, z, &mut g).unwrap();
+    for b in 0..2 {
+        for ch in 0..3 {
+            let s: f64 = (0..42)
+                .map(|i| (x[(b * 42 + i) * 3 + ch] as i32 - z) as f64)
+                .sum::<f64>()
+                / 42.0;
+            assert_eq!(
+                g[b * 3 + ch] as f64,
+                (z as f64 + s.abs().add_half_round() * s.signum()).clamp(-128.0, 127.0)
+            );
+        }
+    }
+}
+
+trait HalfAway {
+    fn add_half_round(self) -> f64;
+}
+impl HalfAway for f64 {
+    /// Round half up of a non-negative value (= half away from zero after the sign is split off).
+    fn add_half_round(self) -> f64 {
+        (self + 0.5).floor()
+    }
+}
+
+#[test]
+fn add_and_concat_requantize_within_half_a_step() {
+    let mut rng = Rng(22);
+    let a: Vec<u8> = (0..500).map(|_| rng.next() as u8).collect();
+    let b: Vec<u8> = (0..500).map(|_| rng.next() as u8).collect();
+    let (qa, qb, qy) = (
+        QParams {
+            scale: 0.03,
+            zero_point: 120,
+        },
+        QParams {
+            scale: 0.011,
+            zero_point: 3,
+        },
+        QParams {
+            scale: 0.04,
+            zero_point: 90,
+        },
+    );
+    let mut y = vec![0u8; 500];
+    add(&a, qa, &b, qb, qy, i32::MIN, i32::MAX, &mut y).unwrap();
+    for i in 0..500 {
+        let real = qa.scale as f64 * (a[i] as f64 - 120.0) + qb.scale as f64 * (b[i] as f64 - 3.0);
+        let ideal = (real / qy.scale as f64 + 90.0).clamp(0.0, 255.0);
+        assert!(
+            (y[i] as f64 - ideal).abs() <= 0.5 + 1e-3,
+            "add {i}: {} vs {ideal}",
+            y[i]
+        );
+    }
+    // Fused ReLU as a clamp at the zero point.
+    add(&a, qa, &b, qb, qy, 90, 255, &mut y).unwrap();
+    assert!(y.iter().all(|&v| v >= 90));
+
+    let c1: Vec<u8> = (0..4 * 3).map(|_| rng.next() as u8).collect();
+    let c2: Vec<u8> = (0..4 * 2).map(|_| rng.next() as u8).collect();
+    let q2 = QParams {
+        scale: 0.02,
+        zero_point: 10,
+    };
+    let mut out = vec![0u8; 4 * 5];
+    concat_last_axis(&[(&c1, 3, qy), (&c2, 2, q2)], 4, qy, &mut out).unwrap();
+    for o in 0..4 {
+        assert_eq!(&out[o * 5..o * 5 + 3], &c1[o * 3..o * 3 + 3]);
+        for j in 0..2 {
+            let real = 0.02 * (c2[o * 2 + j] as f64 - 10.0);
+            let ideal = (real / qy.scale as f64 + 90.0).clamp(0.0, 255.0);
+            assert!((out[o * 5 + 3 + j] as f64 - ideal).abs() <= 0.5 + 1e-3);
+        }
+    }
+    assert!(concat_last_axis(&[(&c1, 3, qy)], 4, qy, &mut out).is_err());
+}
+
+#[test]
+fn lookup_tables_equal_the_quantized_function() {
+    assert!((erf(1.0) - 0.842_700_792_949_715).abs() < 3e-7);
+    assert!((erf(0.3) - 0.328_626_759_459_127).abs() < 1e-9);
+    assert!((erf(-2.0) + 0.995_322_265_018_953).abs() < 3e-7);
+    let qi = QParams {
+        scale: 0.05,
+        zero_point: 0,
+    };
+    for f in [
+        Function::Sigmoid,
+        Function::Tanh,
+        Function::HardSwish,
+        Function::Gelu,
+        Function::Exp,
+    ] {
+        let qo = match f {
+            Function::Sigmoid => QParams {
+                scale: 1.0 / 256.0,
+                zero_point: -128,
+            },
+            Function::Tanh => QParams {
+                scale: 1.0 / 128.0,
+                zero_point: 0,
+            },
+            Function::Exp => QParams {
+                scale: 0.2,
+                zero_point: -128,
+            },
+            _ => QParams {
+                scale: 0.05,
+                zero_point: -20,
+            },
+        };
+        let lut = Lut8::function::<i8, i8>(f, qi, qo);
+        let x: Vec<i8> = (-128..=127).map(|v| v as i8).collect();
+        let mut y = vec![0i8; 256];
+        lut.apply(&x, &mut y);
+        for (&xi, &yi) in x.iter().zip(&y) {
+            let real = f.eval(qi.scale as f64 * xi as f64);
+            let ideal = (real / qo.scale as f64 + qo.zero_point as f64).clamp(-128.0, 127.0);
+            assert!(
+                (yi as f64 - ideal).abs() <= 0.5 + 1e-9,
+                "{f:?} x={xi}: {yi} vs {ideal}"
+            );
+        }
+        if matches!(f, Function::Sigmoid | Function::Tanh | Function::Exp) {
+            assert!(y.windows(2).all(|w| w[0] <= w[1]), "{f:?} not monotone");
+        }
+    }
+}
