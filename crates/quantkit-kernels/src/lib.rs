@@ -22,6 +22,7 @@
 //! ```
 
 pub mod conv;
+pub mod deconv;
 pub mod dispatch;
 pub mod eltwise;
 pub mod error;
