@@ -68,6 +68,14 @@ pub enum TrainError {
         /// The label found.
         label: i64,
     },
+    /// Writing the ONNX model failed.
+    #[error("{}: ONNX export failed: {msg}", path.display())]
+    Export {
+        /// The output file.
+        path: PathBuf,
+        /// What went wrong.
+        msg: String,
+    },
     /// Loading a data set failed.
     #[error(transparent)]
     Dataset(#[from] quantkit_data::DataError),
