@@ -25,6 +25,12 @@ enum Command {
     Tensor(Box<cmd::tensor::Args>),
     /// Measure kernel speed on this machine (`bench gemm`, `bench --isa`).
     Bench(cmd::bench::Args),
+    /// Run ONNX node-test case folders and report pass/fail/unsupported.
+    Conformance(cmd::conformance::Args),
+    /// Run an ONNX model on .npy/.pb inputs with the float executor.
+    Run(cmd::run::Args),
+    /// Show a model's opset, inputs/outputs, operators and parameters.
+    Inspect(cmd::inspect::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +39,8 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Tensor(args) => cmd::tensor::run(*args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Conformance(args) => cmd::conformance::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
     }
 }

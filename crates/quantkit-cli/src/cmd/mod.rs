@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod conformance;
 pub mod demo;
+pub mod inspect;
+pub mod run;
 pub mod tensor;

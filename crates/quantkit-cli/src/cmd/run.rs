@@ -1,0 +1,141 @@
+//! `quantkit run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--json]`: runs a model
+//! with the float executor; inputs are `.npy` or ONNX `TensorProto` `.pb` files and each
+//! output is written as `<name>.npy`.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use quantkit_data::npy::{read_npy, write_npy, NpyArray, NpyData};
+use quantkit_graph::{execute, load_model, load_tensor_pb, Data, Tensor};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Arguments of `quantkit run`.
+#[derive(Parser)]
+pub struct Args {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// An input as NAME=FILE (FILE is .npy or .pb); a bare FILE is accepted when the model
+    /// has a single input.
+    #[arg(long = "input", short = 'i', value_name = "NAME=FILE", required = true)]
+    pub inputs: Vec<String>,
+    /// Folder for the outputs (created if missing).
+    #[arg(long, short = 'o', default_value = ".")]
+    pub output_dir: PathBuf,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Reads a `.npy` or `.pb` tensor file.
+pub fn read_tensor(path: &Path) -> Result<Tensor> {
+    if path.extension().is_some_and(|e| e == "pb") {
+        return Ok(load_tensor_pb(path)?.1);
+    }
+    let a = read_npy(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = match a.data {
+        NpyData::Bool(v) => Data::Bool(v),
+        NpyData::U8(v) => Data::U8(v),
+        NpyData::I8(v) => Data::I8(v),
+        NpyData::U16(v) => Data::U16(v),
+        NpyData::I16(v) => Data::I16(v),
+        NpyData::U32(v) => Data::U32(v),
+        NpyData::I32(v) => Data::I32(v),
+        NpyData::U64(v) => Data::U64(v),
+        NpyData::I64(v) => Data::I64(v),
+        NpyData::F16(v) => Data::F16(v),
+        NpyData::F32(v) => Data::F32(v),
+        NpyData::F64(v) => Data::F64(v),
+    };
+    Ok(Tensor::new(a.shape, data)?)
+}
+
+/// Converts a tensor to a `.npy` array (4-bit types are written unpacked as int8/uint8).
+pub fn to_npy(t: &Tensor) -> Result<NpyArray> {
+    let data = match &t.data {
+        Data::Bool(v) => NpyData::Bool(v.clone()),
+        Data::U8(v) => NpyData::U8(v.clone()),
+        Data::I8(v) => NpyData::I8(v.clone()),
+        Data::U16(v) => NpyData::U16(v.clone()),
+        Data::I16(v) => NpyData::I16(v.clone()),
+        Data::U32(v) => NpyData::U32(v.clone()),
+        Data::I32(v) => NpyData::I32(v.clone()),
+        Data::U64(v) => NpyData::U64(v.clone()),
+        Data::I64(v) => NpyData::I64(v.clone()),
+        Data::F16(v) => NpyData::F16(v.clone()),
+        Data::F32(v) => NpyData::F32(v.clone()),
+        Data::F64(v) => NpyData::F64(v.clone()),
+    };
+    Ok(NpyArray::new(t.shape.clone(), data)?)
+}
+
+/// A file name for a value name (ONNX names may contain `/` or `:`).
+pub fn file_stem(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> Result<()> {
+    let t0 = Instant::now();
+    let graph = load_model(&args.model)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let mut inputs = Vec::new();
+    for spec in &args.inputs {
+        let (name, file) = match spec.split_once('=') {
+            Some((n, f)) => (n.to_string(), f),
+            None if graph.inputs.len() == 1 => (graph.inputs[0].name.clone(), spec.as_str()),
+            None => bail!(
+                "--input {spec}: give NAME=FILE (the model has {} inputs)",
+                graph.inputs.len()
+            ),
+        };
+        let t = read_tensor(Path::new(file)).with_context(|| format!("input `{name}`"))?;
+        inputs.push((name, t));
+    }
+    let t1 = Instant::now();
+    let outputs = execute(&graph, inputs)?;
+    let run_s = t1.elapsed().as_secs_f64();
+    // Convert everything first so an error never leaves some outputs written.
+    let arrays: Vec<(String, PathBuf, NpyArray)> = outputs
+        .iter()
+        .map(|(n, t)| {
+            Ok((
+                n.clone(),
+                args.output_dir.join(format!("{}.npy", file_stem(n))),
+                to_npy(t)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("creating {}", args.output_dir.display()))?;
+    for (_, path, a) in &arrays {
+        write_npy(path, a).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        let outs: Vec<_> = outputs
+            .iter()
+            .zip(&arrays)
+            .map(|((n, t), (_, p, _))| json!({"name": n, "file": p, "dtype": t.dtype.to_string(), "shape": t.shape}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"model": args.model, "load_seconds": load_s, "run_seconds": run_s, "outputs": outs})
+            )?
+        );
+    } else {
+        for ((n, t), (_, p, _)) in outputs.iter().zip(&arrays) {
+            println!("{n}: {} {:?} -> {}", t.dtype, t.shape, p.display());
+        }
+        println!("load {:.1} ms, run {:.1} ms", load_s * 1e3, run_s * 1e3);
+    }
+    Ok(())
+}
