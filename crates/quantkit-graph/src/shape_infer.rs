@@ -18,7 +18,6 @@ pub fn infer(
     let ctx = OpCtx { node, opset };
     let first = ins.first().copied().flatten();
     let konst = |i: usize| node.inputs.get(i).and_then(|n| consts.get(n));
-    let same = || first.map(|f| vec![f.clone()]);
     Some(match node.op_type.as_str() {
         "Relu" | "LeakyRelu" | "PRelu" | "Clip" | "Sigmoid" | "Tanh" | "HardSigmoid"
         | "HardSwish" | "Softmax" | "Erf" | "Sqrt" | "Gelu" | "Identity" | "BatchNormalization"
@@ -138,7 +137,8 @@ pub fn infer(
             let (x, s) = (first?, ins.get(1).copied().flatten()?);
             vec![(s.0, x.1.clone())]
         }
-        "Constant" | "Resize" | "Pad" | "Slice" | "Gather" => return None,
-        _ => return same().filter(|_| false),
+        // Shapes that depend on input values (Resize, Pad, Slice, Gather...) or ops without
+        // a rule are left unknown.
+        _ => return None,
     })
 }
