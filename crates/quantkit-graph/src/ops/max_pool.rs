@@ -12,47 +12,58 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let g = PoolGeom::new(ctx, &x.shape)?;
     let col_major = ctx.node.attr_int("storage_order", 0)? != 0;
     let v = x.to_f64_vec();
-    let out_len: usize = g.out_sp.iter().product();
-    let mut y = vec![f64::NEG_INFINITY; g.planes * out_len];
-    let mut ind = vec![0i64; g.planes * out_len];
     let in_sp = g.in_sp.clone();
     let in_len: usize = in_sp.iter().product();
-    g.for_each_window(|_, o, taps| {
+    let out_len: usize = g.out_sp.iter().product();
+    // Value and in-plane argmax of each window (the first maximum wins, as in ONNX).
+    let best = |xp: &[f64], taps: &[(Option<usize>, bool)]| -> (f64, usize) {
         let mut best = f64::NEG_INFINITY;
         let mut bi = None;
         for &(t, _) in taps {
             if let Some(i) = t {
-                if v[i] > best || bi.is_none() {
-                    best = v[i];
+                if bi.is_none() || xp[i] > best {
+                    best = xp[i];
                     bi = Some(i);
                 }
             }
         }
-        y[o] = best;
-        if let Some(i) = bi {
-            ind[o] = if col_major {
-                // Column-major spatial index within the plane, plus the plane offset.
-                let (plane, mut rem) = (i / in_len, i % in_len);
-                let mut idx = vec![0usize; in_sp.len()];
-                for a in (0..in_sp.len()).rev() {
-                    idx[a] = rem % in_sp[a];
-                    rem /= in_sp[a];
-                }
-                let mut cm = 0usize;
-                for a in (0..in_sp.len()).rev() {
-                    cm = cm * in_sp[a] + idx[a];
-                }
-                (plane * in_len + cm) as i64
-            } else {
-                i as i64
-            };
-        }
-    });
+        (best, bi.unwrap_or(0))
+    };
+    let y = g.map_windows(&v, |xp, taps| best(xp, taps).0);
+    let want_indices = ctx.node.outputs.len() > 1 && !ctx.node.outputs[1].is_empty();
+    let ind: Vec<i64> = if want_indices {
+        let arg = g.map_windows(&v, |xp, taps| best(xp, taps).1 as f64);
+        arg.iter()
+            .enumerate()
+            .map(|(o, &a)| {
+                let (plane, i) = (o / out_len.max(1), a as usize);
+                let within = if col_major {
+                    // Column-major spatial index (storage_order = 1).
+                    let mut rem = i;
+                    let mut idx = vec![0usize; in_sp.len()];
+                    for ax in (0..in_sp.len()).rev() {
+                        idx[ax] = rem % in_sp[ax];
+                        rem /= in_sp[ax];
+                    }
+                    let mut cm = 0usize;
+                    for ax in (0..in_sp.len()).rev() {
+                        cm = cm * in_sp[ax] + idx[ax];
+                    }
+                    cm
+                } else {
+                    i
+                };
+                (plane * in_len + within) as i64
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut shape = x.shape[..2].to_vec();
     shape.extend_from_slice(&g.out_sp);
     let yt = make(crate::DType::F64, shape.clone(), Data::F64(y))?.cast(x.dtype);
     let mut out = vec![yt];
-    if ctx.node.outputs.len() > 1 {
+    if want_indices {
         out.push(make(crate::DType::I64, shape, Data::I64(ind))?);
     }
     Ok(out)

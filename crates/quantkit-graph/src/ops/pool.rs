@@ -70,14 +70,14 @@ impl PoolGeom {
         })
     }
 
-    /// Calls `f(plane, out_index, window)` for every output element, where `window` lists
-    /// `(flat input index or None for padding, inside padded area)` for each kernel tap.
-    pub fn for_each_window(&self, mut f: impl FnMut(usize, usize, &[(Option<usize>, bool)])) {
+    /// For every output position (within one plane) and kernel tap, in that order:
+    /// `(flat input index within the plane, or None on padding; whether the tap lies
+    /// inside the padded input)`. Computed once and shared by all N·C planes.
+    pub fn taps(&self) -> Vec<(Option<usize>, bool)> {
         let nd = self.k.len();
-        let in_len: usize = self.in_sp.iter().product();
         let out_len: usize = self.out_sp.iter().product();
         let klen: usize = self.k.iter().product();
-        let mut taps = Vec::with_capacity(klen);
+        let mut taps = Vec::with_capacity(out_len * klen);
         let mut oidx = vec![0usize; nd];
         let mut kidx = vec![0usize; nd];
         for o in 0..out_len {
@@ -86,7 +86,6 @@ impl PoolGeom {
                 oidx[a] = rem % self.out_sp[a];
                 rem /= self.out_sp[a];
             }
-            taps.clear();
             for t in 0..klen {
                 let mut rem = t;
                 for a in (0..nd).rev() {
@@ -111,13 +110,32 @@ impl PoolGeom {
                 }
                 taps.push((off, in_padded));
             }
-            for p in 0..self.planes {
-                let shifted: Vec<(Option<usize>, bool)> = taps
-                    .iter()
-                    .map(|&(o, ip)| (o.map(|o| o + p * in_len), ip))
-                    .collect();
-                f(p, p * out_len + o, &shifted);
-            }
         }
+        taps
+    }
+
+    /// Runs `f(input_plane, window_taps) -> value` for every output element, planes in
+    /// parallel; returns the `[planes × out_len]` results.
+    pub fn map_windows(
+        &self,
+        x: &[f64],
+        f: impl Fn(&[f64], &[(Option<usize>, bool)]) -> f64 + Sync,
+    ) -> Vec<f64> {
+        use rayon::prelude::*;
+        let in_len: usize = self.in_sp.iter().product();
+        let out_len: usize = self.out_sp.iter().product();
+        let klen: usize = self.k.iter().product::<usize>().max(1);
+        let taps = self.taps();
+        let mut y = vec![0f64; self.planes * out_len];
+        if y.is_empty() {
+            return y;
+        }
+        y.par_chunks_mut(out_len).enumerate().for_each(|(p, yp)| {
+            let xp = &x[p * in_len..(p + 1) * in_len];
+            for (o, v) in yp.iter_mut().enumerate() {
+                *v = f(xp, &taps[o * klen..(o + 1) * klen]);
+            }
+        });
+        y
     }
 }
