@@ -331,11 +331,12 @@ fn conv_impl<T: ActElem, O: QuantType>(
             let [kh, kw] = p.kernel;
             let za = x.zero_point;
             let range = stage.map(|s| s.range::<O>());
+            let mut acc = vec![0i32; c_out];
             for b in 0..n {
                 for oy in 0..oh {
                     for ox in 0..ow {
                         let orow = ((b * oh + oy) * ow + ox) * c_out;
-                        let mut acc = vec![0i32; c_out];
+                        acc.iter_mut().for_each(|a| *a = 0);
                         for ky in 0..kh {
                             let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
                                 - p.pads[0] as isize;
@@ -351,9 +352,22 @@ fn conv_impl<T: ActElem, O: QuantType>(
                                 let src =
                                     &x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c];
                                 let t = &taps[(ky * kw + kx) * c_out..][..c_out];
-                                for (co, a) in acc.iter_mut().enumerate() {
-                                    let xv = src[co / multiplier].to_i32() - za;
-                                    *a = a.wrapping_add(xv.wrapping_mul(t[co]));
+                                if *multiplier == 1 {
+                                    // The common case, written as a zip so that it vectorises.
+                                    for ((a, &xv), &tv) in acc.iter_mut().zip(src).zip(t) {
+                                        *a = a.wrapping_add((xv.to_i32() - za).wrapping_mul(tv));
+                                    }
+                                } else {
+                                    for ((ac, &xv), tc) in acc
+                                        .chunks_exact_mut(*multiplier)
+                                        .zip(src)
+                                        .zip(t.chunks_exact(*multiplier))
+                                    {
+                                        let xv = xv.to_i32() - za;
+                                        for (a, &tv) in ac.iter_mut().zip(tc) {
+                                            *a = a.wrapping_add(xv.wrapping_mul(tv));
+                                        }
+                                    }
                                 }
                             }
                         }

@@ -31,6 +31,25 @@ pub struct Args {
 enum BenchCommand {
     /// int8 GEMM vs f32 GEMM vs the int8 peak.
     Gemm(GemmArgs),
+    /// int8 conv/deconv on real layer shapes (ResNet 3×3 and 1×1, depthwise, 2×2 deconv).
+    Conv(ConvArgs),
+}
+
+/// Arguments of `quantkit bench conv`.
+#[derive(ClapArgs)]
+struct ConvArgs {
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Print a JSON list instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Force an instruction set instead of the dispatched one.
+    #[arg(long)]
+    isa: Option<String>,
+    /// Minimum seconds spent timing each layer.
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
 }
 
 /// Arguments of `quantkit bench gemm`.
@@ -63,6 +82,7 @@ struct GemmArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         Some(BenchCommand::Gemm(g)) => run_gemm(g),
+        Some(BenchCommand::Conv(c)) => run_conv(c),
         None if args.isa => {
             print_isa();
             Ok(())
@@ -292,6 +312,186 @@ fn run_gemm(args: GemmArgs) -> Result<()> {
                 row.int8_vs_f32,
                 100.0 * row.int8_vs_peak,
                 row.i8i8_vs_u8i8
+            );
+        }
+        rows.push(row);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
+}
+
+/// One row of `quantkit bench conv`.
+#[derive(Serialize)]
+struct ConvRow {
+    layer: String,
+    /// Input `[n, h, w, c]`.
+    input: [usize; 4],
+    c_out: usize,
+    threads: usize,
+    ms: f64,
+    /// 2·MACs / time, 10^9 ops/s.
+    int8_gops: f64,
+    /// The f32 GEMM of the same (im2col) GEMM shape, im2col excluded; none for depthwise.
+    f32_gemm_gflops: Option<f64>,
+    isa: String,
+}
+
+fn run_conv(args: ConvArgs) -> Result<()> {
+    use quantkit_kernels::conv::{conv2d_quant_with, ConvParams, ConvWeights, NhwcInput};
+    use quantkit_kernels::deconv::{deconv2d_quant_with, DeconvWeights};
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let isa = match &args.isa {
+        Some(name) => Isa::parse(name).with_context(|| format!("--isa {name}"))?,
+        None => dispatch::isa(),
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .context("building the thread pool")?;
+    let k3 = |g: usize| ConvParams {
+        pads: [1; 4],
+        groups: g,
+        ..ConvParams::new(3, 3)
+    };
+    // (name, input NHWC, c_out, params, deconv?)
+    let layers: Vec<(&str, [usize; 4], usize, ConvParams, bool)> = vec![
+        ("resnet conv2_x 3x3", [1, 56, 56, 64], 64, k3(1), false),
+        ("resnet conv3_x 3x3", [1, 28, 28, 128], 128, k3(1), false),
+        ("resnet conv4_x 3x3", [1, 14, 14, 256], 256, k3(1), false),
+        ("resnet conv5_x 3x3", [1, 7, 7, 512], 512, k3(1), false),
+        (
+            "resnet 1x1 expand",
+            [1, 56, 56, 64],
+            256,
+            ConvParams::new(1, 1),
+            false,
+        ),
+        (
+            "resnet 3x3 stride 2",
+            [1, 56, 56, 64],
+            128,
+            ConvParams {
+                stride: [2, 2],
+                ..k3(1)
+            },
+            false,
+        ),
+        ("mobilenet dw 3x3", [1, 112, 112, 32], 32, k3(32), false),
+        ("mobilenet dw 3x3", [1, 28, 28, 256], 256, k3(256), false),
+        (
+            "unet deconv 2x2 s2",
+            [1, 28, 28, 128],
+            64,
+            ConvParams {
+                stride: [2, 2],
+                ..ConvParams::new(2, 2)
+            },
+            true,
+        ),
+    ];
+    let mut seed = 0x9876_5432u32;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    let mut rows = Vec::new();
+    if !args.json {
+        println!("quantkit bench conv: ISA {isa}, {} thread(s); u8 NHWC in/out, per-channel float requantization; best of repeated runs", args.threads);
+        println!(
+            "{:<22} {:>18} {:>5} | {:>9} {:>9} {:>11}",
+            "layer", "input", "c_out", "ms", "int8 GOPs", "f32 GEMM GF"
+        );
+    }
+    for (name, shape, c_out, p, deconv) in layers {
+        let [n, h, w, c] = shape;
+        let x: Vec<u8> = (0..n * h * w * c).map(|_| rnd() as u8).collect();
+        let input = NhwcInput {
+            data: &x,
+            shape,
+            zero_point: 120,
+        };
+        let cin_g = c / p.groups;
+        let wt: Vec<i8> = (0..c_out * cin_g * p.kernel[0] * p.kernel[1])
+            .map(|_| rnd() as i8)
+            .collect();
+        let stage = OutputStage::float(
+            (0..c_out)
+                .map(|i| 1e-4 * (1.0 + i as f32 / c_out as f32))
+                .collect(),
+            128,
+        )
+        .with_bias(vec![5; c_out]);
+        let (secs, macs, gemm_shape) = if deconv {
+            let dw = DeconvWeights::new(&wt, c, c_out, p, [0, 0], &[0])?;
+            let os = dw.output_shape(shape)?;
+            let mut out = vec![0u8; os.iter().product()];
+            let t = pool.install(|| {
+                time_best(args.seconds, || {
+                    deconv2d_quant_with(isa, &input, &dw, &stage, &mut out)
+                        .expect("checked shapes");
+                })
+            });
+            let macs = n * h * w * c * c_out * p.kernel[0] * p.kernel[1];
+            (
+                t,
+                macs,
+                Some((n * h * w, c_out * p.kernel[0] * p.kernel[1], c)),
+            )
+        } else {
+            let cw = ConvWeights::new(&wt, c_out, c, p, &[0])?;
+            let os = quantkit_kernels::conv::conv2d_output_shape(shape, &cw)?;
+            let mut out = vec![0u8; os.iter().product()];
+            let t = pool.install(|| {
+                time_best(args.seconds, || {
+                    conv2d_quant_with(isa, &input, &cw, &stage, &mut out).expect("checked shapes");
+                })
+            });
+            let m = os[0] * os[1] * os[2];
+            let k = cin_g * p.kernel[0] * p.kernel[1];
+            let gs = if cw.is_depthwise() {
+                None
+            } else {
+                Some((m, c_out, k))
+            };
+            (t, m * c_out * k, gs)
+        };
+        let f32g = gemm_shape.map(|(m, nn, k)| {
+            let af = vec![0.5f32; m * k];
+            let bf = vec![0.25f32; k * nn];
+            let mut cf = vec![0f32; m * nn];
+            let t = pool.install(|| {
+                time_best(args.seconds, || {
+                    f32_gemm(m, nn, k, &af, &bf, &mut cf, args.threads)
+                })
+            });
+            2.0 * (m * nn * k) as f64 / t / 1e9
+        });
+        let row = ConvRow {
+            layer: name.to_string(),
+            input: shape,
+            c_out,
+            threads: args.threads,
+            ms: secs * 1e3,
+            int8_gops: 2.0 * macs as f64 / secs / 1e9,
+            f32_gemm_gflops: f32g,
+            isa: isa.name().to_string(),
+        };
+        if !args.json {
+            println!(
+                "{:<22} {:>18} {:>5} | {:>9.3} {:>9.1} {:>11}",
+                row.layer,
+                format!("{:?}", row.input),
+                c_out,
+                row.ms,
+                row.int8_gops,
+                row.f32_gemm_gflops
+                    .map_or("-".to_string(), |g| format!("{g:.1}"))
             );
         }
         rows.push(row);
