@@ -31,6 +31,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Show a model's opset, inputs/outputs, operators and parameters.
     Inspect(cmd::inspect::Args),
+    /// Train a zoo architecture on Fashion-MNIST (IDX) and write it as ONNX.
+    Train(Box<cmd::train::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Command::Conformance(args) => cmd::conformance::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Train(args) => cmd::train::run(*args),
     }
 }

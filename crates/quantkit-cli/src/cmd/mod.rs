@@ -6,3 +6,4 @@ pub mod demo;
 pub mod inspect;
 pub mod run;
 pub mod tensor;
+pub mod train;

@@ -1,0 +1,152 @@
+//! `quantkit train`: trains a zoo architecture on an IDX data set (Fashion-MNIST by default),
+//! evaluates it on the test split and writes it as ONNX.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use quantkit_data::idx::{find_fashion_mnist, Split};
+use quantkit_train::trainer::{evaluate, train, ImageData, OptimizerKind, TrainConfig};
+use quantkit_train::{export, zoo};
+
+/// Arguments of `quantkit train`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Architecture: lenet, resnet8, mobilenet, mlp or autoencoder.
+    #[arg(long)]
+    arch: String,
+    /// IDX folder with train-* and t10k-* files (default: $QUANTKIT_FASHION_MNIST or
+    /// /usr/share/datasets/fashion-mnist).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Epochs (default: the architecture's).
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Peak learning rate of the cosine schedule (default: the architecture's).
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Optimizer: adam (AdamW) or sgd (momentum 0.9) (default: the architecture's).
+    #[arg(long)]
+    optimizer: Option<String>,
+    /// Seed for weight initialisation and shuffling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads (default: all cores). Results are identical for any thread count.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Train on only the first N training images (quick runs).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Output ONNX file.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Print the final summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `quantkit train`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(t) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .context("setting the thread count")?;
+    }
+    let mut model = zoo::build(&args.arch, args.seed)?;
+    let mut cfg = TrainConfig::for_arch(&args.arch);
+    cfg.seed = args.seed;
+    cfg.batch_size = args.batch;
+    if let Some(e) = args.epochs {
+        cfg.epochs = e;
+    }
+    if let Some(lr) = args.lr {
+        anyhow::ensure!(
+            lr.is_finite() && lr > 0.0,
+            "--lr must be a positive number, got {lr}"
+        );
+        cfg.lr = lr;
+    }
+    if let Some(o) = &args.optimizer {
+        cfg.optimizer = match o.as_str() {
+            "adam" => OptimizerKind::Adam,
+            "sgd" => OptimizerKind::Sgd { momentum: 0.9 },
+            other => anyhow::bail!("unknown --optimizer `{other}` (adam or sgd)"),
+        };
+    }
+    let dir = find_fashion_mnist(args.data.as_deref())?;
+    let mut train_data = ImageData::from_idx_dir(&dir, Split::Train)
+        .with_context(|| format!("loading the training split from {}", dir.display()))?;
+    if let Some(n) = args.limit {
+        train_data.truncate(n);
+    }
+    let test_data = ImageData::from_idx_dir(&dir, Split::Test)
+        .with_context(|| format!("loading the test split from {}", dir.display()))?;
+    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        anyhow::ensure!(
+            parent.is_dir(),
+            "output folder {} does not exist",
+            parent.display()
+        );
+    }
+
+    let steps = train_data.len() / cfg.batch_size.max(1);
+    let bar = ProgressBar::new((steps * cfg.epochs) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let start = Instant::now();
+    train(&mut model, &train_data, &cfg, |p| {
+        bar.set_prefix(format!("epoch {}/{}", p.epoch + 1, cfg.epochs));
+        let acc = p
+            .accuracy
+            .map(|a| format!(" acc {:.2}%", a * 100.0))
+            .unwrap_or_default();
+        bar.set_message(format!(
+            "loss {:.4}{acc} {:.0} samples/s",
+            p.loss, p.samples_per_sec
+        ));
+        bar.inc(1);
+    })?;
+    bar.finish();
+    let train_secs = start.elapsed().as_secs_f64();
+    let ev = evaluate(&model, &test_data, 500)?;
+    export::save_onnx(&model, &args.output)?;
+    if args.json {
+        let v = serde_json::json!({
+            "arch": args.arch,
+            "params": model.num_params(),
+            "epochs": cfg.epochs,
+            "train_seconds": train_secs,
+            "metric": ev.metric,
+            "value": ev.value,
+            "samples": ev.samples,
+            "output": args.output.display().to_string(),
+        });
+        println!("{v}");
+    } else {
+        let value = if ev.metric == "accuracy" {
+            format!("{:.2}%", ev.value * 100.0)
+        } else {
+            format!("{:.5}", ev.value)
+        };
+        println!(
+            "{}: {} parameters, {} epochs in {:.1} s; test {} {} on {} images; wrote {}",
+            args.arch,
+            model.num_params(),
+            cfg.epochs,
+            train_secs,
+            ev.metric,
+            value,
+            ev.samples,
+            args.output.display()
+        );
+    }
+    Ok(())
+}
