@@ -243,4 +243,77 @@ mod tests {
             assert_eq!(back.nodes.len(), graph.nodes.len());
         }
     }
+
+    /// Every exported zoo model runs in ONNX Runtime (Python package) with outputs equal to
+    /// `Model::infer` within 1e-5 of the output's largest magnitude. Skipped with a message
+    /// when python3/onnxruntime are missing, except under CI (CI=true), where that fails.
+    #[test]
+    fn exported_models_match_onnx_runtime() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        let have_ort = std::process::Command::new("python3")
+            .args(["-c", "import onnxruntime, numpy"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !have_ort {
+            assert!(!ci, "CI needs python3 with onnxruntime and numpy");
+            eprintln!("skipped: python3 with onnxruntime and numpy is not available");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("quantkit-train-ort-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = Rng::new(11);
+        for arch in zoo::ARCHS {
+            let mut model = zoo::build(arch, 4).unwrap();
+            for p in model.params.iter_mut() {
+                if p.name.ends_with("running_mean") || p.name.ends_with("running_var") {
+                    for v in p.value.data_mut() {
+                        *v = 0.5 + rng.uniform();
+                    }
+                }
+            }
+            let x: Vec<f32> = (0..4 * 784).map(|_| rng.uniform()).collect();
+            let want = model
+                .infer(Tensor::new(&[4, 1, 28, 28], x.clone()).unwrap())
+                .unwrap();
+            let onnx = dir.join(format!("{arch}.onnx"));
+            save_onnx(&model, &onnx).unwrap();
+            let xin = dir.join(format!("{arch}.in"));
+            let yout = dir.join(format!("{arch}.out"));
+            std::fs::write(
+                &xin,
+                x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+            )
+            .unwrap();
+            let script = format!(
+                "import numpy as np, onnxruntime as ort\n\
+                 s = ort.InferenceSession({:?}, providers=['CPUExecutionProvider'])\n\
+                 x = np.fromfile({:?}, dtype='<f4').reshape(4, 1, 28, 28)\n\
+                 s.run(None, {{'input': x}})[0].astype('<f4').tofile({:?})\n",
+                onnx.display().to_string(),
+                xin.display().to_string(),
+                yout.display().to_string()
+            );
+            let st = std::process::Command::new("python3")
+                .args(["-c", &script])
+                .status()
+                .unwrap();
+            assert!(st.success(), "{arch}: onnxruntime failed");
+            let got: Vec<f32> = std::fs::read(&yout)
+                .unwrap()
+                .chunks(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_eq!(got.len(), want.len(), "{arch}");
+            let scale = want.data().iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(want.data())
+                .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+            assert!(
+                err <= 1e-5 * scale,
+                "{arch}: max |ort - quantkit| = {err}, output scale {scale}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
