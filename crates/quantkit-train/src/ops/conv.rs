@@ -381,6 +381,25 @@ pub(crate) fn conv_backward_input(
         );
 }
 
+/// Sum with eight independent partial sums, which the compiler keeps in one SIMD register
+/// (a plain `iter().sum()` is a serial chain of scalar adds, since float addition is not
+/// reassociated). The order is fixed, so the result is deterministic.
+pub(crate) fn sum8(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += *v;
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for v in rest {
+        s += *v;
+    }
+    s
+}
+
 /// Weight and bias gradients, summed per chunk of [`GRAD_CHUNK`] samples, chunks added in order.
 pub(crate) fn conv_backward_params(
     s: &ConvShape,
@@ -412,7 +431,7 @@ pub(crate) fn conv_backward_params(
             ];
             for (xn, dyn_) in xc.chunks(chw).zip(dyc.chunks(s.m * ohw)) {
                 for (mi, d) in db.iter_mut().enumerate() {
-                    *d += dyn_[mi * ohw..(mi + 1) * ohw].iter().sum::<f32>();
+                    *d += sum8(&dyn_[mi * ohw..(mi + 1) * ohw]);
                 }
                 if !need_w {
                     continue;

@@ -190,7 +190,7 @@ impl Op for ConvTranspose2d {
                     let mut col = vec![0.0f32; if need_w { kk * hw } else { 0 }];
                     for (xn, dyn_) in xc.chunks(s.c * hw).zip(dyc.chunks(s.m * ohw)) {
                         for (mi, d) in db.iter_mut().enumerate() {
-                            *d += dyn_[mi * ohw..(mi + 1) * ohw].iter().sum::<f32>();
+                            *d += super::conv::sum8(&dyn_[mi * ohw..(mi + 1) * ohw]);
                         }
                         if need_w {
                             im2col(dyn_, s.m, &s.g, s.h, s.w, &mut col);

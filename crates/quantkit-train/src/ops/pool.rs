@@ -96,6 +96,28 @@ impl Op for MaxPool2d {
             .zip(arg.par_chunks_mut(oh * ow))
             .zip(x.data().par_chunks(h * w))
             .for_each(|((yp, ap), xp)| {
+                if a == PoolAttrs::new(2, 2) {
+                    // The common 2×2/2 case without window-bound arithmetic; same tie and NaN
+                    // rules as the general loop below (first maximum wins, NaN wins).
+                    for oy in 0..oh {
+                        let (r0, r1) = (2 * oy * w, (2 * oy + 1) * w);
+                        for ox in 0..ow {
+                            let cand = [r0 + 2 * ox, r0 + 2 * ox + 1, r1 + 2 * ox, r1 + 2 * ox + 1];
+                            let mut bi = cand[0];
+                            let mut best = xp[bi];
+                            for &i in &cand[1..] {
+                                let v = xp[i];
+                                if v > best || (v.is_nan() && !best.is_nan()) {
+                                    best = v;
+                                    bi = i;
+                                }
+                            }
+                            yp[oy * ow + ox] = best;
+                            ap[oy * ow + ox] = bi as u32;
+                        }
+                    }
+                    return;
+                }
                 for oy in 0..oh {
                     let y0 = (oy * a.stride[0]) as isize - a.pads[0] as isize;
                     let ylo = y0.max(0) as usize;
