@@ -11,6 +11,26 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let x = input(inputs, 0)?;
     let g = PoolGeom::new(ctx, &x.shape)?;
     let col_major = ctx.node.attr_int("storage_order", 0)? != 0;
+    let want_indices = ctx.node.outputs.len() > 1 && !ctx.node.outputs[1].is_empty();
+    if let (Data::F32(xf), false) = (&x.data, want_indices) {
+        // f32 fast path (no widening); same first-maximum rule as below.
+        let y = g.map_windows(xf.as_slice(), |xp, taps| {
+            let mut best = f32::NEG_INFINITY;
+            let mut seen = false;
+            for &(t, _) in taps {
+                if let Some(i) = t {
+                    if !seen || xp[i] > best {
+                        best = xp[i];
+                        seen = true;
+                    }
+                }
+            }
+            best
+        });
+        let mut shape = x.shape[..2].to_vec();
+        shape.extend_from_slice(&g.out_sp);
+        return Ok(vec![make(crate::DType::F32, shape, Data::F32(y))?]);
+    }
     let v = x.to_f64_vec();
     let in_sp = g.in_sp.clone();
     let in_len: usize = in_sp.iter().product();
@@ -30,7 +50,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         (best, bi.unwrap_or(0))
     };
     let y = g.map_windows(&v, |xp, taps| best(xp, taps).0);
-    let want_indices = ctx.node.outputs.len() > 1 && !ctx.node.outputs[1].is_empty();
     let ind: Vec<i64> = if want_indices {
         let arg = g.map_windows(&v, |xp, taps| best(xp, taps).1 as f64);
         arg.iter()

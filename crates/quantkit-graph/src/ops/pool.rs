@@ -116,17 +116,17 @@ impl PoolGeom {
 
     /// Runs `f(input_plane, window_taps) -> value` for every output element, planes in
     /// parallel; returns the `[planes × out_len]` results.
-    pub fn map_windows(
+    pub fn map_windows<T: Copy + Default + Send + Sync>(
         &self,
-        x: &[f64],
-        f: impl Fn(&[f64], &[(Option<usize>, bool)]) -> f64 + Sync,
-    ) -> Vec<f64> {
+        x: &[T],
+        f: impl Fn(&[T], &[(Option<usize>, bool)]) -> T + Sync,
+    ) -> Vec<T> {
         use rayon::prelude::*;
         let in_len: usize = self.in_sp.iter().product();
         let out_len: usize = self.out_sp.iter().product();
         let klen: usize = self.k.iter().product::<usize>().max(1);
         let taps = self.taps();
-        let mut y = vec![0f64; self.planes * out_len];
+        let mut y = vec![T::default(); self.planes * out_len];
         if y.is_empty() {
             return y;
         }
