@@ -47,7 +47,7 @@ pub fn add<T: QuantType>(
         let v =
             (x0.to_i32() - qa.zero_point) as f32 * ra + (x1.to_i32() - qb.zero_point) as f32 * rb;
         let v = v.max(lo_f).min(hi_f);
-        *y = T::from_clamped((v.round_ties_even() as i32) + qy.zero_point);
+        *y = T::from_clamped((crate::output::round_half_even(v) as i32) + qy.zero_point);
     }
     Ok(())
 }

@@ -281,15 +281,6 @@ impl<'a> Activations<'a> {
             ActData::I8(_) => self.zero_point + 128,
         }
     }
-
-    /// Stored (u8) value of element `(r, kk)`.
-    #[inline(always)]
-    fn get(&self, r: usize, kk: usize) -> u32 {
-        match self.data {
-            ActData::U8(d) => d[r * self.k + kk] as u32,
-            ActData::I8(d) => (d[r * self.k + kk] as u8 ^ 0x80) as u32,
-        }
-    }
 }
 
 /// Zero-point (and bias) corrections of a tile, shared by every ISA's epilogue.
@@ -325,18 +316,41 @@ impl PackedA {
         let mut data = vec![0u32; panels * kgroups * MR];
         let mut rowsums = vec![0i32; panels * MR];
         let k = a.k;
-        let pack_panel = |(p, (dst, sums)): (usize, (&mut [u32], &mut [i32]))| {
-            for r in 0..MR.min(a.m - p * MR) {
-                let row = p * MR + r;
-                let mut s = 0i32;
-                for g in 0..kgroups {
-                    let k0 = g * KGROUP;
-                    let lo = a.get(row, k0);
-                    let hi = if k0 + 1 < k { a.get(row, k0 + 1) } else { 0 };
-                    s += (lo + hi) as i32;
-                    dst[g * MR + r] = lo | (hi << 16);
+        // Stored value of a row: u8 as is, i8 with the sign bit flipped (a + 128).
+        fn pack_row(row: impl Iterator<Item = u32>, dst: &mut [u32], r: usize) -> i32 {
+            let mut s = 0i32;
+            let mut g = 0;
+            let mut pending: Option<u32> = None;
+            for v in row {
+                s += v as i32;
+                match pending.take() {
+                    None => pending = Some(v),
+                    Some(lo) => {
+                        dst[g * MR + r] = lo | (v << 16);
+                        g += 1;
+                    }
                 }
-                sums[r] = s;
+            }
+            if let Some(lo) = pending {
+                dst[g * MR + r] = lo;
+            }
+            s
+        }
+        let pack_panel = |(p, (dst, sums)): (usize, (&mut [u32], &mut [i32]))| {
+            for (r, sum) in sums.iter_mut().enumerate().take(MR.min(a.m - p * MR)) {
+                let row = p * MR + r;
+                *sum = match a.data {
+                    ActData::U8(d) => {
+                        pack_row(d[row * k..(row + 1) * k].iter().map(|&v| v as u32), dst, r)
+                    }
+                    ActData::I8(d) => pack_row(
+                        d[row * k..(row + 1) * k]
+                            .iter()
+                            .map(|&v| (v as u8 ^ 0x80) as u32),
+                        dst,
+                        r,
+                    ),
+                };
             }
         };
         let chunks = data

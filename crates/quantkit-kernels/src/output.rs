@@ -235,5 +235,20 @@ pub fn float_requant(t: i32, s: f32, z: i32, lo: i32, hi: i32) -> i32 {
     let hi_f = (hi as i64 - z as i64) as f32;
     let v = (t as f32) * s;
     let v = v.max(lo_f).min(hi_f);
-    (v.round_ties_even() as i32).wrapping_add(z)
+    (round_half_even(v) as i32).wrapping_add(z)
+}
+
+/// Round half to even of an f32 without a libm call (baseline x86-64 has no `roundss`, so
+/// `f32::round_ties_even` becomes a call to `rintf`). For `|v| < 2^22`, adding and
+/// subtracting `1.5·2^23` leaves exactly the nearest integer, ties to even (IEEE default
+/// rounding; Rust never enables fast-math, so the pair is not folded). Larger magnitudes are
+/// handled by `round_ties_even` (all f32 ≥ 2^23 are integers already).
+#[inline(always)]
+pub fn round_half_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    if v.abs() < 4_194_304.0 {
+        (v + MAGIC) - MAGIC
+    } else {
+        v.round_ties_even()
+    }
 }

@@ -221,3 +221,41 @@ fn lookup_tables_equal_the_quantized_function() {
         }
     }
 }
+
+#[test]
+fn magic_number_rounding_equals_round_ties_even() {
+    use quantkit_kernels::output::round_half_even;
+    let mut rng = Rng(23);
+    let specials = [
+        0.5f32,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        4_194_303.5,
+        -4_194_303.5,
+        4_194_304.0,
+        8_388_609.0,
+        1e9,
+        -1e9,
+        0.0,
+        -0.0,
+        0.49999997,
+    ];
+    for v in specials {
+        assert_eq!(round_half_even(v), v.round_ties_even(), "{v}");
+    }
+    for _ in 0..200_000 {
+        let v = f32::from_bits(rng.next() as u32);
+        if v.is_finite() {
+            assert_eq!(
+                round_half_even(v).to_bits() & 0x7fff_ffff,
+                v.round_ties_even().to_bits() & 0x7fff_ffff,
+                "{v}"
+            );
+        }
+        let h = (rng.next() % 2_000_001) as f32 / 2.0 - 500_000.0; // many exact ties
+        assert_eq!(round_half_even(h), h.round_ties_even(), "{h}");
+    }
+}
