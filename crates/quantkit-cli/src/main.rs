@@ -33,6 +33,8 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Train a zoo architecture on Fashion-MNIST (IDX) and write it as ONNX.
     Train(Box<cmd::train::Args>),
+    /// Post-training static quantization of an ONNX model to QDQ ONNX.
+    Quantize(Box<cmd::quantize::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,5 +47,6 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => cmd::run::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Train(args) => cmd::train::run(*args),
+        Command::Quantize(args) => cmd::quantize::run(*args),
     }
 }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod conformance;
 pub mod demo;
 pub mod inspect;
+pub mod quantize;
 pub mod run;
 pub mod tensor;
 pub mod train;

@@ -1,0 +1,151 @@
+//! `quantkit quantize`: post-training static quantization of an ONNX model to QDQ ONNX.
+
+use anyhow::Context;
+use quantkit_core::CalibrationMethod;
+use quantkit_ptq::{quantize_static, PtqConfig, QdqOptions};
+use std::path::PathBuf;
+
+/// Arguments of `quantkit quantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Float ONNX model.
+    pub model: PathBuf,
+    /// Calibration data: IDX folder, image folder, folder with images.npy, .npy or .npz.
+    #[arg(long)]
+    pub calib: PathBuf,
+    /// Output QDQ ONNX model (written atomically).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
+    #[arg(long, default_value = "minmax")]
+    pub method: String,
+    /// One weight scale per tensor instead of per output channel.
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Activation type: u8 (default) or i8, both affine.
+    #[arg(long, default_value = "u8")]
+    pub activations: String,
+    /// Weight bit width (2 to 8, symmetric, stored as int8).
+    #[arg(long, default_value_t = 8)]
+    pub weight_bits: u8,
+    /// Keep this node in float (repeatable).
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// Use at most N calibration samples (arrays, for an .npz of batches).
+    #[arg(long)]
+    pub calib_samples: Option<usize>,
+    /// Scale applied to .npy/.npz values (default: 1/255 for u8 data, else 1).
+    #[arg(long)]
+    pub scale: Option<f32>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `quantkit quantize`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let method: CalibrationMethod = args
+        .method
+        .parse()
+        .with_context(|| format!("--method {}", args.method))?;
+    let signed_activations = match args.activations.as_str() {
+        "u8" | "uint8" => false,
+        "i8" | "int8" => true,
+        other => anyhow::bail!("--activations {other}: expected u8 or i8"),
+    };
+    let size_before = std::fs::metadata(&args.model)
+        .with_context(|| format!("reading {}", args.model.display()))?
+        .len();
+    let graph = quantkit_graph::load_model(&args.model)?;
+    let mut data = quantkit_data::open_data(
+        &args.calib,
+        &quantkit_data::OpenOptions {
+            scale: args.scale,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("opening calibration data {}", args.calib.display()))?;
+    let config = PtqConfig {
+        method,
+        qdq: QdqOptions {
+            per_channel: !args.per_tensor,
+            weight_bits: args.weight_bits,
+            signed_activations,
+        },
+        exclude: args.exclude.clone(),
+        calib_samples: args.calib_samples,
+        ..Default::default()
+    };
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "calibrating {bar:30} {pos}/{len} samples [{elapsed_precise}]",
+            )
+            .expect("valid template"),
+        );
+        b
+    };
+    let (q, summary) = quantize_static(graph, &mut data, &config, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .with_context(|| format!("quantizing {}", args.model.display()))?;
+    bar.finish_and_clear();
+    quantkit_graph::save_model(&q, &args.output)?;
+    let size_after = std::fs::metadata(&args.output)?.len();
+    if args.json {
+        let mut v = serde_json::to_value(&summary)?;
+        v["model"] = args.model.display().to_string().into();
+        v["output"] = args.output.display().to_string().into();
+        v["size_before"] = size_before.into();
+        v["size_after"] = size_after.into();
+        v["size_ratio"] = (size_after as f64 / size_before.max(1) as f64).into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "quantized {} -> {}",
+        args.model.display(),
+        args.output.display()
+    );
+    println!(
+        "  weights {}, activations {} affine per-tensor, calibration {} on {} samples in {:.2} s",
+        summary.weights,
+        summary.activations,
+        summary.method,
+        summary.calibration_samples,
+        summary.calibration_seconds
+    );
+    if !summary.prepare.batch_norms_folded.is_empty() {
+        println!(
+            "  folded {} BatchNormalization node(s) into Conv/Gemm",
+            summary.prepare.batch_norms_folded.len()
+        );
+    }
+    if let Some(old) = summary.opset_upgraded_from {
+        println!("  opset upgraded from {old} to 13 (per-axis QuantizeLinear)");
+    }
+    println!(
+        "  {} of {} nodes quantized, {} activations with Q/DQ, {} conv/gemm+activation fusions",
+        summary.quantized.len(),
+        summary.nodes,
+        summary.activations_quantized,
+        summary.fused.len()
+    );
+    if !summary.left_float.is_empty() {
+        println!("  left in float:");
+        for f in &summary.left_float {
+            println!("    {} ({}): {}", f.name, f.op_type, f.reason);
+        }
+    }
+    println!(
+        "  size {} -> {} bytes ({:.1}%)",
+        size_before,
+        size_after,
+        100.0 * size_after as f64 / size_before.max(1) as f64
+    );
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! Post-training static quantization: prepare a float ONNX graph (constant folding,
+//! BatchNormalization folding, Conv/Gemm/MatMul + Relu/Clip fusion bookkeeping), calibrate
+//! activation ranges with the float executor, and rewrite the graph into the QDQ form
+//! ONNX Runtime's quantizer emits (int8 per-channel weights + DequantizeLinear, int32
+//! biases, QuantizeLinear/DequantizeLinear on activations).
+//!
+//! ```no_run
+//! use quantkit_ptq::{quantize_static, PtqConfig};
+//! let graph = quantkit_graph::load_model("model.onnx")?;
+//! let mut data = quantkit_data::open_data("calib.npy", &Default::default())?;
+//! let (qgraph, summary) = quantize_static(graph, &mut data, &PtqConfig::default(), &mut |_, _| {})?;
+//! quantkit_graph::save_model(&qgraph, "model.int8.onnx").unwrap();
+//! println!("{} nodes quantized", summary.quantized.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+// The folding loops index weights, scales and biases with one channel counter, as the
+// formulas do.
+#![allow(clippy::needless_range_loop)]
+
+pub mod calibrate;
+pub mod error;
+pub mod prepare;
+pub mod qdq;
+
+pub use calibrate::{calibrate, CalibrateOptions, Calibration};
+pub use error::{PtqError, Result};
+pub use prepare::{fold_batch_norms, prepare, upgrade_opset_13, PrepareReport};
+pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
+
+use quantkit_core::CalibrationMethod;
+use quantkit_data::DataSource;
+use quantkit_graph::Graph;
+use std::collections::{BTreeMap, HashSet};
+
+/// Everything `quantkit quantize` can set.
+#[derive(Debug, Clone)]
+pub struct PtqConfig {
+    /// Calibration observer (default min/max).
+    pub method: CalibrationMethod,
+    /// Weight and activation types.
+    pub qdq: QdqOptions,
+    /// Nodes kept in float.
+    pub exclude: Vec<String>,
+    /// Calibration samples (default: all).
+    pub calib_samples: Option<usize>,
+    /// Samples per executor call during calibration.
+    pub batch_size: usize,
+}
+
+impl Default for PtqConfig {
+    fn default() -> Self {
+        PtqConfig {
+            method: CalibrationMethod::MinMax,
+            qdq: QdqOptions::default(),
+            exclude: Vec::new(),
+            calib_samples: None,
+            batch_size: 32,
+        }
+    }
+}
+
+/// What [`quantize_static`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// Nodes of the prepared float graph.
+    pub nodes: usize,
+    /// Quantized nodes: `(name, op_type)`.
+    pub quantized: Vec<(String, String)>,
+    /// Nodes left in float, with the reason.
+    pub left_float: Vec<FloatNode>,
+    /// `(producer, activation)` fused pairs (one QDQ after the activation only).
+    pub fused: Vec<(String, String)>,
+    /// Preparation changes.
+    pub prepare: PrepareReport,
+    /// Activations quantized.
+    pub activations_quantized: usize,
+    /// Calibration samples (arrays for an `.npz` of batches) used.
+    pub calibration_samples: usize,
+    /// Wall time of calibration in seconds.
+    pub calibration_seconds: f64,
+    /// Bytes of initializers before (float, after preparation) and after quantization.
+    pub weight_bytes_before: usize,
+    /// See `weight_bytes_before`.
+    pub weight_bytes_after: usize,
+    /// Opset the model was upgraded from (per-axis QDQ needs opset 13), if it was.
+    pub opset_upgraded_from: Option<i64>,
+    /// Calibration method, e.g. `minmax`.
+    pub method: String,
+    /// Activation type (`u8` or `i8`).
+    pub activations: String,
+    /// Weight scheme, e.g. `i8 symmetric per-channel`.
+    pub weights: String,
+}
+
+/// Prepares, calibrates on `data` and quantizes `graph` to QDQ form.
+/// `progress(done, total)` reports calibration progress.
+pub fn quantize_static(
+    mut graph: Graph,
+    data: &mut DataSource,
+    config: &PtqConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Graph, Summary)> {
+    if !(2..=8).contains(&config.qdq.weight_bits) {
+        return Err(PtqError::InvalidOption(format!(
+            "--weight-bits {}: supported are 2 to 8 (stored as int8)",
+            config.qdq.weight_bits
+        )));
+    }
+    let prep = prepare(&mut graph)?;
+    let exclude: HashSet<String> = config.exclude.iter().cloned().collect();
+    let mut plan = qdq::plan(&graph, &exclude)?;
+    let t0 = std::time::Instant::now();
+    let wanted: HashSet<String> = plan.activations.iter().cloned().collect();
+    let cal = calibrate(
+        &graph,
+        data,
+        &wanted,
+        &CalibrateOptions {
+            method: config.method,
+            limit: config.calib_samples,
+            batch_size: config.batch_size,
+        },
+        progress,
+    )?;
+    let calibration_seconds = t0.elapsed().as_secs_f64();
+    let scheme = config.qdq.activation_scheme();
+    let mut act = BTreeMap::new();
+    for t in &plan.activations {
+        if let Some(obs) = cal.observers.get(t) {
+            let p = obs.qparams(&scheme).map_err(error::core(format!(
+                "choosing parameters of activation `{t}`"
+            )))?;
+            act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
+        }
+    }
+    plan.activations.retain(|t| act.contains_key(t));
+    let weight_bytes_before = initializer_bytes(&graph);
+    let nodes = graph.nodes.len();
+    let upgraded = upgrade_opset_13(&mut graph, &cal.ranks)?;
+    graph.meta.ir_version = graph.meta.ir_version.max(7);
+    let types: std::collections::HashMap<String, String> = graph
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.op_type.clone()))
+        .collect();
+    let q = insert_qdq(graph, &plan, &act, &config.qdq)?;
+    let summary = Summary {
+        nodes,
+        quantized: plan
+            .quantized
+            .iter()
+            .map(|n| (n.clone(), types.get(n).cloned().unwrap_or_default()))
+            .collect(),
+        left_float: plan.left_float.clone(),
+        fused: plan.fused.clone(),
+        prepare: prep,
+        activations_quantized: act.len(),
+        calibration_samples: cal.samples,
+        calibration_seconds,
+        weight_bytes_before,
+        weight_bytes_after: initializer_bytes(&q),
+        opset_upgraded_from: upgraded,
+        method: method_name(config.method),
+        activations: if config.qdq.signed_activations {
+            "i8"
+        } else {
+            "u8"
+        }
+        .into(),
+        weights: format!(
+            "i{} symmetric {}",
+            config.qdq.weight_bits,
+            if config.qdq.per_channel {
+                "per-channel"
+            } else {
+                "per-tensor"
+            }
+        ),
+    };
+    Ok((q, summary))
+}
+
+fn method_name(m: CalibrationMethod) -> String {
+    format!("{m:?}").to_lowercase()
+}

@@ -1,0 +1,290 @@
+//! Graph preparation before calibration: constant folding, BatchNormalization folded into
+//! the preceding convolution, and the opset upgrade that per-axis QDQ needs.
+
+use crate::error::{graph, PtqError, Result};
+use quantkit_graph::{passes, AttrValue, Graph, Node, Tensor};
+use std::collections::HashMap;
+
+/// What [`prepare`] changed.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PrepareReport {
+    /// Nodes removed by constant folding (including `Constant` nodes turned into initializers).
+    pub constants_folded: usize,
+    /// `(batch_norm, conv)` pairs: the BatchNormalization node folded into the Conv/Gemm.
+    pub batch_norms_folded: Vec<(String, String)>,
+}
+
+/// Runs the preparation passes in place: topological sort, constant folding, then
+/// BatchNormalization folding ([`fold_batch_norms`]).
+pub fn prepare(g: &mut Graph) -> Result<PrepareReport> {
+    passes::topo_sort(g).map_err(graph("sorting the graph"))?;
+    let before = g.nodes.len();
+    passes::fold_constants(g).map_err(graph("folding constants"))?;
+    let constants_folded = before - g.nodes.len();
+    let batch_norms_folded = fold_batch_norms(g)?;
+    Ok(PrepareReport {
+        constants_folded,
+        batch_norms_folded,
+    })
+}
+
+fn consumers<'a>(g: &'a Graph, value: &str) -> Vec<&'a Node> {
+    g.nodes
+        .iter()
+        .filter(|n| n.inputs.iter().any(|i| i == value))
+        .collect()
+}
+
+/// Folds every inference-mode `BatchNormalization` whose input is produced by a `Conv` (or a
+/// `Gemm` with `alpha = beta = 1`) used by nothing else, with all parameters constant.
+///
+/// With `k_c = γ_c / √(var_c + ε)` (ONNX BatchNormalization:
+/// `y = (x − μ)·γ/√(var + ε) + β`), the folded layer computes the same function with
+/// `w'_c = w_c · k_c` (every weight of output channel `c`) and `b'_c = (b_c − μ_c)·k_c + β_c`.
+/// Computed in f64, rounded once to f32. Returns the `(batch_norm, producer)` name pairs.
+pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
+    let outputs: Vec<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    let mut folded = Vec::new();
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let bn = &g.nodes[i];
+        if bn.op_type != "BatchNormalization" || !bn.domain.is_empty() {
+            i += 1;
+            continue;
+        }
+        let used_outputs = bn.outputs.iter().skip(1).any(|o| !o.is_empty());
+        let training = bn.attr_int("training_mode", 0).unwrap_or(0) != 0;
+        let params: Option<Vec<&Tensor>> = bn.inputs[1..]
+            .iter()
+            .map(|n| g.initializers.get(n))
+            .collect();
+        let x = bn.inputs[0].clone();
+        let prod = g.producer(&x);
+        let ok = !used_outputs
+            && !training
+            && bn.inputs.len() == 5
+            && params.is_some()
+            && !outputs.contains(&x)
+            && consumers(g, &x).len() == 1
+            && prod.is_some();
+        if !ok {
+            i += 1;
+            continue;
+        }
+        let pi = prod.expect("checked");
+        let p = &g.nodes[pi];
+        let eps = f64::from(bn.attr_float("epsilon", 1e-5).unwrap_or(1e-5));
+        let params = params.expect("checked");
+        let [gamma, beta, mean, var] = [0, 1, 2, 3].map(|k| params[k].to_f64_vec());
+        let c = gamma.len();
+        if [&beta, &mean, &var].iter().any(|v| v.len() != c) {
+            i += 1;
+            continue;
+        }
+        let kk: Vec<f64> = (0..c).map(|j| gamma[j] / (var[j] + eps).sqrt()).collect();
+        // Weight layout: which axis holds the output channel.
+        let (w_axis, is_gemm) = match p.op_type.as_str() {
+            "Conv" if p.domain.is_empty() => (0usize, false),
+            "Gemm"
+                if p.domain.is_empty()
+                    && p.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
+                    && p.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0
+                    && p.attr_int("transA", 0).unwrap_or(1) == 0 =>
+            {
+                (
+                    if p.attr_int("transB", 0).unwrap_or(0) != 0 {
+                        0
+                    } else {
+                        1
+                    },
+                    true,
+                )
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let Some(w) = p.inputs.get(1).and_then(|n| g.initializers.get(n)) else {
+            i += 1;
+            continue;
+        };
+        if w.rank() < 2 || w.shape[w_axis] != c || !w.dtype.is_float() {
+            i += 1;
+            continue;
+        }
+        let bias_name = p.inputs.get(2).filter(|s| !s.is_empty()).cloned();
+        let bias = match &bias_name {
+            Some(b) => match g.initializers.get(b) {
+                Some(t) if t.len() == c => t.to_f64_vec(),
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            },
+            None => vec![0.0; c],
+        };
+        if is_gemm && bias_name.is_none() {
+            // Adding a C input is fine for Gemm (broadcast over rows).
+        }
+        // New weight.
+        let wv = w.to_f64_vec();
+        let outer: usize = w.shape[..w_axis].iter().product();
+        let inner: usize = w.shape[w_axis + 1..].iter().product();
+        let mut nw = vec![0f32; wv.len()];
+        for o in 0..outer {
+            for ch in 0..c {
+                for j in 0..inner {
+                    let idx = (o * c + ch) * inner + j;
+                    nw[idx] = (wv[idx] * kk[ch]) as f32;
+                }
+            }
+        }
+        let nb: Vec<f32> = (0..c)
+            .map(|ch| ((bias[ch] - mean[ch]) * kk[ch] + beta[ch]) as f32)
+            .collect();
+        let (pname, bn_name, bn_out) = (p.name.clone(), bn.name.clone(), bn.outputs[0].clone());
+        let w_name = unique(g, &format!("{}_bnfolded_weight", pname));
+        let b_name = unique(g, &format!("{}_bnfolded_bias", pname));
+        let w_shape = w.shape.clone();
+        g.initializers
+            .insert(w_name.clone(), Tensor::from_f32(&w_shape, nw));
+        g.initializers
+            .insert(b_name.clone(), Tensor::from_f32(&[c], nb));
+        let p = &mut g.nodes[pi];
+        p.inputs[1] = w_name;
+        if p.inputs.len() < 3 {
+            p.inputs.push(b_name);
+        } else {
+            p.inputs[2] = b_name;
+        }
+        p.outputs[0] = bn_out;
+        g.nodes.remove(i);
+        folded.push((bn_name, pname));
+    }
+    if !folded.is_empty() {
+        prune_initializers(g);
+    }
+    Ok(folded)
+}
+
+/// A value name not yet used by any initializer, node output or graph input.
+pub(crate) fn unique(g: &Graph, base: &str) -> String {
+    let taken = |n: &str| {
+        g.initializers.contains_key(n)
+            || g.inputs.iter().any(|i| i.name == n)
+            || g.nodes.iter().any(|x| x.outputs.iter().any(|o| o == n))
+    };
+    if !taken(base) {
+        return base.to_string();
+    }
+    (1..)
+        .map(|k| format!("{base}_{k}"))
+        .find(|n| !taken(n))
+        .expect("unbounded")
+}
+
+/// Drops initializers that no node and no graph output reads.
+pub(crate) fn prune_initializers(g: &mut Graph) {
+    let used: std::collections::HashSet<String> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().cloned())
+        .chain(g.outputs.iter().map(|o| o.name.clone()))
+        .collect();
+    g.initializers.retain(|k, _| used.contains(k));
+}
+
+/// Raises the default-domain opset to 13 (per-axis `QuantizeLinear`/`DequantizeLinear`),
+/// rewriting the operators whose meaning changed between the old opset and 13 so the model
+/// computes the same function: `Softmax`/`LogSoftmax`/`Hardmax` (coerced-2D semantics before
+/// 13; `ranks` gives each value's rank as seen during calibration), and the `axes`/`split`
+/// attributes that became inputs (`Squeeze`, `Unsqueeze`, `Split`, `ReduceSum`).
+/// Returns the previous opset when it changed anything.
+pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result<Option<i64>> {
+    let old = g.opset();
+    if old >= 13 {
+        return Ok(None);
+    }
+    if old < 10 {
+        return Err(PtqError::InvalidOption(format!(
+            "model opset {old} is older than 10, the first with QuantizeLinear; upgrade it first"
+        )));
+    }
+    let mut nodes = Vec::with_capacity(g.nodes.len());
+    for mut n in std::mem::take(&mut g.nodes) {
+        if !n.domain.is_empty() && n.domain != "ai.onnx" {
+            nodes.push(n);
+            continue;
+        }
+        match n.op_type.as_str() {
+            "Softmax" | "LogSoftmax" | "Hardmax" => {
+                let r = ranks
+                    .get(&n.inputs[0])
+                    .copied()
+                    .ok_or_else(|| PtqError::Unsupported {
+                        node: n.name.clone(),
+                        op_type: n.op_type.clone(),
+                        reason: "rank of the input unknown; cannot upgrade to opset 13".into(),
+                    })? as i64;
+                let mut a = n.attr_int("axis", 1).unwrap_or(1);
+                if a < 0 {
+                    a += r;
+                }
+                n.attributes.retain(|(k, _)| k != "axis");
+                if a == r - 1 {
+                    n.attributes.push(("axis".into(), AttrValue::Int(a)));
+                    nodes.push(n);
+                } else {
+                    // Old semantics: flatten to 2-D at `axis`, normalise rows, reshape back.
+                    let x = n.inputs[0].clone();
+                    let y = n.outputs[0].clone();
+                    let shape = format!("{}_shape", n.name);
+                    let flat = format!("{}_flat", n.name);
+                    let soft = format!("{}_flat_out", n.name);
+                    nodes.push(Node::new(&shape, "Shape", &[&x], &[&shape]));
+                    nodes.push(
+                        Node::new(&flat, "Flatten", &[&x], &[&flat])
+                            .with_attr("axis", AttrValue::Int(a)),
+                    );
+                    n.inputs[0] = flat.clone();
+                    n.outputs[0] = soft.clone();
+                    n.attributes.push(("axis".into(), AttrValue::Int(-1)));
+                    let rs = format!("{}_reshape", n.name);
+                    nodes.push(n);
+                    nodes.push(Node::new(&rs, "Reshape", &[&soft, &shape], &[&y]));
+                }
+            }
+            "Squeeze" | "Unsqueeze" | "ReduceSum" | "Split" => {
+                let key = if n.op_type == "Split" {
+                    "split"
+                } else {
+                    "axes"
+                };
+                if let Ok(Some(v)) = n.attr_ints(key) {
+                    let name = unique(g, &format!("{}_{key}", n.name));
+                    g.initializers
+                        .insert(name.clone(), Tensor::from_i64(&[v.len()], v));
+                    n.attributes.retain(|(k, _)| k != key);
+                    if n.inputs.len() < 2 {
+                        n.inputs.push(name);
+                    } else {
+                        n.inputs[1] = name;
+                    }
+                }
+                nodes.push(n);
+            }
+            _ => nodes.push(n),
+        }
+    }
+    g.nodes = nodes;
+    for (d, v) in g.opset_imports.iter_mut() {
+        if d.is_empty() || d == "ai.onnx" {
+            *v = 13;
+        }
+    }
+    if g.opset() == 0 {
+        g.opset_imports.push((String::new(), 13));
+    }
+    Ok(Some(old))
+}

@@ -1,0 +1,463 @@
+//! QDQ planning and insertion, following the layout ONNX Runtime's static quantizer emits in
+//! QDQ format: `QuantizeLinear → DequantizeLinear` on every quantized activation (inputs
+//! and outputs of quantized nodes), `DequantizeLinear` on quantized weights stored as int8
+//! initializers, int32 biases with scale `s_in · s_w` and zero point 0. Ops without an
+//! integer kernel read the dequantized value and stay float.
+
+use crate::error::{core, PtqError, Result};
+use crate::prepare::{prune_initializers, unique};
+use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
+use quantkit_graph::{AttrValue, Data, Graph, Node, Tensor};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Operators with a constant weight (input 1) quantized per output channel.
+const WEIGHTED: &[&str] = &["Conv", "ConvTranspose", "Gemm", "MatMul"];
+
+/// Operators that integer engines (quantkit's, ONNX Runtime's QDQ fusions) run on quantized
+/// tensors, with the indices of their activation inputs (`None`: all inputs).
+fn integer_op(op: &str) -> Option<Option<&'static [usize]>> {
+    Some(match op {
+        "Conv" | "ConvTranspose" | "Gemm" => Some(&[0]),
+        "MatMul" | "Add" | "Mul" | "Concat" => None,
+        "Relu" | "Clip" | "MaxPool" | "AveragePool" | "GlobalAveragePool" | "Flatten"
+        | "Reshape" | "Transpose" | "Squeeze" | "Unsqueeze" | "LeakyRelu" | "Sigmoid" => Some(&[0]),
+        _ => return None,
+    })
+}
+
+/// Why a node was left in float.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FloatNode {
+    /// Node name.
+    pub name: String,
+    /// Operator.
+    pub op_type: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// Which nodes get quantized and which tensors need activation observers.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Names of the nodes to quantize, in graph order.
+    pub quantized: Vec<String>,
+    /// Nodes left in float and why.
+    pub left_float: Vec<FloatNode>,
+    /// Activations to quantize (need observers).
+    pub activations: Vec<String>,
+    /// `(producer, activation)` pairs fused: the producer's output is not quantized, only
+    /// the Relu/Clip output (its range is the output clamp).
+    pub fused: Vec<(String, String)>,
+}
+
+fn is_float_init(g: &Graph, name: &str) -> bool {
+    g.initializers.get(name).is_some_and(|t| t.dtype.is_float())
+}
+
+/// Decides which nodes to quantize. `exclude` nodes stay float.
+pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
+    for e in exclude {
+        if !g.nodes.iter().any(|n| &n.name == e) {
+            let known: Vec<&str> = g.nodes.iter().take(5).map(|n| n.name.as_str()).collect();
+            return Err(PtqError::UnknownNode {
+                name: e.clone(),
+                known: known.join(", "),
+            });
+        }
+    }
+    let outputs: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
+    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in &n.inputs {
+            consumers.entry(v.as_str()).or_default().push(i);
+        }
+    }
+    let mut p = Plan::default();
+    let mut quant = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let reason = if exclude.contains(&n.name) {
+            Some("excluded by --exclude".to_string())
+        } else if !n.domain.is_empty() && n.domain != "ai.onnx" {
+            Some(format!("operator of domain {}", n.domain))
+        } else if integer_op(&n.op_type).is_none() {
+            Some("no integer kernel: runs in float between DequantizeLinear/QuantizeLinear".into())
+        } else if WEIGHTED.contains(&n.op_type.as_str())
+            && n.op_type != "MatMul"
+            && !n.inputs.get(1).is_some_and(|w| is_float_init(g, w))
+        {
+            Some("weight is not a constant".into())
+        } else if n.op_type == "Gemm" && n.attr_int("transA", 0).unwrap_or(0) != 0 {
+            Some("Gemm with transA".into())
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => p.left_float.push(FloatNode {
+                name: n.name.clone(),
+                op_type: n.op_type.clone(),
+                reason,
+            }),
+            None => quant[i] = true,
+        }
+    }
+    let mut acts: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut fused_out: HashSet<&str> = HashSet::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !quant[i] || !WEIGHTED.contains(&n.op_type.as_str()) {
+            continue;
+        }
+        let out = n.outputs[0].as_str();
+        if outputs.contains(out) {
+            continue;
+        }
+        if let Some(c) = consumers.get(out) {
+            if c.len() == 1
+                && quant[c[0]]
+                && matches!(g.nodes[c[0]].op_type.as_str(), "Relu" | "Clip")
+            {
+                fused_out.insert(out);
+                p.fused.push((n.name.clone(), g.nodes[c[0]].name.clone()));
+            }
+        }
+    }
+    let mut add = |v: &str, acts: &mut Vec<String>| {
+        if !v.is_empty()
+            && !g.initializers.contains_key(v)
+            && !fused_out.contains(v)
+            && seen.insert(v.to_string())
+        {
+            acts.push(v.to_string());
+        }
+    };
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !quant[i] {
+            continue;
+        }
+        p.quantized.push(n.name.clone());
+        match integer_op(&n.op_type).expect("planned") {
+            Some(idx) => {
+                for &k in idx {
+                    if let Some(v) = n.inputs.get(k) {
+                        add(v, &mut acts);
+                    }
+                }
+            }
+            None => {
+                for v in &n.inputs {
+                    add(v, &mut acts);
+                }
+            }
+        }
+        add(&n.outputs[0], &mut acts);
+    }
+    if !p.quantized.iter().any(|q| {
+        g.nodes
+            .iter()
+            .any(|n| &n.name == q && WEIGHTED.contains(&n.op_type.as_str()))
+    }) {
+        return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
+            String::new()
+        } else {
+            " after --exclude".into()
+        }));
+    }
+    p.activations = acts;
+    Ok(p)
+}
+
+/// How weights and activations are quantized.
+#[derive(Debug, Clone)]
+pub struct QdqOptions {
+    /// Per-channel weights (default) or per-tensor.
+    pub per_channel: bool,
+    /// Weight bit width (2..=8), symmetric signed, stored in int8.
+    pub weight_bits: u8,
+    /// Activations signed (i8) instead of u8; both affine.
+    pub signed_activations: bool,
+}
+
+impl Default for QdqOptions {
+    fn default() -> Self {
+        QdqOptions {
+            per_channel: true,
+            weight_bits: 8,
+            signed_activations: false,
+        }
+    }
+}
+
+impl QdqOptions {
+    /// Activation scheme (per-tensor affine).
+    pub fn activation_scheme(&self) -> QuantScheme {
+        QuantScheme::new(8, self.signed_activations).expect("8 bits")
+    }
+}
+
+fn qtensor(q: &[i32], shape: &[usize], signed: bool) -> Tensor {
+    let data = if signed {
+        Data::I8(q.iter().map(|&v| v as i8).collect())
+    } else {
+        Data::U8(q.iter().map(|&v| v as u8).collect())
+    };
+    Tensor::new(shape.to_vec(), data).expect("sizes match")
+}
+
+fn zp_tensor(z: &[i32], shape: &[usize], signed: bool) -> Tensor {
+    qtensor(z, shape, signed)
+}
+
+/// Inserts QDQ nodes into `g` following `plan`, with activation parameters from `act`
+/// (tensor → (scale, zero point)). Returns the rewritten graph.
+pub fn insert_qdq(
+    mut g: Graph,
+    plan: &Plan,
+    act: &BTreeMap<String, (f32, i32)>,
+    opts: &QdqOptions,
+) -> Result<Graph> {
+    if !(2..=8).contains(&opts.weight_bits) {
+        return Err(PtqError::InvalidOption(format!(
+            "--weight-bits {}: supported are 2 to 8 (stored as int8)",
+            opts.weight_bits
+        )));
+    }
+    let act_signed = opts.signed_activations;
+    let graph_outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    let quantized: HashSet<&str> = plan.quantized.iter().map(String::as_str).collect();
+    // Value each consumer reads instead of a quantized activation.
+    let dq_name = |t: &str| -> String {
+        if graph_outputs.contains(t) {
+            t.to_string()
+        } else {
+            format!("{t}_DequantizeLinear_Output")
+        }
+    };
+    let mut new_nodes: Vec<Node> = Vec::new();
+    let qdq_pair = |g: &mut Graph, src: &str, t: &str, nodes: &mut Vec<Node>| {
+        let (s, z) = act[t];
+        let sn = unique(g, &format!("{t}_scale"));
+        g.initializers
+            .insert(sn.clone(), Tensor::from_f32(&[], vec![s]));
+        let zn = unique(g, &format!("{t}_zero_point"));
+        g.initializers
+            .insert(zn.clone(), zp_tensor(&[z], &[], act_signed));
+        let qn = format!("{t}_QuantizeLinear_Output");
+        nodes.push(Node::new(
+            &format!("{t}_QuantizeLinear"),
+            "QuantizeLinear",
+            &[src, &sn, &zn],
+            &[&qn],
+        ));
+        nodes.push(Node::new(
+            &format!("{t}_DequantizeLinear"),
+            "DequantizeLinear",
+            &[&qn, &sn, &zn],
+            &[&dq_name(t)],
+        ));
+    };
+    let inputs: Vec<String> = g.inputs.iter().map(|i| i.name.clone()).collect();
+    for i in &inputs {
+        if act.contains_key(i) {
+            qdq_pair(&mut g, i, i, &mut new_nodes);
+        }
+    }
+    let nodes = std::mem::take(&mut g.nodes);
+    for mut n in nodes {
+        let in0 = n.inputs.first().cloned().unwrap_or_default();
+        for v in n.inputs.iter_mut() {
+            if act.contains_key(v.as_str()) && !graph_outputs.contains(v.as_str()) {
+                *v = dq_name(v);
+            }
+        }
+        if quantized.contains(n.name.as_str()) && WEIGHTED.contains(&n.op_type.as_str()) {
+            quantize_weights(&mut g, &mut n, &in0, act, opts, &mut new_nodes)?;
+        }
+        let mut pending = Vec::new();
+        for o in n.outputs.iter_mut() {
+            if o.is_empty() || !act.contains_key(o.as_str()) {
+                continue;
+            }
+            let t = o.clone();
+            let src = if graph_outputs.contains(&t) {
+                let pre = format!("{t}_QuantizeLinear_Input");
+                *o = pre.clone();
+                pre
+            } else {
+                t.clone()
+            };
+            pending.push((src, t));
+        }
+        new_nodes.push(n);
+        for (src, t) in pending {
+            qdq_pair(&mut g, &src, &t, &mut new_nodes);
+        }
+    }
+    g.nodes = new_nodes;
+    prune_initializers(&mut g);
+    Ok(g)
+}
+
+/// Replaces the weight (and bias) of a Conv/ConvTranspose/Gemm/MatMul with quantized
+/// initializers read through DequantizeLinear.
+fn quantize_weights(
+    g: &mut Graph,
+    n: &mut Node,
+    in0: &str,
+    act: &BTreeMap<String, (f32, i32)>,
+    opts: &QdqOptions,
+    out: &mut Vec<Node>,
+) -> Result<()> {
+    let Some(w_name) = n.inputs.get(1).cloned() else {
+        return Ok(());
+    };
+    let Some(w) = g.initializers.get(&w_name).filter(|t| t.dtype.is_float()) else {
+        return Ok(()); // MatMul of two activations: both already QDQ'd.
+    };
+    let w = w.clone();
+    let ws = w.to_f32_vec();
+    // Output-channel axis (ONNX layouts): Conv [O, I/g, kh, kw] → 0; ConvTranspose
+    // [I, O/g, kh, kw] → 1; Gemm B [K, N] → 1 (transB: [N, K] → 0); MatMul B [.., K, N] → last.
+    let group = n.attr_int("group", 1).unwrap_or(1);
+    let axis = match n.op_type.as_str() {
+        "Conv" => Some(0),
+        "ConvTranspose" if group == 1 => Some(1),
+        "Gemm" if w.rank() == 2 => Some(if n.attr_int("transB", 0).unwrap_or(0) != 0 {
+            0
+        } else {
+            1
+        }),
+        "MatMul" if w.rank() == 2 => Some(1),
+        _ => None,
+    }
+    .filter(|_| opts.per_channel && w.rank() >= 1);
+    let gran = axis.map_or(Granularity::PerTensor, |axis| Granularity::PerChannel {
+        axis,
+    });
+    let scheme = QuantScheme::new(opts.weight_bits, true)
+        .map_err(core(format!("weight `{w_name}`")))?
+        .with_symmetric(true)
+        .with_granularity(gran);
+    let mut p = QParams::from_tensor(&w_name, &ws, &w.shape, &scheme)
+        .map_err(core(format!("weight `{w_name}` of node `{}`", n.name)))?;
+    // Bias handling: int32 with scale s_in·s_w (needs the input's scale).
+    let s_in = act.get(in0).map(|a| a.0);
+    let bias_name = n.inputs.get(2).filter(|b| !b.is_empty()).cloned();
+    let out_ch = axis.map(|a| w.shape[a]);
+    let bias = bias_name.as_ref().and_then(|b| {
+        let t = g.initializers.get(b)?;
+        let ok_shape = t.dtype.is_float()
+            && match out_ch {
+                Some(c) => t.len() == c,
+                None => t.rank() <= 1 || t.shape.iter().filter(|&&d| d != 1).count() <= 1,
+            };
+        let gemm_plain = n.op_type != "Gemm"
+            || (n.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
+                && n.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0);
+        (ok_shape && gemm_plain && n.op_type != "MatMul").then(|| t.to_f32_vec())
+    });
+    if let (Some(b), Some(s_in)) = (&bias, s_in) {
+        // Never let the bias scale s_in·s_w underflow to a subnormal, nor a bias saturate
+        // int32: raise the weight scale of such channels (it only coarsens weights that are
+        // tiny compared with the bias; ONNX Runtime's quantizer does the same).
+        let lim = f64::from(i32::MAX / 2);
+        for (j, s) in p.scales.iter_mut().enumerate() {
+            let bmax = if p.zero_points.len() == 1 {
+                b.iter().fold(0f32, |m, v| m.max(v.abs()))
+            } else {
+                b[j].abs()
+            };
+            let need_b = f64::from(bmax) / (f64::from(s_in) * lim);
+            let need_n = f64::from(f32::MIN_POSITIVE) * 16.0 / f64::from(s_in);
+            let floor = need_b.max(need_n) as f32;
+            if *s < floor {
+                *s = floor;
+            }
+        }
+    }
+    let q = p
+        .quantize(&ws, &w.shape, RoundingMode::HalfToEven)
+        .map_err(core(format!("weight `{w_name}`")))?;
+    let base = w_name.clone();
+    let qn = unique(g, &format!("{base}_quantized"));
+    g.initializers
+        .insert(qn.clone(), qtensor(&q, &w.shape, true));
+    let pshape: Vec<usize> = if p.scales.len() == 1 {
+        vec![]
+    } else {
+        vec![p.scales.len()]
+    };
+    let sn = unique(g, &format!("{base}_scale"));
+    g.initializers
+        .insert(sn.clone(), Tensor::from_f32(&pshape, p.scales.clone()));
+    let zn = unique(g, &format!("{base}_zero_point"));
+    g.initializers
+        .insert(zn.clone(), zp_tensor(&p.zero_points, &pshape, true));
+    let dqn = unique(g, &format!("{base}_DequantizeLinear_Output"));
+    let mut dq = Node::new(
+        &format!("{}_weight_DequantizeLinear", n.name),
+        "DequantizeLinear",
+        &[&qn, &sn, &zn],
+        &[&dqn],
+    );
+    if let Some(a) = axis {
+        dq = dq.with_attr("axis", AttrValue::Int(a as i64));
+    }
+    out.push(dq);
+    n.inputs[1] = dqn;
+    if let (Some(b), Some(s_in), Some(bn)) = (bias, s_in, bias_name) {
+        let (qb, bs) = quantize_bias(&bn, &b, s_in, &p.scales)
+            .map_err(core(format!("bias `{bn}` of node `{}`", n.name)))?;
+        let bt = g.initializers[&bn].clone();
+        let bshape = if bs.len() == 1 {
+            bt.shape.clone()
+        } else {
+            vec![bs.len()]
+        };
+        let qbn = unique(g, &format!("{bn}_quantized"));
+        g.initializers.insert(
+            qbn.clone(),
+            Tensor::new(bshape, Data::I32(qb)).expect("sizes"),
+        );
+        let bsshape: Vec<usize> = if bs.len() == 1 {
+            vec![]
+        } else {
+            vec![bs.len()]
+        };
+        let bsn = unique(g, &format!("{bn}_scale"));
+        let nbs = bs.len();
+        g.initializers
+            .insert(bsn.clone(), Tensor::from_f32(&bsshape, bs));
+        let bzn = unique(g, &format!("{bn}_zero_point"));
+        g.initializers.insert(
+            bzn.clone(),
+            Tensor::new(bsshape, Data::I32(vec![0; nbs])).expect("sizes"),
+        );
+        let bdq = unique(g, &format!("{bn}_DequantizeLinear_Output"));
+        let mut node = Node::new(
+            &format!("{}_bias_DequantizeLinear", n.name),
+            "DequantizeLinear",
+            &[&qbn, &bsn, &bzn],
+            &[&bdq],
+        );
+        if nbs > 1 {
+            node = node.with_attr("axis", AttrValue::Int(0));
+        }
+        out.push(node);
+        n.inputs[2] = bdq;
+    }
+    Ok(())
+}
+
+fn quantize_bias(
+    name: &str,
+    b: &[f32],
+    s_in: f32,
+    ws: &[f32],
+) -> quantkit_core::Result<(Vec<i32>, Vec<f32>)> {
+    quantkit_core::quantize_bias(name, b, s_in, ws)
+}
+
+/// Size in bytes of all initializers (the weight payload).
+pub fn initializer_bytes(g: &Graph) -> usize {
+    g.initializers.values().map(Tensor::nbytes).sum()
+}
