@@ -10,7 +10,6 @@ fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-#[allow(dead_code)]
 fn shared() -> PathBuf {
     std::env::var_os("QUANTKIT_SHARED")
         .map(PathBuf::from)
@@ -502,4 +501,101 @@ fn written_qdq_model_runs_in_onnx_runtime_and_agrees() {
     eprintln!("ORT int8 (fused) vs quantkit on the QDQ model: top-1 agreement {agree:.4}, cosine {cos:.6}");
     assert!(agree >= 0.97, "agreement {agree}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Quantizes a real model from ../shared/models on its own inputs and checks the QDQ
+/// model (run by quantkit's executor) against the float reference outputs.
+/// Returns (accuracy of the QDQ model, accuracy of the float reference, cosine of the
+/// checked output vs the reference).
+fn real_model(
+    dir: &str,
+    model: &str,
+    input: &str,
+    reference: &str,
+    labels: &str,
+    out: usize,
+    face: bool,
+) -> Option<(f64, f64, f64)> {
+    let d = shared().join("models").join(dir);
+    if !d.join(model).is_file() {
+        assert!(!ci(), "CI=true but {} is missing", d.display());
+        eprintln!("skipping: {} not found", d.join(model).display());
+        return None;
+    }
+    let g = quantkit_graph::load_model(d.join(model)).unwrap();
+    let in_name = g.inputs[0].name.clone();
+    let mut data = open_data(d.join(input), &OpenOptions::default()).unwrap();
+    let (q, _) = quantize_static(g, &mut data, &PtqConfig::default(), &mut |_, _| {}).unwrap();
+    let open = |f: &str| {
+        let mut s = open_data(d.join(f), &OpenOptions::default()).unwrap();
+        let n = s.len();
+        let b = s
+            .batches(&BatchOptions {
+                batch_size: n,
+                ..Default::default()
+            })
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        Tensor::from_f32(&b.shape, b.data)
+    };
+    let x = open(input);
+    let r = open(reference);
+    let labels: Vec<i64> =
+        quantkit_data::source::read_labels_npy(&d.join(labels), x.shape[0]).unwrap();
+    let y = execute(&q, vec![(in_name, x)]).unwrap()[out].1.clone();
+    let (yv, rv) = (y.to_f32_vec(), r.to_f32_vec());
+    let pred = |v: &[f32]| -> Vec<i64> {
+        if face {
+            v.chunks(2).map(|c| i64::from(c[1] > 0.5)).collect()
+        } else {
+            v.chunks(2).map(|c| i64::from(c[1] > c[0])).collect()
+        }
+    };
+    let acc = |p: Vec<i64>| {
+        p.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64 / labels.len() as f64
+    };
+    let cos = if face {
+        let f = |v: &[f32]| v.chunks(2).map(|c| c[1]).collect::<Vec<_>>();
+        cosine(&f(&yv), &f(&rv))
+    } else {
+        cosine(&yv, &rv)
+    };
+    Some((acc(pred(&yv)), acc(pred(&rv)), cos))
+}
+
+#[test]
+#[ignore = "real models, several seconds in the dev profile: run with --release -- --ignored"]
+fn mtcnn_rnet_onet_keep_accuracy() {
+    for (m, inp, refo, out) in [
+        ("rnet.onnx", "rnet_input.npy", "rnet_ref_output_1.npy", 1),
+        ("onet.onnx", "onet_input.npy", "onet_ref_output_2.npy", 2),
+    ] {
+        let Some((acc, facc, cos)) = real_model("mtcnn", m, inp, refo, "labels.npy", out, true)
+        else {
+            return;
+        };
+        eprintln!("{m}: QDQ accuracy {acc:.3} (float {facc:.3}), face-probability cosine {cos:.5}");
+        assert!(acc >= facc, "{m}: accuracy {acc} < float {facc}");
+        assert!(cos >= 0.995, "{m}: cosine {cos}");
+    }
+}
+
+#[test]
+#[ignore = "real model, ~1 min in the dev profile: run with --release -- --ignored"]
+fn ppocr_cls_keeps_accuracy() {
+    let Some((acc, facc, cos)) = real_model(
+        "ppocr-cls",
+        "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "cls_input.npy",
+        "cls_ref_output.npy",
+        "cls_labels.npy",
+        0,
+        false,
+    ) else {
+        return;
+    };
+    eprintln!("ppocr-cls: QDQ accuracy {acc:.4} (float {facc:.4}), probability cosine {cos:.5}");
+    assert!(acc >= facc - 0.01, "accuracy {acc} vs float {facc}");
 }
