@@ -40,7 +40,8 @@ fn committed(rel: &str) -> PathBuf {
     if here.exists() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root).join(rel)
 }
 
 struct Eval {
@@ -209,7 +210,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!(
         "  {:<22} {:>9.2}% {:>9.1} KB {:>10.3} s",
-        "int8 QDQ",
+        "int8 QDQ (simulated)",
         acc(&quant),
         q_bytes as f64 / 1024.0,
         quant.seconds
