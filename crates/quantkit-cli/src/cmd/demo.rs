@@ -66,7 +66,10 @@ fn evaluate(graph: &Graph, data: &Path) -> Result<Eval> {
     let mut source = open_data(data, &OpenOptions::default())
         .with_context(|| format!("opening evaluation data {}", data.display()))?;
     if !source.has_labels() {
-        bail!("{} has no labels: the demo needs labelled data", data.display());
+        bail!(
+            "{} has no labels: the demo needs labelled data",
+            data.display()
+        );
     }
     let input = graph
         .inputs
@@ -134,8 +137,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let (qgraph, summary) = quantize_static(float_graph, &mut calib, &config, &mut |_, _| {})?;
     let quantize_seconds = t0.elapsed().as_secs_f64();
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("creating {}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let stem = model_path
         .file_stem()
         .and_then(|s| s.to_str())
