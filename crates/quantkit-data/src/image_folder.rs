@@ -156,7 +156,7 @@ fn is_image_file(p: &Path) -> bool {
     let hidden = p
         .file_name()
         .and_then(|n| n.to_str())
-        .map_or(true, |n| n.starts_with('.'));
+        .is_none_or(|n| n.starts_with('.'));
     !hidden
         && p.is_file()
         && p.extension()
@@ -201,7 +201,7 @@ impl ImageFolder {
                     && !p
                         .file_name()
                         .and_then(|n| n.to_str())
-                        .map_or(true, |n| n.starts_with('.'))
+                        .is_none_or(|n| n.starts_with('.'))
             })
             .collect();
         let loose: Vec<PathBuf> = entries
@@ -236,7 +236,7 @@ impl ImageFolder {
                         reason: "class folder holds no .png/.jpg/.jpeg images".into(),
                     });
                 }
-                labels.extend(std::iter::repeat(id as i64).take(imgs.len()));
+                labels.extend(std::iter::repeat_n(id as i64, imgs.len()));
                 files.extend(imgs);
                 classes.push(
                     dir.file_name()

@@ -78,7 +78,7 @@ pub fn open_mnist_json(dir: impl AsRef<Path>) -> Result<ArrayDataset> {
     let mut labels = Vec::new();
     for d in 0..10i64 {
         let pixels = read_digits_json(digits.join(format!("{d}.json")))?;
-        labels.extend(std::iter::repeat(d).take(pixels.len() / PIXELS));
+        labels.extend(std::iter::repeat_n(d, pixels.len() / PIXELS));
         data.extend(pixels);
     }
     ArrayDataset::new(digits, data, vec![1, 28, 28], Some(labels))

@@ -163,7 +163,7 @@ impl Dataset for NpyDataset {
         out: &mut Vec<f32>,
         labels: &mut Vec<i64>,
     ) -> Result<()> {
-        if start.checked_add(count).map_or(true, |e| e > self.len) {
+        if start.checked_add(count).is_none_or(|e| e > self.len) {
             return Err(DataError::InvalidArgument(format!(
                 "{}: samples {start}..{} out of range (len {})",
                 self.file.path().display(),
@@ -205,7 +205,7 @@ impl ArrayDataset {
     ) -> Result<Self> {
         let path = path.into();
         let sample_size: usize = sample_shape.iter().product();
-        if sample_size == 0 || data.len() % sample_size != 0 {
+        if sample_size == 0 || !data.len().is_multiple_of(sample_size) {
             return Err(DataError::Shape {
                 path,
                 got: sample_shape,

@@ -127,7 +127,8 @@ impl ConvWeights {
     ) -> Result<Self> {
         const OP: &str = "conv2d";
         let g = params.groups;
-        if g == 0 || c_in % g != 0 || c_out % g != 0 || c_in == 0 || c_out == 0 {
+        if g == 0 || !c_in.is_multiple_of(g) || !c_out.is_multiple_of(g) || c_in == 0 || c_out == 0
+        {
             return Err(KernelError::InvalidArgument {
                 op: OP,
                 arg: "groups",

@@ -144,7 +144,7 @@ fn run_layer<T: ActElem>(rng: &mut Rng, layer: &Layer, to_t: fn(i32) -> T, xr: (
     let p = layer.p;
     let cin_g = c / p.groups;
     let x: Vec<i32> = (0..n * h * wd * c).map(|_| rng.range(xr.0, xr.1)).collect();
-    let zx = if rng.next() % 3 == 0 {
+    let zx = if rng.next().is_multiple_of(3) {
         xr.1
     } else {
         rng.range(xr.0, xr.1)
@@ -153,7 +153,7 @@ fn run_layer<T: ActElem>(rng: &mut Rng, layer: &Layer, to_t: fn(i32) -> T, xr: (
     let w: Vec<i32> = (0..wlen).map(|_| rng.range(-128, 127)).collect();
     let zw: Vec<i32> = (0..layer.c_out)
         .map(|_| {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 0
             } else {
                 rng.range(-128, 127)

@@ -75,7 +75,7 @@ impl Case {
         // |a − za|·|w − zw| and catch saturation (e.g. of vpmaddubsw) and overflow.
         let pick = |rng: &mut Rng, lo: i32, hi: i32| {
             if extreme {
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     lo
                 } else {
                     hi
@@ -86,7 +86,7 @@ impl Case {
         };
         let a: Vec<i32> = (0..m * k).map(|_| pick(rng, alo, ahi)).collect();
         let za = if extreme {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 alo
             } else {
                 ahi
@@ -95,7 +95,7 @@ impl Case {
             rng.range(alo, ahi)
         };
         let w: Vec<i32> = (0..k * n).map(|_| pick(rng, wlo, whi)).collect();
-        let per_col = rng.next() % 2 == 0;
+        let per_col = rng.next().is_multiple_of(2);
         let zw: Vec<i32> = if per_col {
             (0..n).map(|_| pick(rng, wlo, whi)).collect()
         } else {
@@ -107,7 +107,7 @@ impl Case {
             vec![z; n]
         };
         let zp_arg: Vec<i32> = if per_col { zw.clone() } else { vec![zw[0]] };
-        let layout = if rng.next() % 2 == 0 {
+        let layout = if rng.next().is_multiple_of(2) {
             WeightLayout::KxN
         } else {
             WeightLayout::NxK
@@ -189,7 +189,7 @@ fn check_i32(case: &Case) {
 }
 
 fn random_float_stage(rng: &mut Rng, n: usize, big: bool) -> OutputStage {
-    let per_channel = rng.next() % 2 == 0;
+    let per_channel = rng.next().is_multiple_of(2);
     let count = if per_channel { n } else { 1 };
     let scales: Vec<f32> = (0..count)
         .map(|_| {
@@ -204,10 +204,10 @@ fn random_float_stage(rng: &mut Rng, n: usize, big: bool) -> OutputStage {
         .collect();
     let z = rng.range(-10, 300);
     let mut st = OutputStage::float(scales, z);
-    if rng.next() % 2 == 0 {
+    if rng.next().is_multiple_of(2) {
         st = st.with_bias((0..n).map(|_| rng.range(-100_000, 100_000)).collect());
     }
-    if rng.next() % 3 == 0 {
+    if rng.next().is_multiple_of(3) {
         let lo = rng.range(-130, 100);
         st = st.with_clamp(lo, lo + rng.range(0, 200));
     }
@@ -271,7 +271,7 @@ fn i32_output_matches_reference_on_small_shapes() {
             } else {
                 AType::I8
             };
-            let wt = if (m + k) % 3 == 0 {
+            let wt = if (m + k).is_multiple_of(3) {
                 WType::U8
             } else {
                 WType::I8

@@ -106,7 +106,7 @@ fn fit_batch(input: &str, declared: &Option<Vec<Dim>>, shape: &[usize]) -> Resul
     }
     match d[0] {
         Dim::Known(m) if m != shape[0] => {
-            if m > 0 && shape[0] % m == 0 {
+            if m > 0 && shape[0].is_multiple_of(m) {
                 Ok(m)
             } else {
                 Err(bad())

@@ -14,7 +14,7 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
     let v = x.to_f64_vec();
     let y: Vec<f64> = v.chunks(plane.max(1)).map(reduce).collect();
     let mut shape = x.shape[..2].to_vec();
-    shape.extend(std::iter::repeat(1).take(x.rank() - 2));
+    shape.extend(std::iter::repeat_n(1, x.rank() - 2));
     Ok(vec![
         make(crate::DType::F64, shape, Data::F64(y))?.cast(x.dtype)
     ])

@@ -45,7 +45,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         inv.push(is);
     }
     let mut stat_shape = x.shape[..axis].to_vec();
-    stat_shape.extend(std::iter::repeat(1).take(x.rank() - axis));
+    stat_shape.extend(std::iter::repeat_n(1, x.rank() - axis));
     Ok(vec![
         make(DType::F64, x.shape.clone(), Data::F64(y))?.cast(x.dtype),
         make(DType::F64, stat_shape.clone(), Data::F64(means))?.cast(DType::F32),

@@ -37,7 +37,7 @@ pub fn resolve(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usi
     }
     if let Some(i) = infer {
         let known: usize = out.iter().product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(OpError::shape(
                 format!("a shape compatible with {input:?}"),
                 spec,
