@@ -38,6 +38,12 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
