@@ -7,36 +7,13 @@ use rayon::prelude::*;
 use crate::error::{shape_err, Result};
 use crate::tape::Op;
 use crate::tensor::Tensor;
+// One broadcasting rule for the executor and the tape.
+use quantkit_graph::tensor::broadcast_shapes as broadcast_shape;
 
 /// `a + b` with broadcasting; the gradient of a broadcast input is summed over the
 /// broadcast axes.
 #[derive(Debug, Default)]
 pub struct Add;
-
-/// Broadcast output shape of `a` and `b`, or `None` when they are incompatible.
-pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let r = a.len().max(b.len());
-    let mut out = vec![0; r];
-    for i in 0..r {
-        let da = if i + a.len() >= r {
-            a[i + a.len() - r]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= r {
-            b[i + b.len() - r]
-        } else {
-            1
-        };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => return None,
-        };
-    }
-    Some(out)
-}
 
 /// Strides of `shape` seen inside `out` (0 on broadcast axes).
 fn bstrides(shape: &[usize], out: &[usize]) -> Vec<usize> {
