@@ -15,7 +15,6 @@ fn bench_gemm(c: &mut Criterion) {
     ] {
         let a: Vec<u8> = (0..m * k).map(|i| (i * 7 % 251) as u8).collect();
         let w: Vec<i8> = (0..k * n).map(|i| (i * 13 % 255) as u8 as i8).collect();
-        let packed = PackedWeights::from_i8(&w, k, n, WeightLayout::KxN, &[0]).unwrap();
         let stage = OutputStage::float(vec![1e-4], 128);
         let mut out = vec![0u8; m * n];
         group.throughput(Throughput::Elements((m * n * k) as u64));
@@ -23,6 +22,8 @@ fn bench_gemm(c: &mut Criterion) {
             if isa == Isa::Scalar && m * n * k > 1 << 26 {
                 continue;
             }
+            let packed =
+                PackedWeights::from_i8_for(isa, &w, k, n, WeightLayout::KxN, &[0]).unwrap();
             group.bench_with_input(
                 BenchmarkId::new(isa.name(), format!("{m}x{n}x{k}")),
                 &isa,

@@ -19,6 +19,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 (`x86_64/avx2/`): exact int8 products via i16 widening and `vpmaddwd`.
     Avx2,
+    /// x86-64 AVX-512 with VNNI (`x86_64/avx512vnni/`): u8×i8 dot products of four with
+    /// `vpdpbusd` (exact, no intermediate saturation), 512-bit epilogues with masked stores.
+    /// Needs AVX-512 F, BW, VL and VNNI.
+    Avx512Vnni,
 }
 
 /// Names accepted by `QUANTKIT_ISA`, including ones this build has no kernels for yet.
@@ -26,13 +30,14 @@ pub const ISA_NAMES: [&str; 4] = ["scalar", "avx2", "avx512vnni", "avxvnni"];
 
 impl Isa {
     /// Every implemented ISA, slowest first.
-    pub const ALL: [Isa; 2] = [Isa::Scalar, Isa::Avx2];
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
 
     /// Lower-case name as accepted by `QUANTKIT_ISA`.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -42,8 +47,13 @@ impl Isa {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                use std::arch::is_x86_feature_detected as has;
+                has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => false,
+            Isa::Avx2 | Isa::Avx512Vnni => false,
         }
     }
 
@@ -54,7 +64,7 @@ impl Isa {
         let isa = match lower.as_str() {
             "scalar" | "generic" => Isa::Scalar,
             "avx2" => Isa::Avx2,
-            "avx512vnni" => return Err(KernelError::UnsupportedIsa { isa: "avx512vnni" }),
+            "avx512vnni" => Isa::Avx512Vnni,
             "avxvnni" => return Err(KernelError::UnsupportedIsa { isa: "avxvnni" }),
             _ => {
                 return Err(KernelError::InvalidArgument {

@@ -24,9 +24,13 @@
 //!
 //! # Packed weight layout
 //! Weights are given as `[K, N]` (ONNX MatMul's B) or `[N, K]` (conv weights `O×(I·kh·kw)`)
-//! and stored in panels of [`NR`] = 16 output columns. Within a panel, for each group `g` of
-//! [`KGROUP`] = 2 consecutive k, 32 bytes: `w[2g][c], w[2g+1][c]` for `c = 0..16`. K is
-//! padded to even and N to a multiple of 16 with zeros (which contribute nothing).
+//! and stored in panels of `nr` output columns. Within a panel, for each group `g` of
+//! `kgroup` consecutive k, `nr·kgroup` bytes: `w[kgroup·g + i][c]` at `c·kgroup + i`. K is
+//! padded to a multiple of `kgroup` and N to a multiple of `nr` with zeros (which contribute
+//! nothing). The geometry depends on the ISA the weights are packed for (see
+//! [`PanelGeometry`]): scalar and AVX2 use pairs (`vpmaddwd`) in panels of 16 columns,
+//! AVX-512 VNNI quads (`vpdpbusd`) in panels of 32. Weights are packed for the dispatched
+//! ISA; a call on another ISA (tests, benchmarks) repacks them for that call.
 //!
 //! # Threads
 //! Work is split over blocks of rows and column panels with rayon (the caller's pool; use
@@ -40,17 +44,69 @@ use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
 use crate::output::{OutputStage, QuantType, Requant};
 
-/// Rows of the register tile.
+/// Rows of the register tile of the scalar and AVX2 kernels.
 pub const MR: usize = 6;
-/// Columns of the register tile and of a packed weight panel.
+/// Columns of the register tile and of a packed weight panel (scalar, AVX2).
 pub const NR: usize = 16;
-/// Consecutive k-values packed together (one i32 lane of `vpmaddwd`).
+/// Consecutive k-values packed together (one i32 lane of `vpmaddwd`; scalar, AVX2).
 pub const KGROUP: usize = 2;
+/// Rows of the AVX-512 VNNI register tile.
+pub const VNNI_MR: usize = 8;
+/// Columns of the AVX-512 VNNI register tile and weight panel (two zmm registers).
+pub const VNNI_NR: usize = 32;
+/// Consecutive k-values of one `vpdpbusd` lane.
+pub const VNNI_KGROUP: usize = 4;
 /// Largest supported reduction length (see "Exactness").
 pub const MAX_K: usize = 33_025;
+/// Elements of the largest register tile, the size of the tile buffer.
+pub(crate) const TILE: usize = VNNI_MR * VNNI_NR;
 
-// One k-group of a packed weight panel is exactly two 128-bit loads.
-const _: () = assert!(NR * KGROUP == 32);
+// One k-group of an AVX2 weight panel is exactly two 128-bit loads, of a VNNI panel two
+// 512-bit loads.
+const _: () = assert!(NR * KGROUP == 32 && VNNI_NR * VNNI_KGROUP == 128 && MR * NR <= TILE);
+
+/// Shape of the packed panels and register tile of one kernel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PanelGeometry {
+    /// Rows of the register tile (and of a packed activation panel).
+    pub mr: usize,
+    /// Columns of the register tile and of a packed weight panel.
+    pub nr: usize,
+    /// Consecutive k-values in one 32-bit lane.
+    pub kgroup: usize,
+}
+
+impl PanelGeometry {
+    /// Pairs of k in panels of 16 columns, 6-row tiles: scalar and AVX2.
+    pub const PAIRS: PanelGeometry = PanelGeometry {
+        mr: MR,
+        nr: NR,
+        kgroup: KGROUP,
+    };
+    /// Quads of k in panels of 32 columns, 8-row tiles: AVX-512 VNNI.
+    pub const QUADS: PanelGeometry = PanelGeometry {
+        mr: VNNI_MR,
+        nr: VNNI_NR,
+        kgroup: VNNI_KGROUP,
+    };
+
+    /// The geometry of `isa`'s kernels.
+    pub fn of(isa: Isa) -> PanelGeometry {
+        match isa {
+            Isa::Scalar | Isa::Avx2 => Self::PAIRS,
+            Isa::Avx512Vnni => Self::QUADS,
+        }
+    }
+}
+
+/// 64 bytes aligned to 64, so that every 512-bit load of a weight panel is one cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([i8; 64]);
+
+/// A register tile's raw sums, row-major with the geometry's `nr` as row stride.
+#[repr(C, align(64))]
+pub(crate) struct Tile(pub(crate) [i32; TILE]);
 
 /// Memory order of the unpacked weights handed to [`PackedWeights`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,9 +122,10 @@ pub enum WeightLayout {
 pub struct PackedWeights {
     k: usize,
     n: usize,
+    geom: PanelGeometry,
     kgroups: usize,
     n_panels: usize,
-    data: Vec<i8>,
+    data: Vec<Line>,
     /// `Σ_k w[k][j]` of the stored (i8) values, padded to `n_panels·NR`.
     col_sums: Vec<i32>,
     /// Weight zero point per column in the stored domain, padded.
@@ -86,7 +143,21 @@ impl PackedWeights {
         layout: WeightLayout,
         zero_points: &[i32],
     ) -> Result<Self> {
-        Self::pack(k, n, zero_points, 0, w.len(), |kk, nn| {
+        Self::from_i8_for(dispatch::isa(), w, k, n, layout, zero_points)
+    }
+
+    /// [`PackedWeights::from_i8`] in the layout of `isa`'s kernels instead of the
+    /// dispatched ISA's.
+    pub fn from_i8_for(
+        isa: Isa,
+        w: &[i8],
+        k: usize,
+        n: usize,
+        layout: WeightLayout,
+        zero_points: &[i32],
+    ) -> Result<Self> {
+        let geom = PanelGeometry::of(isa);
+        Self::pack(geom, k, n, zero_points, 0, w.len(), |kk, nn| {
             let idx = match layout {
                 WeightLayout::KxN => kk * n + nn,
                 WeightLayout::NxK => nn * k + kk,
@@ -104,7 +175,8 @@ impl PackedWeights {
         layout: WeightLayout,
         zero_points: &[i32],
     ) -> Result<Self> {
-        Self::pack(k, n, zero_points, -128, w.len(), |kk, nn| {
+        let geom = PanelGeometry::of(dispatch::isa());
+        Self::pack(geom, k, n, zero_points, -128, w.len(), |kk, nn| {
             let idx = match layout {
                 WeightLayout::KxN => kk * n + nn,
                 WeightLayout::NxK => nn * k + kk,
@@ -121,10 +193,44 @@ impl PackedWeights {
         zero_points: &[i32],
         get: impl Fn(usize, usize) -> i8,
     ) -> Result<Self> {
-        Self::pack(k, n, zero_points, 0, k * n, get)
+        let geom = PanelGeometry::of(dispatch::isa());
+        Self::pack(geom, k, n, zero_points, 0, k * n, get)
+    }
+
+    /// These weights in the layout of `isa`'s kernels: borrowed when they already are,
+    /// otherwise repacked (same stored values, zero points and column sums).
+    pub fn for_isa(&self, isa: Isa) -> std::borrow::Cow<'_, PackedWeights> {
+        let geom = PanelGeometry::of(isa);
+        if geom == self.geom {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let repacked = Self::pack(
+            geom,
+            self.k,
+            self.n,
+            &self.zero_points[..self.n],
+            0,
+            self.k * self.n,
+            |kk, j| self.stored(kk, j),
+        )
+        .expect("repacking valid packed weights cannot fail");
+        std::borrow::Cow::Owned(repacked)
+    }
+
+    /// The stored (i8 domain) weight `(k, j)`.
+    fn stored(&self, kk: usize, j: usize) -> i8 {
+        let g = self.geom;
+        let (p, c) = (j / g.nr, j % g.nr);
+        self.panel(p)[(kk / g.kgroup) * g.nr * g.kgroup + c * g.kgroup + kk % g.kgroup]
+    }
+
+    /// The panel geometry these weights are packed in.
+    pub fn geometry(&self) -> PanelGeometry {
+        self.geom
     }
 
     fn pack(
+        geom: PanelGeometry,
         k: usize,
         n: usize,
         zero_points: &[i32],
@@ -165,20 +271,23 @@ impl PackedWeights {
                 got: zero_points.len(),
             });
         }
-        let kgroups = k.div_ceil(KGROUP);
-        let n_panels = n.div_ceil(NR);
-        let npad = n_panels * NR;
-        let mut data = vec![0i8; n_panels * kgroups * NR * KGROUP];
+        let PanelGeometry { nr, kgroup, .. } = geom;
+        let kgroups = k.div_ceil(kgroup);
+        let n_panels = n.div_ceil(nr);
+        let npad = n_panels * nr;
+        let panel_len = kgroups * nr * kgroup;
+        let mut data = vec![Line([0; 64]); (n_panels * panel_len).div_ceil(64)];
+        let bytes = lines_as_bytes_mut(&mut data);
         let mut col_sums = vec![0i32; npad];
         for p in 0..n_panels {
-            let panel = &mut data[p * kgroups * NR * KGROUP..(p + 1) * kgroups * NR * KGROUP];
-            for c in 0..NR.min(n - p * NR) {
-                let j = p * NR + c;
+            let panel = &mut bytes[p * panel_len..(p + 1) * panel_len];
+            for c in 0..nr.min(n - p * nr) {
+                let j = p * nr + c;
                 let mut s = 0i32;
                 for kk in 0..k {
                     let v = get(kk, j);
                     s += v as i32;
-                    panel[(kk / KGROUP) * NR * KGROUP + c * KGROUP + kk % KGROUP] = v;
+                    panel[(kk / kgroup) * nr * kgroup + c * kgroup + kk % kgroup] = v;
                 }
                 col_sums[j] = s;
             }
@@ -196,6 +305,7 @@ impl PackedWeights {
         Ok(PackedWeights {
             k,
             n,
+            geom,
             kgroups,
             n_panels,
             data,
@@ -217,13 +327,24 @@ impl PackedWeights {
 
     /// Bytes held by the packed data.
     pub fn packed_bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() * 64
     }
 
     fn panel(&self, p: usize) -> &[i8] {
-        let len = self.kgroups * NR * KGROUP;
-        &self.data[p * len..(p + 1) * len]
+        let len = self.kgroups * self.geom.nr * self.geom.kgroup;
+        &lines_as_bytes(&self.data)[p * len..(p + 1) * len]
     }
+}
+
+fn lines_as_bytes(lines: &[Line]) -> &[i8] {
+    // SAFETY: `Line` is `repr(C)` around `[i8; 64]` with no padding (size 64, align 64), so
+    // the slice is `64·len` initialised bytes.
+    unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const i8, lines.len() * 64) }
+}
+
+fn lines_as_bytes_mut(lines: &mut [Line]) -> &mut [i8] {
+    // SAFETY: as in `lines_as_bytes`; the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut i8, lines.len() * 64) }
 }
 
 /// The activation matrix `A[M,K]`, row-major and contiguous, with its zero point.
@@ -302,60 +423,66 @@ impl Epilogue<'_> {
     }
 }
 
-/// A packed copy of A: row panels of [`MR`] rows, `[g][MR]` words of two zero-extended u8
-/// (low half = even k), and the row sums `Σ_k a` of the stored values.
+/// A packed copy of A: row panels of `mr` rows, `[g][mr]` 32-bit words holding the `kgroup`
+/// stored values `a[kgroup·g + i]` of one row (pairs: zero-extended to 16 bits each, low half
+/// first; quads: one byte each, lowest byte first), and the row sums `Σ_k a` of the stored
+/// values.
 struct PackedA {
+    geom: PanelGeometry,
     kgroups: usize,
     data: Vec<u32>,
     rowsums: Vec<i32>,
 }
 
 impl PackedA {
-    fn new(a: &Activations<'_>, kgroups: usize, parallel: bool) -> Self {
-        let panels = a.m.div_ceil(MR);
-        let mut data = vec![0u32; panels * kgroups * MR];
-        let mut rowsums = vec![0i32; panels * MR];
+    fn new(a: &Activations<'_>, geom: PanelGeometry, parallel: bool) -> Self {
+        let PanelGeometry { mr, kgroup, .. } = geom;
+        let kgroups = a.k.div_ceil(kgroup);
+        let panels = a.m.div_ceil(mr);
+        let mut data = vec![0u32; panels * kgroups * mr];
+        let mut rowsums = vec![0i32; panels * mr];
         let k = a.k;
-        // Stored value of a row: u8 as is, i8 with the sign bit flipped (a + 128).
-        fn pack_row(row: impl Iterator<Item = u32>, dst: &mut [u32], r: usize) -> i32 {
-            let mut s = 0i32;
-            let mut g = 0;
-            let mut pending: Option<u32> = None;
-            for v in row {
-                s += v as i32;
-                match pending.take() {
-                    None => pending = Some(v),
-                    Some(lo) => {
-                        dst[g * MR + r] = lo | (v << 16);
-                        g += 1;
+        // The stored row: u8 as is, i8 with the sign bit flipped (a + 128).
+        let (bytes, flip): (&[u8], u8) = match a.data {
+            ActData::U8(d) => (d, 0),
+            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+            ActData::I8(d) => (
+                unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len()) },
+                0x80,
+            ),
+        };
+        let pack_panel = |(p, (dst, sums)): (usize, (&mut [u32], &mut [i32]))| {
+            for (r, sum) in sums.iter_mut().enumerate().take(mr.min(a.m - p * mr)) {
+                let row = &bytes[(p * mr + r) * k..(p * mr + r + 1) * k];
+                *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
+                if kgroup == 4 {
+                    let flip4 = u32::from_ne_bytes([flip; 4]);
+                    let mut chunks = row.chunks_exact(4);
+                    for (g, c) in chunks.by_ref().enumerate() {
+                        dst[g * mr + r] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ flip4;
+                    }
+                    let rest = chunks.remainder();
+                    if !rest.is_empty() {
+                        let mut w = [0u8; 4];
+                        for (wi, &v) in w.iter_mut().zip(rest) {
+                            *wi = v ^ flip;
+                        }
+                        dst[(k / 4) * mr + r] = u32::from_le_bytes(w);
+                    }
+                } else {
+                    let mut chunks = row.chunks_exact(2);
+                    for (g, c) in chunks.by_ref().enumerate() {
+                        dst[g * mr + r] = (c[0] ^ flip) as u32 | (((c[1] ^ flip) as u32) << 16);
+                    }
+                    if let [v] = chunks.remainder() {
+                        dst[(k / 2) * mr + r] = (v ^ flip) as u32;
                     }
                 }
             }
-            if let Some(lo) = pending {
-                dst[g * MR + r] = lo;
-            }
-            s
-        }
-        let pack_panel = |(p, (dst, sums)): (usize, (&mut [u32], &mut [i32]))| {
-            for (r, sum) in sums.iter_mut().enumerate().take(MR.min(a.m - p * MR)) {
-                let row = p * MR + r;
-                *sum = match a.data {
-                    ActData::U8(d) => {
-                        pack_row(d[row * k..(row + 1) * k].iter().map(|&v| v as u32), dst, r)
-                    }
-                    ActData::I8(d) => pack_row(
-                        d[row * k..(row + 1) * k]
-                            .iter()
-                            .map(|&v| (v as u8 ^ 0x80) as u32),
-                        dst,
-                        r,
-                    ),
-                };
-            }
         };
         let chunks = data
-            .chunks_mut(kgroups * MR)
-            .zip(rowsums.chunks_mut(MR))
+            .chunks_mut(kgroups * mr)
+            .zip(rowsums.chunks_mut(mr))
             .enumerate();
         if parallel {
             chunks.par_bridge().for_each(pack_panel);
@@ -363,6 +490,7 @@ impl PackedA {
             chunks.for_each(pack_panel);
         }
         PackedA {
+            geom,
             kgroups,
             data,
             rowsums,
@@ -370,7 +498,7 @@ impl PackedA {
     }
 
     fn panel(&self, p: usize) -> &[u32] {
-        let len = self.kgroups * MR;
+        let len = self.kgroups * self.geom.mr;
         &self.data[p * len..(p + 1) * len]
     }
 }
@@ -398,23 +526,17 @@ enum Sink<'a, T> {
     },
 }
 
-fn compute_tile(
-    isa: Isa,
-    rows: usize,
-    kgroups: usize,
-    a: &[u32],
-    b: &[i8],
-    tile: &mut [[i32; NR]; MR],
-) {
+fn compute_tile(isa: Isa, rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) {
     use crate::generic::gemm::generic_gemm_u8i8_i32_6x16 as g;
+    let t = &mut tile.0;
     match isa {
         Isa::Scalar => match rows {
-            1 => g::<1>(kgroups, a, b, tile),
-            2 => g::<2>(kgroups, a, b, tile),
-            3 => g::<3>(kgroups, a, b, tile),
-            4 => g::<4>(kgroups, a, b, tile),
-            5 => g::<5>(kgroups, a, b, tile),
-            _ => g::<6>(kgroups, a, b, tile),
+            1 => g::<1>(kgroups, a, b, t),
+            2 => g::<2>(kgroups, a, b, t),
+            3 => g::<3>(kgroups, a, b, t),
+            4 => g::<4>(kgroups, a, b, t),
+            5 => g::<5>(kgroups, a, b, t),
+            _ => g::<6>(kgroups, a, b, t),
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
@@ -423,57 +545,109 @@ fn compute_tile(
             // (checked again in `check_isa`); the panels have the sizes the kernel reads.
             unsafe {
                 match rows {
-                    1 => k::<1>(kgroups, a, b, tile),
-                    2 => k::<2>(kgroups, a, b, tile),
-                    3 => k::<3>(kgroups, a, b, tile),
-                    4 => k::<4>(kgroups, a, b, tile),
-                    5 => k::<5>(kgroups, a, b, tile),
-                    _ => k::<6>(kgroups, a, b, tile),
+                    1 => k::<1>(kgroups, a, b, t),
+                    2 => k::<2>(kgroups, a, b, t),
+                    3 => k::<3>(kgroups, a, b, t),
+                    4 => k::<4>(kgroups, a, b, t),
+                    5 => k::<5>(kgroups, a, b, t),
+                    _ => k::<6>(kgroups, a, b, t),
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => {
+            use crate::x86_64::avx512vnni::gemm::avx512vnni_gemm_u8i8_i32_8x32 as k;
+            // SAFETY: `Isa::Avx512Vnni` is only chosen after detecting AVX-512 F/BW/VL/VNNI
+            // (checked again in `check_isa`); the panels have the sizes the kernel reads.
+            unsafe {
+                match rows {
+                    1 => k::<1>(kgroups, a, b, t),
+                    2 => k::<2>(kgroups, a, b, t),
+                    3 => k::<3>(kgroups, a, b, t),
+                    4 => k::<4>(kgroups, a, b, t),
+                    5 => k::<5>(kgroups, a, b, t),
+                    6 => k::<6>(kgroups, a, b, t),
+                    7 => k::<7>(kgroups, a, b, t),
+                    _ => k::<8>(kgroups, a, b, t),
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => unreachable!("AVX2 is never reported as supported off x86-64"),
+        Isa::Avx2 | Isa::Avx512Vnni => {
+            unreachable!("x86 ISAs are never reported as supported off x86-64")
+        }
     }
 }
 
-// Tile rows and output columns are indexed together; iterators would obscure that.
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn write_tile<T: QuantType>(
-    isa: Isa,
-    ep: &Epilogue<'_>,
-    sink: &Sink<'_, T>,
-    tile: &[[i32; NR]; MR],
-    rowsums: &[i32],
+/// Where a tile goes: rows `r0..r0+rows` and columns `c0..c0+cols` of the output (row
+/// stride `ldc`), with the row sums of its activation rows.
+struct TilePos<'a> {
+    rowsums: &'a [i32],
     r0: usize,
     rows: usize,
     c0: usize,
     cols: usize,
     ldc: usize,
+}
+
+// Tile rows and output columns are indexed together; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+fn write_tile<T: QuantType>(
+    isa: Isa,
+    nr: usize,
+    ep: &Epilogue<'_>,
+    sink: &Sink<'_, T>,
+    tile: &Tile,
+    pos: &TilePos<'_>,
 ) {
+    let TilePos {
+        rowsums,
+        r0,
+        rows,
+        c0,
+        cols,
+        ldc,
+    } = *pos;
+    let tile = &tile.0;
     match sink {
         Sink::I32(out) => {
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: AVX2 checked at dispatch; the block (r0.., c0..) of `rows × cols`
-                // lies inside the M×N output and belongs to this task only.
-                unsafe {
-                    crate::x86_64::avx2::gemm::avx2_epilogue_i32(
-                        ep,
-                        tile,
-                        rowsums,
-                        rows,
-                        c0,
-                        cols,
-                        out.0.add(r0 * ldc),
-                        ldc,
-                    )
-                };
-                return;
+            match isa {
+                // SAFETY (both arms): the ISA was checked at dispatch; the block (r0.., c0..)
+                // of `rows × cols` lies inside the M×N output and belongs to this task only.
+                Isa::Avx2 => {
+                    return unsafe {
+                        crate::x86_64::avx2::gemm::avx2_epilogue_i32(
+                            ep,
+                            tile,
+                            rowsums,
+                            rows,
+                            c0,
+                            cols,
+                            out.0.add(r0 * ldc),
+                            ldc,
+                        )
+                    }
+                }
+                Isa::Avx512Vnni => {
+                    return unsafe {
+                        crate::x86_64::avx512vnni::gemm::avx512_epilogue_i32(
+                            ep,
+                            tile,
+                            rowsums,
+                            rows,
+                            c0,
+                            cols,
+                            out.0.add(r0 * ldc),
+                            ldc,
+                        )
+                    }
+                }
+                Isa::Scalar => {}
             }
             for r in 0..rows {
                 for c in 0..cols {
-                    let v = ep.corrected(tile[r][c], rowsums[r], c0 + c);
+                    let v = ep.corrected(tile[r * nr + c], rowsums[r], c0 + c);
                     // SAFETY: as above, (r0+r, c0+c) is inside this task's output block.
                     unsafe { *out.0.add((r0 + r) * ldc + c0 + c) = v };
                 }
@@ -481,32 +655,48 @@ fn write_tile<T: QuantType>(
         }
         Sink::Float { scales, stage, out } => {
             let (lo, hi) = stage.range::<T>();
+            let z = stage.zero_point;
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: as for the i32 sink.
-                unsafe {
-                    crate::x86_64::avx2::gemm::avx2_epilogue_float::<T>(
-                        ep,
-                        scales,
-                        stage.zero_point,
-                        lo,
-                        hi,
-                        tile,
-                        rowsums,
-                        rows,
-                        c0,
-                        cols,
-                        out.0.add(r0 * ldc),
-                        ldc,
-                    )
-                };
-                return;
+            match isa {
+                // SAFETY (both arms): as for the i32 sink.
+                Isa::Avx2 => {
+                    return unsafe {
+                        crate::x86_64::avx2::gemm::avx2_epilogue_float::<T>(
+                            ep,
+                            scales,
+                            (z, lo, hi),
+                            tile,
+                            rowsums,
+                            rows,
+                            c0,
+                            cols,
+                            out.0.add(r0 * ldc),
+                            ldc,
+                        )
+                    }
+                }
+                Isa::Avx512Vnni if std::mem::size_of::<T>() == 1 => {
+                    return unsafe {
+                        crate::x86_64::avx512vnni::gemm::avx512_epilogue_float::<T>(
+                            ep,
+                            scales,
+                            (z, lo, hi),
+                            tile,
+                            rowsums,
+                            rows,
+                            c0,
+                            cols,
+                            out.0.add(r0 * ldc),
+                            ldc,
+                        )
+                    }
+                }
+                _ => {}
             }
             for r in 0..rows {
                 for c in 0..cols {
-                    let v = ep.corrected(tile[r][c], rowsums[r], c0 + c);
-                    let y =
-                        crate::output::float_requant(v, scales[c0 + c], stage.zero_point, lo, hi);
+                    let v = ep.corrected(tile[r * nr + c], rowsums[r], c0 + c);
+                    let y = crate::output::float_requant(v, scales[c0 + c], z, lo, hi);
                     // SAFETY: as above.
                     unsafe { *out.0.add((r0 + r) * ldc + c0 + c) = T::from_clamped(y) };
                 }
@@ -516,7 +706,7 @@ fn write_tile<T: QuantType>(
             let (lo, hi) = stage.range::<T>();
             for r in 0..rows {
                 for c in 0..cols {
-                    let v = ep.corrected(tile[r][c], rowsums[r], c0 + c);
+                    let v = ep.corrected(tile[r * nr + c], rowsums[r], c0 + c);
                     let y = stage.requant_one(v, c0 + c, lo, hi);
                     // SAFETY: as above.
                     unsafe { *out.0.add((r0 + r) * ldc + c0 + c) = T::from_clamped(y) };
@@ -567,11 +757,18 @@ fn check_shapes(
 }
 
 /// The blocking of one call: tasks of `mc` row panels × `nc` column panels.
-fn blocking(m_panels: usize, n_panels: usize, kgroups: usize, threads: usize) -> (usize, usize) {
-    // A block of the task (mc panels) ~128 KiB and B block (nc panels) ~256 KiB stay in L2;
-    // one B panel (kgroups·32 bytes, 32 KiB at K = 2048) stays in L1 across the row panels.
-    let mut mc = (128 * 1024 / (kgroups * MR * 4)).clamp(1, m_panels);
-    let mut nc = (256 * 1024 / (kgroups * NR * KGROUP)).clamp(1, n_panels);
+fn blocking(
+    geom: PanelGeometry,
+    m_panels: usize,
+    n_panels: usize,
+    kgroups: usize,
+    threads: usize,
+) -> (usize, usize) {
+    // The A block of a task (mc panels, ~128 KiB) and its B block (nc panels, ~256 KiB)
+    // stay in L2; one B panel (kgroups·nr·kgroup bytes, 32 KiB at K = 2048 for AVX2 and
+    // K = 1024 for VNNI) stays in L1 across the row panels.
+    let mut mc = (128 * 1024 / (kgroups * geom.mr * 4)).clamp(1, m_panels);
+    let mut nc = (256 * 1024 / (kgroups * geom.nr * geom.kgroup)).clamp(1, n_panels);
     if threads > 1 {
         let want = 4 * threads;
         while m_panels.div_ceil(mc) * n_panels.div_ceil(nc) < want && (nc > 1 || mc > 1) {
@@ -596,12 +793,19 @@ fn run<T: QuantType>(
     if a.m == 0 {
         return;
     }
+    let geom = w.geom;
+    debug_assert_eq!(
+        geom,
+        PanelGeometry::of(isa),
+        "weights not repacked for {isa}"
+    );
     let threads = rayon::current_num_threads();
     let work = a.m * w.n * w.k;
     let parallel = threads > 1 && work >= 1 << 18;
-    let pa = PackedA::new(a, w.kgroups, parallel && a.m * a.k >= 1 << 16);
-    let m_panels = a.m.div_ceil(MR);
+    let pa = PackedA::new(a, geom, parallel && a.m * a.k >= 1 << 16);
+    let m_panels = a.m.div_ceil(geom.mr);
     let (mc, nc) = blocking(
+        geom,
         m_panels,
         w.n_panels,
         w.kgroups,
@@ -619,17 +823,24 @@ fn run<T: QuantType>(
     let tasks_n = w.n_panels.div_ceil(nc);
     let task = |t: usize| {
         let (tm, tn) = (t % tasks_m, t / tasks_m);
-        let mut tile = [[0i32; NR]; MR];
+        let mut tile = Tile([0; TILE]);
         for p in tn * nc..((tn + 1) * nc).min(w.n_panels) {
             let b = w.panel(p);
-            let c0 = p * NR;
-            let cols = NR.min(w.n - c0);
+            let c0 = p * geom.nr;
+            let cols = geom.nr.min(w.n - c0);
             for q in tm * mc..((tm + 1) * mc).min(m_panels) {
-                let r0 = q * MR;
-                let rows = MR.min(a.m - r0);
+                let r0 = q * geom.mr;
+                let rows = geom.mr.min(a.m - r0);
                 compute_tile(isa, rows, w.kgroups, pa.panel(q), b, &mut tile);
-                let rowsums = &pa.rowsums[q * MR..q * MR + MR];
-                write_tile(isa, &ep, &sink, &tile, rowsums, r0, rows, c0, cols, ldc);
+                let pos = TilePos {
+                    rowsums: &pa.rowsums[q * geom.mr..(q + 1) * geom.mr],
+                    r0,
+                    rows,
+                    c0,
+                    cols,
+                    ldc,
+                };
+                write_tile(isa, geom.nr, &ep, &sink, &tile, &pos);
             }
         }
     };
@@ -645,7 +856,7 @@ fn run<T: QuantType>(
 fn column_terms(a: &Activations<'_>, w: &PackedWeights, bias: Option<&[i32]>) -> Vec<i32> {
     let za = a.stored_zero_point();
     let k = w.k as i32;
-    (0..w.n_panels * NR)
+    (0..w.n_panels * w.geom.nr)
         .map(|j| {
             let mut t = za
                 .wrapping_mul(w.col_sums[j])
@@ -674,6 +885,7 @@ pub fn gemm_i32_with(
 ) -> Result<()> {
     check_isa(isa)?;
     check_shapes("gemm_i32", a, w, out.len())?;
+    let w = &*w.for_isa(isa);
     let colterm = column_terms(a, w, None);
     run::<u8>(
         isa,
@@ -708,11 +920,12 @@ pub fn gemm_quant_with<T: QuantType>(
 ) -> Result<()> {
     check_isa(isa)?;
     check_shapes("gemm_quant", a, w, out.len())?;
+    let w = &*w.for_isa(isa);
     stage.validate("gemm_quant", w.n)?;
     let colterm = column_terms(a, w, stage.bias.as_deref());
     let sink = match &stage.requant {
         Requant::Float(s) => {
-            let npad = w.n_panels * NR;
+            let npad = w.n_panels * w.geom.nr;
             let scales = (0..npad)
                 .map(|j| {
                     if s.len() == 1 {
@@ -750,6 +963,7 @@ pub(crate) fn gemm_strided<T: QuantType>(
 ) -> Result<()> {
     check_isa(isa)?;
     check_shapes("conv", a, w, a.m * w.n)?;
+    let w = &*w.for_isa(isa);
     let need = if a.m == 0 { 0 } else { (a.m - 1) * ldc + w.n };
     match (stage, out_i32, out_q) {
         (None, Some(out), _) => {
@@ -776,7 +990,7 @@ pub(crate) fn gemm_strided<T: QuantType>(
             let colterm = column_terms(a, w, stage.bias.as_deref());
             let sink = match &stage.requant {
                 Requant::Float(s) => Sink::Float {
-                    scales: (0..w.n_panels * NR)
+                    scales: (0..w.n_panels * w.geom.nr)
                         .map(|j| {
                             if s.len() == 1 {
                                 s[0]

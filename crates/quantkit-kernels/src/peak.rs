@@ -1,5 +1,5 @@
 //! The machine's int8 multiply-accumulate peak, measured with register-only throughput
-//! loops (see `x86_64/avx2/peak.rs`). Benchmarks report GEMM speed as a fraction of it.
+//! loops (see `x86_64/*/peak.rs`). Benchmarks report GEMM speed as a fraction of it.
 
 use std::time::Instant;
 
@@ -17,6 +17,16 @@ pub struct Peak {
 pub fn measure(seconds: f64) -> Vec<Peak> {
     #[allow(unused_mut)]
     let mut out = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if crate::Isa::Avx512Vnni.is_supported() {
+        use crate::x86_64::avx512vnni::peak::avx512vnni_peak_vpdpbusd;
+        // SAFETY: AVX-512 F and VNNI detected just above.
+        let dp = best_rate(seconds, 12 * 64, |n| unsafe { avx512vnni_peak_vpdpbusd(n) });
+        out.push(Peak {
+            sequence: "avx512vnni vpdpbusd zmm (exact, used by the kernels)",
+            gops: 2.0 * dp / 1e9,
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         use crate::x86_64::avx2::peak::{avx2_peak_vpmaddubsw, avx2_peak_vpmaddwd};

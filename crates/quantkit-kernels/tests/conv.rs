@@ -23,7 +23,11 @@ impl Rng {
 }
 
 fn supported() -> Vec<Isa> {
-    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+    let (run, skip): (Vec<Isa>, Vec<Isa>) = Isa::ALL.into_iter().partition(|i| i.is_supported());
+    for isa in &skip {
+        eprintln!("skipping {}: this CPU lacks its instructions", isa.name());
+    }
+    run
 }
 
 /// Plain i64 NHWC conv with ONNX-ordered weights `[co][ci/g][ky][kx]`.

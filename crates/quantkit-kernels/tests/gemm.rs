@@ -25,7 +25,11 @@ impl Rng {
 }
 
 fn supported() -> Vec<Isa> {
-    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+    let (run, skip): (Vec<Isa>, Vec<Isa>) = Isa::ALL.into_iter().partition(|i| i.is_supported());
+    for isa in &skip {
+        eprintln!("skipping {}: this CPU lacks its instructions", isa.name());
+    }
+    run
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -242,7 +242,7 @@ fn run_gemm(args: GemmArgs) -> Result<()> {
         let a_u8: Vec<u8> = (0..m * k).map(|_| rnd() as u8).collect();
         let a_i8: Vec<i8> = a_u8.iter().map(|&x| x as i8).collect();
         let w: Vec<i8> = (0..k * n).map(|_| rnd() as i8).collect();
-        let packed = PackedWeights::from_i8(&w, k, n, WeightLayout::KxN, &[0])?;
+        let packed = PackedWeights::from_i8_for(isa, &w, k, n, WeightLayout::KxN, &[0])?;
         let stage = OutputStage::float(vec![1.0 / (k as f32 * 64.0)], 128).with_bias(vec![7; n]);
         let mut out = vec![0u8; m * n];
         let ops = 2.0 * (m * n * k) as f64;

@@ -3,3 +3,4 @@
 //! detection.
 
 pub mod avx2;
+pub mod avx512vnni;

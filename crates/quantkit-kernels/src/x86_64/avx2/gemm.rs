@@ -2,7 +2,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::gemm::{Epilogue, KGROUP, MR, NR};
+use crate::gemm::{Epilogue, KGROUP, MR, NR, TILE};
 use crate::output::QuantType;
 
 /// AVX2 microkernel: `R ≤ 6` rows × 16 columns, same contract as
@@ -16,7 +16,7 @@ pub unsafe fn avx2_gemm_u8i8_i32_6x16<const R: usize>(
     kgroups: usize,
     a: &[u32],
     b: &[i8],
-    out: &mut [[i32; NR]; MR],
+    out: &mut [i32; TILE],
 ) {
     debug_assert!(a.len() >= kgroups * MR && b.len() >= kgroups * NR * KGROUP);
     let mut acc0 = [_mm256_setzero_si256(); R];
@@ -37,24 +37,19 @@ pub unsafe fn avx2_gemm_u8i8_i32_6x16<const R: usize>(
         }
     }
     for r in 0..R {
-        // SAFETY: out[r] is 16 i32 = two 32-byte stores.
+        // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE): two 32-byte stores.
         unsafe {
-            _mm256_storeu_si256(out[r].as_mut_ptr() as *mut __m256i, acc0[r]);
-            _mm256_storeu_si256(out[r].as_mut_ptr().add(8) as *mut __m256i, acc1[r]);
+            let row = out.as_mut_ptr().add(r * NR);
+            _mm256_storeu_si256(row as *mut __m256i, acc0[r]);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[r]);
         }
     }
 }
 
 /// Zero-point correction (K1) of one tile row chunk of 8 columns starting at `c`.
 #[inline(always)]
-unsafe fn corrected(
-    ep: &Epilogue<'_>,
-    raw: &[i32; NR],
-    rowsum: i32,
-    c: usize,
-    cc: usize,
-) -> __m256i {
-    // SAFETY: `cc + 8 ≤ NR` and `c + 8 ≤` padded column count (column vectors of the
+unsafe fn corrected(ep: &Epilogue<'_>, raw: &[i32], rowsum: i32, c: usize, cc: usize) -> __m256i {
+    // SAFETY: `cc + 8 ≤ raw.len()` and `c + 8 ≤` padded column count (column vectors of the
     // epilogue are padded to whole panels).
     unsafe {
         let mut v = _mm256_add_epi32(
@@ -78,7 +73,7 @@ unsafe fn corrected(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn avx2_epilogue_i32(
     ep: &Epilogue<'_>,
-    tile: &[[i32; NR]; MR],
+    tile: &[i32; TILE],
     rowsums: &[i32],
     rows: usize,
     c0: usize,
@@ -93,7 +88,7 @@ pub unsafe fn avx2_epilogue_i32(
             }
             // SAFETY: see the function contract.
             unsafe {
-                let v = corrected(ep, &tile[r], rowsums[r], c0 + cc, cc);
+                let v = corrected(ep, &tile[r * NR..(r + 1) * NR], rowsums[r], c0 + cc, cc);
                 let dst = out.add(r * ldc + c0 + cc);
                 if cols - cc >= 8 {
                     _mm256_storeu_si256(dst as *mut __m256i, v);
@@ -119,10 +114,8 @@ pub unsafe fn avx2_epilogue_i32(
 pub unsafe fn avx2_epilogue_float<T: QuantType>(
     ep: &Epilogue<'_>,
     scales: &[f32],
-    z: i32,
-    lo: i32,
-    hi: i32,
-    tile: &[[i32; NR]; MR],
+    (z, lo, hi): (i32, i32, i32),
+    tile: &[i32; TILE],
     rowsums: &[i32],
     rows: usize,
     c0: usize,
@@ -140,7 +133,7 @@ pub unsafe fn avx2_epilogue_float<T: QuantType>(
             }
             // SAFETY: see the function contract; `scales` is padded like the column terms.
             unsafe {
-                let v = corrected(ep, &tile[r], rowsums[r], c0 + cc, cc);
+                let v = corrected(ep, &tile[r * NR..(r + 1) * NR], rowsums[r], c0 + cc, cc);
                 let s = _mm256_loadu_ps(scales.as_ptr().add(c0 + cc));
                 let f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
                 let f = _mm256_min_ps(_mm256_max_ps(f, lo_f), hi_f);

@@ -1,0 +1,192 @@
+//! `avx512vnni_gemm_u8i8_i32_8x32` and its 512-bit output epilogues.
+
+use std::arch::x86_64::*;
+
+use crate::gemm::{Epilogue, TILE, VNNI_KGROUP, VNNI_MR, VNNI_NR};
+use crate::output::QuantType;
+
+/// Bytes of one k-group of a weight panel: 32 columns × 4 k = two zmm loads.
+const GROUP_BYTES: usize = VNNI_NR * VNNI_KGROUP;
+
+/// AVX-512 VNNI microkernel: `R ≤ 8` rows × 32 columns, over `kgroups` groups of four k.
+///
+/// `a` is a packed activation panel (`[g][8]` words, each four stored u8 values of one row,
+/// lowest byte = lowest k); `b` a packed weight panel (`[g][32][4]` i8). Writes
+/// `out[32·r + c] = Σ_k a[r][k]·b[k][c]` (wrapping i32) for `r < R`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VNNI; `a` must hold `kgroups·8` words and `b`
+/// `kgroups·128` bytes.
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub unsafe fn avx512vnni_gemm_u8i8_i32_8x32<const R: usize>(
+    kgroups: usize,
+    a: &[u32],
+    b: &[i8],
+    out: &mut [i32; TILE],
+) {
+    debug_assert!(a.len() >= kgroups * VNNI_MR && b.len() >= kgroups * GROUP_BYTES);
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    let mut acc0 = [_mm512_setzero_si512(); R];
+    let mut acc1 = [_mm512_setzero_si512(); R];
+    // With one or two rows, 2·R dependency chains cannot hide the latency of `vpdpbusd`:
+    // odd k-groups go to a second set of accumulators, added at the end (wrapping addition
+    // is associative, so the result is the same).
+    let split = R <= 2;
+    let mut acc2 = [_mm512_setzero_si512(); R];
+    let mut acc3 = [_mm512_setzero_si512(); R];
+    let mut g = 0;
+    if split {
+        while g + 2 <= kgroups {
+            // SAFETY: g + 1 < kgroups: bytes [128g, 128g + 256) of `b` and words
+            // [8g, 8g + 16) of `a` are in bounds.
+            unsafe {
+                let b0 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES) as *const _);
+                let b1 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES + 64) as *const _);
+                let b2 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES + 128) as *const _);
+                let b3 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES + 192) as *const _);
+                for r in 0..R {
+                    let av = _mm512_set1_epi32(*ap.add(g * VNNI_MR + r));
+                    let aw = _mm512_set1_epi32(*ap.add(g * VNNI_MR + VNNI_MR + r));
+                    acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, b0);
+                    acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, b1);
+                    acc2[r] = _mm512_dpbusd_epi32(acc2[r], aw, b2);
+                    acc3[r] = _mm512_dpbusd_epi32(acc3[r], aw, b3);
+                }
+            }
+            g += 2;
+        }
+    }
+    while g < kgroups {
+        // SAFETY: g < kgroups, so bytes [128g, 128g + 128) of `b` and words [8g, 8g + R)
+        // of `a` are in bounds (the caller's layout; asserted in debug builds).
+        unsafe {
+            let b0 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES) as *const _);
+            let b1 = _mm512_loadu_si512(bp.add(g * GROUP_BYTES + 64) as *const _);
+            for r in 0..R {
+                let av = _mm512_set1_epi32(*ap.add(g * VNNI_MR + r));
+                acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, b0);
+                acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, b1);
+            }
+        }
+        g += 1;
+    }
+    for r in 0..R {
+        if split {
+            acc0[r] = _mm512_add_epi32(acc0[r], acc2[r]);
+            acc1[r] = _mm512_add_epi32(acc1[r], acc3[r]);
+        }
+        // SAFETY: row r of the tile is out[32r..32r+32] with r < R ≤ 8 and TILE = 256.
+        unsafe {
+            let row = out.as_mut_ptr().add(r * VNNI_NR);
+            _mm512_storeu_si512(row as *mut _, acc0[r]);
+            _mm512_storeu_si512(row.add(16) as *mut _, acc1[r]);
+        }
+    }
+}
+
+/// Lane mask of the first `n.min(16)` lanes.
+#[inline(always)]
+fn lanes(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// Zero-point correction (K1) of 16 columns of one tile row: tile columns `cc..cc+16`,
+/// output columns `c..c+16`.
+#[inline(always)]
+unsafe fn corrected(ep: &Epilogue<'_>, raw: *const i32, rowsum: i32, c: usize) -> __m512i {
+    // SAFETY: `raw` points at 16 tile values; the column vectors of the epilogue are padded
+    // to whole 32-column panels and `c` is inside a panel at a multiple of 16.
+    unsafe {
+        let mut v = _mm512_add_epi32(
+            _mm512_loadu_si512(raw as *const _),
+            _mm512_loadu_si512(ep.colterm.as_ptr().add(c) as *const _),
+        );
+        if let Some(zw) = ep.zw {
+            let zwv = _mm512_loadu_si512(zw.as_ptr().add(c) as *const _);
+            v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zwv, _mm512_set1_epi32(rowsum)));
+        }
+        v
+    }
+}
+
+/// Writes the valid `rows × cols` part of a raw tile as i32 (plain MatMulInteger output),
+/// with masked stores for the last columns.
+///
+/// # Safety
+/// AVX-512 F must be available; `out` must be valid for `rows` rows of stride `ldc` from
+/// column `c0` with `cols` columns; `c0` is a multiple of 32.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512_epilogue_i32(
+    ep: &Epilogue<'_>,
+    tile: &[i32; TILE],
+    rowsums: &[i32],
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    out: *mut i32,
+    ldc: usize,
+) {
+    for (r, &rowsum) in rowsums.iter().enumerate().take(rows) {
+        for cc in (0..cols).step_by(16) {
+            // SAFETY: see the function contract; masked-off lanes are not written.
+            unsafe {
+                let v = corrected(ep, tile.as_ptr().add(r * VNNI_NR + cc), rowsum, c0 + cc);
+                _mm512_mask_storeu_epi32(out.add(r * ldc + c0 + cc), lanes(cols - cc), v);
+            }
+        }
+    }
+}
+
+/// Writes the valid part of a raw tile through the float-scale output stage (K2, K3a, K4)
+/// as 8-bit values: the same IEEE conversion, multiply, min/max and round-half-even
+/// conversion as [`crate::output::float_requant`] (`vcvtps2dq` under the default MXCSR),
+/// then `vpmovdb` (truncation, exact because the value is already clamped into `T`'s range)
+/// and a masked byte store.
+///
+/// # Safety
+/// As [`avx512_epilogue_i32`], with AVX-512 BW and VL too and `out` pointing at `T`
+/// elements; `T` must be one byte wide (u8 or i8).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512_epilogue_float<T: QuantType>(
+    ep: &Epilogue<'_>,
+    scales: &[f32],
+    (z, lo, hi): (i32, i32, i32),
+    tile: &[i32; TILE],
+    rowsums: &[i32],
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    out: *mut T,
+    ldc: usize,
+) {
+    debug_assert_eq!(std::mem::size_of::<T>(), 1);
+    let lo_f = _mm512_set1_ps((lo as i64 - z as i64) as f32);
+    let hi_f = _mm512_set1_ps((hi as i64 - z as i64) as f32);
+    let zv = _mm512_set1_epi32(z);
+    for (r, &rowsum) in rowsums.iter().enumerate().take(rows) {
+        for cc in (0..cols).step_by(16) {
+            // SAFETY: see the function contract; `scales` is padded like the column terms;
+            // masked-off lanes are not written.
+            unsafe {
+                let v = corrected(ep, tile.as_ptr().add(r * VNNI_NR + cc), rowsum, c0 + cc);
+                let s = _mm512_loadu_ps(scales.as_ptr().add(c0 + cc));
+                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+                let f = _mm512_min_ps(_mm512_max_ps(f, lo_f), hi_f);
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zv);
+                let bytes = _mm512_cvtepi32_epi8(q);
+                _mm_mask_storeu_epi8(
+                    out.add(r * ldc + c0 + cc) as *mut i8,
+                    lanes(cols - cc),
+                    bytes,
+                );
+            }
+        }
+    }
+}
