@@ -11,14 +11,17 @@
 //!   each group's output channels in place (row stride `C_out`).
 //! - **depthwise** (`groups = C_in`, one input channel per group, any channel multiplier):
 //!   its own direct kernel, `Σ_{ky,kx} (x − za)(w − zw)` per output channel, skipping
-//!   padded taps (which contribute 0). Scalar for every ISA for now.
+//!   padded taps (which contribute 0). Output rows run in parallel; the one portable body
+//!   is compiled again with AVX2 and AVX-512 enabled (integer wrapping arithmetic and IEEE
+//!   f32 steps only, so every ISA gives the scalar result bit for bit).
 //!
 //! The output stage is the GEMM's ([`OutputStage`]), per output channel.
 
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
 use crate::gemm::{gemm_strided, Activations, PackedWeights};
-use crate::output::{OutputStage, QuantType, Requant};
+use crate::output::{float_requant, OutputStage, QuantType, Requant};
+use rayon::prelude::*;
 
 /// Geometry of a 2-D convolution (ONNX attribute names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,65 +331,32 @@ fn conv_impl<T: ActElem, O: QuantType>(
     let m = n * oh * ow;
     match &w.kind {
         Kind::Depthwise { taps, multiplier } => {
-            let [_, h, wd, c] = x.shape;
-            let [kh, kw] = p.kernel;
-            let za = x.zero_point;
-            let range = stage.map(|s| s.range::<O>());
-            let mut acc = vec![0i32; c_out];
-            for b in 0..n {
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let orow = ((b * oh + oy) * ow + ox) * c_out;
-                        acc.iter_mut().for_each(|a| *a = 0);
-                        for ky in 0..kh {
-                            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
-                                - p.pads[0] as isize;
-                            if iy < 0 || iy >= h as isize {
-                                continue;
-                            }
-                            for kx in 0..kw {
-                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
-                                    - p.pads[1] as isize;
-                                if ix < 0 || ix >= wd as isize {
-                                    continue;
-                                }
-                                let src =
-                                    &x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c];
-                                let t = &taps[(ky * kw + kx) * c_out..][..c_out];
-                                if *multiplier == 1 {
-                                    // The common case, written as a zip so that it vectorises.
-                                    for ((a, &xv), &tv) in acc.iter_mut().zip(src).zip(t) {
-                                        *a = a.wrapping_add((xv.to_i32() - za).wrapping_mul(tv));
-                                    }
-                                } else {
-                                    for ((ac, &xv), tc) in acc
-                                        .chunks_exact_mut(*multiplier)
-                                        .zip(src)
-                                        .zip(t.chunks_exact(*multiplier))
-                                    {
-                                        let xv = xv.to_i32() - za;
-                                        for (a, &tv) in ac.iter_mut().zip(tc) {
-                                            *a = a.wrapping_add(xv.wrapping_mul(tv));
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        if let Some(o) = out_i32.as_deref_mut() {
-                            o[orow..orow + c_out].copy_from_slice(&acc);
-                        } else if let (Some(o), Some(st), Some((lo, hi))) =
-                            (out_q.as_deref_mut(), stage, range)
-                        {
-                            for (co, &a) in acc.iter().enumerate() {
-                                let t = match &st.bias {
-                                    Some(bias) => a.wrapping_add(bias[co]),
-                                    None => a,
-                                };
-                                o[orow + co] = O::from_clamped(st.requant_one(t, co, lo, hi));
-                            }
-                        }
-                    }
-                }
+            if !isa.is_supported() {
+                return Err(KernelError::UnsupportedIsa { isa: isa.name() });
+            }
+            let dw = Depthwise {
+                x,
+                p,
+                taps,
+                multiplier: *multiplier,
+                c_out,
+                oh,
+                ow,
+            };
+            let row_len = ow * c_out;
+            if let Some(o) = out_i32.as_deref_mut() {
+                o.par_chunks_mut(row_len.max(1))
+                    .enumerate()
+                    .for_each(|(row, acc)| dw.row(isa, row, acc));
+            } else if let (Some(o), Some(st)) = (out_q.as_deref_mut(), stage) {
+                let epi = DwEpilogue::new(st, c_out, st.range::<O>());
+                o.par_chunks_mut(row_len.max(1)).enumerate().for_each_init(
+                    || vec![0i32; row_len],
+                    |acc, (row, out)| {
+                        dw.row(isa, row, acc);
+                        epi.emit(isa, acc, out);
+                    },
+                );
             }
         }
         Kind::Gemm(packs) => {
@@ -471,4 +441,162 @@ pub fn conv2d_quant_with<T: ActElem, O: QuantType>(
     out: &mut [O],
 ) -> Result<()> {
     conv_impl::<T, O>(isa, x, w, Some(stage), None, Some(out))
+}
+
+/// The depthwise direct kernel's operands: one output row `(b, oy)` at a time.
+struct Depthwise<'a, T> {
+    x: &'a NhwcInput<'a, T>,
+    p: &'a ConvParams,
+    /// `[ky][kx][co]` of `w − zw`.
+    taps: &'a [i32],
+    multiplier: usize,
+    c_out: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl<T: ActElem> Depthwise<'_, T> {
+    /// Raw sums `acc[ox·c_out + co] = Σ_{ky,kx} (x − za)(w − zw)` of output row `row`
+    /// (`= b·oh + oy`) on `isa` (checked by the caller).
+    fn row(&self, isa: Isa, row: usize, acc: &mut [i32]) {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller checked `isa.is_supported()`, i.e. AVX2 is available.
+            Isa::Avx2 => unsafe { self.row_avx2(row, acc) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, AVX-512 F/BW are part of `Avx512Vnni`'s detected features.
+            Isa::Avx512Vnni => unsafe { self.row_avx512(row, acc) },
+            _ => self.row_body(row, acc),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn row_avx2(&self, row: usize, acc: &mut [i32]) {
+        self.row_body(row, acc)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn row_avx512(&self, row: usize, acc: &mut [i32]) {
+        self.row_body(row, acc)
+    }
+
+    /// The one implementation; `inline(always)` so that each `target_feature` wrapper gets
+    /// its own vectorised copy.
+    #[inline(always)]
+    fn row_body(&self, row: usize, acc: &mut [i32]) {
+        let [_, h, wd, c] = self.x.shape;
+        let [kh, kw] = self.p.kernel;
+        let (b, oy) = (row / self.oh, row % self.oh);
+        let (c_out, m) = (self.c_out, self.multiplier);
+        let za = self.x.zero_point;
+        for (ox, a) in acc.chunks_exact_mut(c_out).enumerate().take(self.ow) {
+            a.fill(0);
+            for ky in 0..kh {
+                let iy = (oy * self.p.stride[0] + ky * self.p.dilation[0]) as isize
+                    - self.p.pads[0] as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let src_row = &self.x.data[(b * h + iy as usize) * wd * c..][..wd * c];
+                for kx in 0..kw {
+                    let ix = (ox * self.p.stride[1] + kx * self.p.dilation[1]) as isize
+                        - self.p.pads[1] as isize;
+                    if ix < 0 || ix >= wd as isize {
+                        continue;
+                    }
+                    let src = &src_row[ix as usize * c..][..c];
+                    let t = &self.taps[(ky * kw + kx) * c_out..][..c_out];
+                    if m == 1 {
+                        for ((a, &xv), &tv) in a.iter_mut().zip(src).zip(t) {
+                            *a = a.wrapping_add((xv.to_i32() - za).wrapping_mul(tv));
+                        }
+                    } else {
+                        for ((ac, &xv), tc) in a.chunks_exact_mut(m).zip(src).zip(t.chunks_exact(m))
+                        {
+                            let xv = xv.to_i32() - za;
+                            for (a, &tv) in ac.iter_mut().zip(tc) {
+                                *a = a.wrapping_add(xv.wrapping_mul(tv));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The output stage of the depthwise kernel with per-channel vectors expanded once, so the
+/// float path is a straight loop the compiler vectorises.
+struct DwEpilogue<'a> {
+    stage: &'a OutputStage,
+    bias: Vec<i32>,
+    /// Per-channel f32 multipliers for [`Requant::Float`]; empty for fixed point.
+    scales: Vec<f32>,
+    lo: i32,
+    hi: i32,
+}
+
+impl<'a> DwEpilogue<'a> {
+    fn new(stage: &'a OutputStage, c_out: usize, (lo, hi): (i32, i32)) -> Self {
+        let bias = stage.bias.clone().unwrap_or_else(|| vec![0; c_out]);
+        let scales = match &stage.requant {
+            Requant::Float(s) if s.len() == 1 => vec![s[0]; c_out],
+            Requant::Float(s) => s.clone(),
+            Requant::FixedPoint { .. } => Vec::new(),
+        };
+        DwEpilogue {
+            stage,
+            bias,
+            scales,
+            lo,
+            hi,
+        }
+    }
+
+    /// Equations (K2)–(K4) for one output row, on `isa` (checked by the caller).
+    fn emit<O: QuantType>(&self, isa: Isa, acc: &[i32], out: &mut [O]) {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller checked `isa.is_supported()`.
+            Isa::Avx2 => unsafe { self.emit_avx2(acc, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Isa::Avx512Vnni => unsafe { self.emit_avx512(acc, out) },
+            _ => self.emit_body(acc, out),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn emit_avx2<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
+        self.emit_body(acc, out)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn emit_avx512<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
+        self.emit_body(acc, out)
+    }
+
+    #[inline(always)]
+    fn emit_body<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
+        let c_out = self.bias.len();
+        let (z, lo, hi) = (self.stage.zero_point, self.lo, self.hi);
+        for (a, o) in acc.chunks_exact(c_out).zip(out.chunks_exact_mut(c_out)) {
+            if self.scales.is_empty() {
+                for (j, (&a, o)) in a.iter().zip(o.iter_mut()).enumerate() {
+                    let t = a.wrapping_add(self.bias[j]);
+                    *o = O::from_clamped(self.stage.requant_one(t, j, lo, hi));
+                }
+            } else {
+                for (((&a, o), &b), &s) in
+                    a.iter().zip(o.iter_mut()).zip(&self.bias).zip(&self.scales)
+                {
+                    *o = O::from_clamped(float_requant(a.wrapping_add(b), s, z, lo, hi));
+                }
+            }
+        }
+    }
 }

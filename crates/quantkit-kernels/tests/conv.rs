@@ -252,3 +252,95 @@ fn depthwise_path_is_chosen_and_bad_input_is_an_error() {
     assert!(ConvWeights::new(&[1i8; 35], 4, 4, p, &[0]).is_err());
     assert!(ConvWeights::new(&[1i8; 36], 4, 3, ConvParams { groups: 2, ..p }, &[0]).is_err());
 }
+
+/// Depthwise layers wide enough for the vectorised body (channel counts that are not
+/// multiples of 8 or 16, so the remainder lanes run too), with a fused ReLU clamp and both
+/// output stages: every ISA equals scalar bit for bit, and scalar equals the i64 reference.
+#[test]
+fn wide_depthwise_every_isa_equals_scalar_with_clamp_and_fixed_point() {
+    use quantkit_core::fixed_point::{FixedPointRounding, QuantizedMultiplier};
+    let mut rng = Rng(29);
+    let cases = [
+        ([2, 9, 10, 37], 1, ConvParams::new(3, 3), [1usize; 4], 1),
+        ([1, 11, 9, 24], 2, ConvParams::new(3, 3), [2; 4], 2),
+        ([1, 13, 12, 19], 1, ConvParams::new(5, 5), [2, 1, 2, 2], 1),
+    ];
+    for (shape, mult, base, pads, dil) in cases {
+        let c = shape[3];
+        let c_out = c * mult;
+        let p = ConvParams {
+            groups: c,
+            pads,
+            dilation: [dil, dil],
+            stride: if base.kernel[0] == 5 { [2, 2] } else { [1, 1] },
+            ..base
+        };
+        let n_in: usize = shape.iter().product();
+        let x: Vec<i32> = (0..n_in).map(|_| rng.range(0, 255)).collect();
+        let zx = [0, 255, 97][rng.range(0, 2) as usize];
+        let w: Vec<i32> = (0..c_out * p.kernel[0] * p.kernel[1])
+            .map(|_| rng.range(-128, 127))
+            .collect();
+        let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-128, 127)).collect();
+        let w8: Vec<i8> = w.iter().map(|&v| v as i8).collect();
+        let cw = ConvWeights::new(&w8, c_out, c, p, &zw).unwrap();
+        assert!(cw.is_depthwise());
+        let xt: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+        let input = NhwcInput {
+            data: &xt,
+            shape,
+            zero_point: zx,
+        };
+        let (want, oshape) = reference(&x, shape, zx, &w, &zw, c_out, &p);
+        let total: usize = oshape.iter().product();
+        let bias: Vec<i32> = (0..c_out).map(|_| rng.range(-5000, 5000)).collect();
+        let scales: Vec<f32> = (0..c_out)
+            .map(|_| 1e-4 + (rng.next() % 1000) as f32 * 1e-6)
+            .collect();
+        let zy = rng.range(0, 255);
+        let relu = OutputStage::float(scales.clone(), zy)
+            .with_bias(bias.clone())
+            .with_clamp(zy, 255);
+        let fixed = OutputStage::fixed_point(
+            scales
+                .iter()
+                .map(|&s| QuantizedMultiplier::from_f64(s as f64).unwrap())
+                .collect(),
+            FixedPointRounding::DoubleRounding,
+            zy,
+        )
+        .with_bias(bias.clone());
+        let run = |isa: Isa, stage: &OutputStage| {
+            let mut q = vec![0u8; total];
+            conv2d_quant_with(isa, &input, &cw, stage, &mut q).unwrap();
+            q
+        };
+        let (scalar_relu, scalar_fixed) = (run(Isa::Scalar, &relu), run(Isa::Scalar, &fixed));
+        for (i, &qv) in scalar_relu.iter().enumerate() {
+            let co = i % c_out;
+            let exact = quantkit_kernels::reference::float_output_i64(
+                want[i],
+                bias[co] as i64,
+                scales[co],
+                zy,
+                zy,
+                255,
+            );
+            assert_eq!(qv as i32, exact, "scalar {shape:?} idx {i}");
+        }
+        for isa in supported() {
+            let mut raw = vec![0i32; total];
+            conv2d_i32_with(isa, &input, &cw, &mut raw).unwrap();
+            assert!(
+                raw.iter().zip(&want).all(|(&g, &e)| g as i64 == e),
+                "{isa} {shape:?} raw sums"
+            );
+            assert_eq!(run(isa, &relu), scalar_relu, "{isa} {shape:?} float + relu");
+            assert_eq!(
+                run(isa, &fixed),
+                scalar_fixed,
+                "{isa} {shape:?} fixed point"
+            );
+        }
+    }
+}
