@@ -1,11 +1,17 @@
 //! Throughput of the AVX-512 VNNI GEMM microkernel alone (8×32 tile, data in L1), for
 //! comparing with the `vpdpbusd` peak of `quantkit bench gemm`. Exits with a message on a
 //! CPU without AVX-512 VNNI.
-use quantkit_kernels::x86_64::avx512vnni::gemm::avx512vnni_gemm_u8i8_i32_8x32 as kernel;
-use quantkit_kernels::Isa;
-use std::time::Instant;
-
+#[cfg(not(target_arch = "x86_64"))]
 fn main() {
+    eprintln!("AVX-512 VNNI exists only on x86-64: nothing to measure");
+}
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    use quantkit_kernels::x86_64::avx512vnni::gemm::avx512vnni_gemm_u8i8_i32_8x32 as kernel;
+    use quantkit_kernels::Isa;
+    use std::time::Instant;
+
     if !Isa::Avx512Vnni.is_supported() {
         eprintln!("this CPU has no AVX-512 VNNI: nothing to measure");
         return;

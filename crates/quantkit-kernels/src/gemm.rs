@@ -592,6 +592,7 @@ struct TilePos<'a> {
 
 // Tile rows and output columns are indexed together; iterators would obscure that.
 #[allow(clippy::needless_range_loop)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn write_tile<T: QuantType>(
     isa: Isa,
     nr: usize,

@@ -14,6 +14,7 @@ pub struct Peak {
 
 /// Measures every int8 MAC sequence this CPU has on the calling thread, each for about
 /// `seconds` (best of several repetitions). Empty when no SIMD sequence is available.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub fn measure(seconds: f64) -> Vec<Peak> {
     #[allow(unused_mut)]
     let mut out = Vec::new();
@@ -47,6 +48,7 @@ pub fn measure(seconds: f64) -> Vec<Peak> {
 }
 
 /// MACs per second of `f(iters)` which executes `macs_per_iter · iters` MACs.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn best_rate(seconds: f64, macs_per_iter: u64, f: impl Fn(u64)) -> f64 {
     // Calibrate an iteration count that takes ~1/5 of the budget, then keep the best of 5.
     let mut n = 1u64 << 16;
