@@ -28,8 +28,11 @@ pub fn plan(graph: &Graph) -> Result<Vec<EvalFn>> {
 }
 
 /// Runs the graph on named inputs and returns the graph outputs in declaration order.
+///
+/// Without an observer nothing outside can see intermediate values, so a `Conv` whose
+/// only reader is a `Relu` runs as one fused step (the same values, one pass fewer).
 pub fn execute(graph: &Graph, inputs: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
-    execute_with(graph, inputs, |_, _| {})
+    run(graph, inputs, None)
 }
 
 /// Like [`execute`], calling `observer(value_name, tensor)` for each graph input and for
@@ -39,7 +42,50 @@ pub fn execute_with(
     inputs: Vec<(String, Tensor)>,
     mut observer: impl FnMut(&str, &Tensor),
 ) -> Result<Vec<(String, Tensor)>> {
+    run(graph, inputs, Some(&mut observer))
+}
+
+/// For each node index, the index of a `Relu` that is the only reader of its `Conv` output
+/// (and that output is not a graph output), so the pair can run fused.
+fn conv_relu_pairs(graph: &Graph) -> HashMap<usize, usize> {
+    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in n.inputs.iter().filter(|v| !v.is_empty()) {
+            readers.entry(v.as_str()).or_default().push(i);
+        }
+    }
+    let mut pairs = HashMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        let is_conv = n.op_type == "Conv" && (n.domain.is_empty() || n.domain == "ai.onnx");
+        if !is_conv || n.outputs.len() != 1 || graph.outputs.iter().any(|o| o.name == n.outputs[0])
+        {
+            continue;
+        }
+        if let Some([j]) = readers.get(n.outputs[0].as_str()).map(|r| r.as_slice()) {
+            let r = &graph.nodes[*j];
+            if r.op_type == "Relu" && r.domain.is_empty() && r.inputs.len() == 1 && *j > i {
+                pairs.insert(i, *j);
+            }
+        }
+    }
+    pairs
+}
+
+/// A caller's view of every value as it is produced.
+type Observer<'a> = &'a mut dyn FnMut(&str, &Tensor);
+
+fn run(
+    graph: &Graph,
+    inputs: Vec<(String, Tensor)>,
+    mut observer: Option<Observer<'_>>,
+) -> Result<Vec<(String, Tensor)>> {
     let fns = plan(graph)?;
+    let fused = if observer.is_none() {
+        conv_relu_pairs(graph)
+    } else {
+        HashMap::new()
+    };
+    let fused_relus: std::collections::HashSet<usize> = fused.values().copied().collect();
     let mut env: HashMap<&str, Tensor> = HashMap::new();
     let known = || {
         graph
@@ -66,7 +112,9 @@ pub fn execute_with(
                 name: vi.name.clone(),
             })?;
         check_input(vi, &t)?;
-        observer(&vi.name, &t);
+        if let Some(obs) = observer.as_mut() {
+            obs(&vi.name, &t);
+        }
         env.insert(vi.name.as_str(), t);
     }
     // Last node index reading each value, so it can be dropped afterwards.
@@ -81,6 +129,10 @@ pub fn execute_with(
     }
     let opset = graph.opset();
     for (i, (node, f)) in graph.nodes.iter().zip(&fns).enumerate() {
+        if fused_relus.contains(&i) {
+            // Its output was written by the fused Conv.
+            continue;
+        }
         let mut args: Vec<Option<&Tensor>> = Vec::with_capacity(node.inputs.len());
         for name in &node.inputs {
             if name.is_empty() {
@@ -98,16 +150,24 @@ pub fn execute_with(
             args.push(Some(t));
         }
         let ctx = OpCtx { node, opset };
-        let outs = f(&ctx, &args).map_err(|source| GraphError::Op {
+        let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
+        let outs = match relu {
+            Some(_) => ops::conv::eval_fused(&ctx, &args, true),
+            None => f(&ctx, &args),
+        }
+        .map_err(|source| GraphError::Op {
             node: node.name.clone(),
             op_type: node.op_type.clone(),
             source,
         })?;
-        for (name, t) in node.outputs.iter().zip(outs) {
+        let names = relu.map_or(&node.outputs, |r| &r.outputs);
+        for (name, t) in names.iter().zip(outs) {
             if name.is_empty() {
                 continue;
             }
-            observer(name, &t);
+            if let Some(obs) = observer.as_mut() {
+                obs(name, &t);
+            }
             env.insert(name.as_str(), t);
         }
         for name in &node.inputs {

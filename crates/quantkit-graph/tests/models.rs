@@ -85,3 +85,26 @@ fn ppocr_cls_matches_reference() {
         32,
     );
 }
+
+/// `execute` fuses Conv+Relu pairs; `execute_with` (an observer can see the Conv output)
+/// does not. Both must give the same bits on a real conv net (the committed LeNet).
+#[test]
+fn fused_conv_relu_equals_unfused() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/lenet.onnx");
+    let graph = load_model(&path).expect("lenet loads");
+    let n = 5;
+    let x: Vec<f32> = (0..n * 784)
+        .map(|i| ((i * 37) % 256) as f32 / 255.0)
+        .collect();
+    let x = quantkit_graph::Tensor::from_f32(&[n, 1, 28, 28], x);
+    let name = graph.inputs[0].name.clone();
+    let fused = execute(&graph, vec![(name.clone(), x.clone())]).unwrap();
+    let mut seen = 0;
+    let plain = quantkit_graph::execute_with(&graph, vec![(name, x)], |_, _| seen += 1).unwrap();
+    assert!(seen > graph.nodes.len(), "the observer saw every value");
+    assert_eq!(fused.len(), plain.len());
+    for ((_, a), (_, b)) in fused.iter().zip(&plain) {
+        let (a, b) = (a.as_f32().unwrap(), b.as_f32().unwrap());
+        assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+}

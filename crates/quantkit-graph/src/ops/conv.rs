@@ -189,13 +189,24 @@ impl ConvGeom {
 
 /// Evaluates `Conv`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_fused(ctx, inputs, false)
+}
+
+/// Evaluates `Conv`, followed by `Relu` when `relu` is set (the executor fuses a Conv whose
+/// only reader is a Relu, so the output is clamped while it is still in cache instead of in
+/// a second pass over a new tensor; `max(v, 0)` is the same value either way).
+pub fn eval_fused(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    relu: bool,
+) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
     let w = input(inputs, 1)?;
     let g = ConvGeom::new(ctx, &x.shape, &w.shape)?;
-    let xv = x.to_f32_vec();
-    let wv = w.to_f32_vec();
+    let xv = borrow_f32(x);
+    let wv = borrow_f32(w);
     let bias = match opt_input(inputs, 2) {
-        Some(b) if b.len() == g.m => Some(b.to_f32_vec()),
+        Some(b) if b.len() == g.m => Some(borrow_f32(b)),
         Some(b) => {
             return Err(OpError::shape(
                 format!("bias of {} elements", g.m),
@@ -204,7 +215,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
         None => None,
     };
-    let y = conv_f32(&g, &xv, &wv, bias.as_deref());
+    let y = conv_f32_act(&g, &xv, &wv, bias.as_deref(), relu);
     let mut shape = vec![g.n, g.m];
     shape.extend_from_slice(&g.out_sp);
     let t = make(DType::F32, shape, Data::F32(y))?;
@@ -215,8 +226,28 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }])
 }
 
+/// The tensor's values as f32: borrowed when it already is f32 (activations can be tens of
+/// megabytes; copying them costs as much as a ReLU pass), converted otherwise.
+fn borrow_f32(t: &Tensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.as_f32() {
+        Some(v) => std::borrow::Cow::Borrowed(v),
+        None => std::borrow::Cow::Owned(t.to_f32_vec()),
+    }
+}
+
 /// f32 convolution of a whole batch (layout NCHW…, weights M × C/g × k…).
 pub fn conv_f32(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    conv_f32_act(g, x, w, bias, false)
+}
+
+/// [`conv_f32`] with an optional fused ReLU, applied per image right after its GEMM.
+pub fn conv_f32_act(
+    g: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    relu: bool,
+) -> Vec<f32> {
     let p = g.out_len();
     let in_len: usize = g.c * g.in_sp.iter().product::<usize>();
     let rows = g.col_rows();
@@ -227,20 +258,24 @@ pub fn conv_f32(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec
     }
     // Parallelise over images when there are enough of them, inside GEMM otherwise.
     let par_batch = g.n >= rayon::current_num_threads().max(2);
-    let run = |(ni, yn): (usize, &mut [f32])| {
-        let xn = &x[ni * in_len..(ni + 1) * in_len];
-        let mut col = if g.is_pointwise() {
+    // The im2col buffer is reused by every image a worker runs (one allocation per worker,
+    // not one page-faulting allocation per image).
+    let new_col = || {
+        if g.is_pointwise() {
             Vec::new()
         } else {
             vec![0f32; rows * p]
-        };
+        }
+    };
+    let run = |col: &mut Vec<f32>, (ni, yn): (usize, &mut [f32])| {
+        let xn = &x[ni * in_len..(ni + 1) * in_len];
         for gi in 0..g.group {
             let c0 = gi * (g.c / g.group);
             let colref: &[f32] = if g.is_pointwise() {
                 &xn[c0 * p..(c0 + g.c / g.group) * p]
             } else {
-                g.im2col(xn, c0, &mut col, 0.0);
-                &col
+                g.im2col(xn, c0, col, 0.0);
+                col
             };
             let wg = &w[gi * mg * rows..(gi + 1) * mg * rows];
             let yg = &mut yn[gi * mg * p..(gi + 1) * mg * p];
@@ -268,11 +303,19 @@ pub fn conv_f32(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec
                 !par_batch,
             );
         }
+        if relu {
+            yn.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
     };
     if par_batch {
-        y.par_chunks_mut(g.m * p).enumerate().for_each(run);
+        y.par_chunks_mut(g.m * p)
+            .enumerate()
+            .for_each_init(new_col, run);
     } else {
-        y.chunks_mut(g.m * p).enumerate().for_each(run);
+        let mut col = new_col();
+        y.chunks_mut(g.m * p)
+            .enumerate()
+            .for_each(|item| run(&mut col, item));
     }
     y
 }

@@ -16,16 +16,12 @@ pub fn map_float(
     g: impl Fn(f32) -> f32 + Sync,
 ) -> Result<Tensor, OpError> {
     let data = match &t.data {
-        Data::F32(v) => {
-            let mut out = v.clone();
-            if out.len() > CHUNK {
-                out.par_chunks_mut(CHUNK)
-                    .for_each(|c| c.iter_mut().for_each(|x| *x = g(*x)));
-            } else {
-                out.iter_mut().for_each(|x| *x = g(*x));
-            }
-            Data::F32(out)
-        }
+        // One pass that writes the output (no copy of the input first).
+        Data::F32(v) => Data::F32(if v.len() > CHUNK {
+            v.par_iter().with_min_len(CHUNK).map(|&x| g(x)).collect()
+        } else {
+            v.iter().map(|&x| g(x)).collect()
+        }),
         Data::F64(v) => Data::F64(v.iter().map(|&x| f(x)).collect()),
         Data::F16(v) => Data::F16(v.iter().map(|&x| f16::from_f32(g(x.to_f32()))).collect()),
         _ => {
