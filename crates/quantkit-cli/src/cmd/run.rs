@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use quantkit_data::npy::{read_npy, write_npy, NpyArray, NpyData};
-use quantkit_graph::{execute, load_model, load_tensor_pb, Data, Tensor};
+use quantkit_graph::{execute, execute_with, load_model, load_tensor_pb, Data, Tensor};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,6 +25,55 @@ pub struct Args {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also report the time spent in each operator type (with --json: a `profile` list).
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// Time per operator type, from the executor's observer calls: the time between one node's
+/// output and the previous observed value is that node's run time (its inputs are ready by
+/// then; the executor does nothing else in between but bookkeeping).
+#[derive(Default)]
+struct Profile {
+    producer: std::collections::HashMap<String, String>,
+    last: Option<Instant>,
+    per_op: std::collections::BTreeMap<String, (f64, usize)>,
+}
+
+impl Profile {
+    fn new(graph: &quantkit_graph::Graph) -> Self {
+        let mut producer = std::collections::HashMap::new();
+        for n in &graph.nodes {
+            if let Some(o) = n.outputs.iter().find(|o| !o.is_empty()) {
+                producer.insert(o.clone(), n.op_type.clone());
+            }
+        }
+        Profile {
+            producer,
+            ..Default::default()
+        }
+    }
+
+    fn observe(&mut self, value: &str) {
+        let now = Instant::now();
+        if let (Some(op), Some(last)) = (self.producer.get(value), self.last) {
+            let e = self.per_op.entry(op.clone()).or_default();
+            e.0 += (now - last).as_secs_f64();
+            e.1 += 1;
+        }
+        self.last = Some(now);
+    }
+
+    /// `(op_type, seconds, nodes)`, slowest first.
+    fn rows(&self) -> Vec<(String, f64, usize)> {
+        let mut v: Vec<_> = self
+            .per_op
+            .iter()
+            .map(|(k, &(s, n))| (k.clone(), s, n))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
 }
 
 /// Reads a `.npy` or `.pb` tensor file.
@@ -100,9 +149,15 @@ pub fn run(args: Args) -> Result<()> {
         let t = read_tensor(Path::new(file)).with_context(|| format!("input `{name}`"))?;
         inputs.push((name, t));
     }
+    let mut profile = Profile::new(&graph);
     let t1 = Instant::now();
-    let outputs = execute(&graph, inputs)?;
+    let outputs = if args.profile {
+        execute_with(&graph, inputs, |name, _| profile.observe(name))?
+    } else {
+        execute(&graph, inputs)?
+    };
     let run_s = t1.elapsed().as_secs_f64();
+    let profile_rows = profile.rows();
     // Convert everything first so an error never leaves some outputs written.
     let arrays: Vec<(String, PathBuf, NpyArray)> = outputs
         .iter()
@@ -125,17 +180,29 @@ pub fn run(args: Args) -> Result<()> {
             .zip(&arrays)
             .map(|((n, t), (_, p, _))| json!({"name": n, "file": p, "dtype": t.dtype.to_string(), "shape": t.shape}))
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"model": args.model, "load_seconds": load_s, "run_seconds": run_s, "outputs": outs})
-            )?
-        );
+        let mut summary = json!({"model": args.model, "load_seconds": load_s, "run_seconds": run_s, "outputs": outs});
+        if args.profile {
+            summary["profile"] = profile_rows
+                .iter()
+                .map(|(op, s, n)| json!({"op_type": op, "seconds": s, "nodes": n}))
+                .collect();
+        }
+        println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         for ((n, t), (_, p, _)) in outputs.iter().zip(&arrays) {
             println!("{n}: {} {:?} -> {}", t.dtype, t.shape, p.display());
         }
         println!("load {:.1} ms, run {:.1} ms", load_s * 1e3, run_s * 1e3);
+        if args.profile {
+            println!("{:<24} {:>6} {:>10} {:>6}", "op", "nodes", "ms", "%");
+            for (op, s, n) in &profile_rows {
+                println!(
+                    "{op:<24} {n:>6} {:>10.2} {:>5.1}%",
+                    s * 1e3,
+                    100.0 * s / run_s.max(1e-12)
+                );
+            }
+        }
     }
     Ok(())
 }
