@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module under `cmd/`.
 
 mod cmd;
+mod evaluate;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +36,8 @@ enum Command {
     Train(Box<cmd::train::Args>),
     /// Post-training static quantization of an ONNX model to QDQ ONNX.
     Quantize(Box<cmd::quantize::Args>),
+    /// Accuracy or reconstruction MSE of a model on a data set, optionally against a reference.
+    Eval(Box<cmd::eval::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,5 +57,6 @@ fn main() -> anyhow::Result<()> {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Train(args) => cmd::train::run(*args),
         Command::Quantize(args) => cmd::quantize::run(*args),
+        Command::Eval(args) => cmd::eval::run(*args),
     }
 }

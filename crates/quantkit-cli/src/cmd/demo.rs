@@ -5,10 +5,10 @@
 //! static quantization, per-channel weights), and compares float and int8 on the sample:
 //! accuracy, top-1 agreement, logit cosine/SQNR, size and time.
 
+use crate::evaluate::{evaluate, EvalOptions, FloatExecutor};
 use anyhow::{bail, Context, Result};
-use quantkit_core::ErrorMetrics;
-use quantkit_data::{open_data, BatchOptions, OpenOptions};
-use quantkit_graph::{execute, load_model, save_model, Graph, Tensor};
+use quantkit_data::{open_data, OpenOptions};
+use quantkit_graph::{load_model, save_model};
 use quantkit_ptq::{quantize_static, PtqConfig};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -44,69 +44,6 @@ fn committed(rel: &str) -> PathBuf {
     root.canonicalize().unwrap_or(root).join(rel)
 }
 
-struct Eval {
-    correct: usize,
-    samples: usize,
-    logits: Vec<f32>,
-    predictions: Vec<usize>,
-    seconds: f64,
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-fn evaluate(graph: &Graph, data: &Path) -> Result<Eval> {
-    let mut source = open_data(data, &OpenOptions::default())
-        .with_context(|| format!("opening evaluation data {}", data.display()))?;
-    if !source.has_labels() {
-        bail!(
-            "{} has no labels: the demo needs labelled data",
-            data.display()
-        );
-    }
-    let input = graph
-        .inputs
-        .first()
-        .context("the model has no inputs")?
-        .name
-        .clone();
-    let t0 = Instant::now();
-    let mut e = Eval {
-        correct: 0,
-        samples: 0,
-        logits: Vec::new(),
-        predictions: Vec::new(),
-        seconds: 0.0,
-    };
-    for batch in source.batches(&BatchOptions::new(100))? {
-        let batch = batch?;
-        let labels = batch.labels.clone().context("unlabelled batch")?;
-        let x = Tensor::from_f32(&batch.shape, batch.data);
-        let out = execute(graph, vec![(input.clone(), x)])?;
-        let (name, y) = out.into_iter().next().context("the model has no outputs")?;
-        let y = y
-            .as_f32()
-            .with_context(|| format!("output `{name}` is not float32"))?;
-        let classes = y.len() / labels.len();
-        for (row, label) in y.chunks(classes).zip(&labels) {
-            let p = argmax(row);
-            e.correct += usize::from(p as i64 == *label);
-            e.predictions.push(p);
-        }
-        e.samples += labels.len();
-        e.logits.extend_from_slice(y);
-    }
-    e.seconds = t0.elapsed().as_secs_f64();
-    Ok(e)
-}
-
 /// Runs the demo.
 pub fn run(args: Args) -> Result<()> {
     let model_path = args.model.unwrap_or_else(|| committed("models/lenet.onnx"));
@@ -127,7 +64,7 @@ pub fn run(args: Args) -> Result<()> {
             data_path.display()
         );
     }
-    let float = evaluate(&float_graph, &data_path)?;
+    let float = FloatExecutor::new(&model_path, float_graph.clone())?;
 
     let t0 = Instant::now();
     let mut calib = open_data(&data_path, &OpenOptions::default())?;
@@ -146,31 +83,51 @@ pub fn run(args: Args) -> Result<()> {
     save_model(&qgraph, &q_path).with_context(|| format!("writing {}", q_path.display()))?;
     let q_bytes = std::fs::metadata(&q_path)?.len();
 
-    let quant = evaluate(&qgraph, &data_path)?;
-    let agree = float
-        .predictions
-        .iter()
-        .zip(&quant.predictions)
-        .filter(|(a, b)| a == b)
-        .count();
-    let err = ErrorMetrics::compute(&float.logits, &quant.logits)?;
-    let acc = |e: &Eval| 100.0 * e.correct as f64 / e.samples as f64;
+    // The int8 model is scored with the float model as its reference, on the same batches:
+    // both accuracies, top-1 agreement and the logits' cosine/SQNR in one pass.
+    let quant = FloatExecutor::new(&q_path, qgraph)?;
+    let mut data = open_data(&data_path, &OpenOptions::default())
+        .with_context(|| format!("opening evaluation data {}", data_path.display()))?;
+    let eval = evaluate(
+        &quant,
+        Some(&float),
+        &mut data,
+        &data_path,
+        &EvalOptions {
+            batch: 100,
+            limit: None,
+        },
+        |_, _| {},
+    )?;
+    let cmp = eval
+        .reference
+        .as_ref()
+        .context("evaluate returns a comparison when given a reference")?;
+    let Some(agreement) = cmp.agreement else {
+        bail!(
+            "{}: the demo scores classifiers, this model's output is shaped like its input",
+            model_path.display()
+        );
+    };
+    let err = cmp.error;
+    let (float_acc, int8_acc) = (100.0 * cmp.value, 100.0 * eval.value);
+    let (float_seconds, int8_seconds) = (cmp.seconds, eval.seconds);
 
     if args.json {
         let j = serde_json::json!({
             "model": model_path,
             "quantized_model": q_path,
-            "samples": float.samples,
+            "samples": eval.samples,
             "calibration_samples": summary.calibration_samples,
-            "float_accuracy": acc(&float),
-            "int8_accuracy": acc(&quant),
-            "agreement": agree as f64 / float.samples as f64,
+            "float_accuracy": float_acc,
+            "int8_accuracy": int8_acc,
+            "agreement": agreement,
             "logits_cosine": err.cosine,
             "logits_sqnr_db": err.sqnr_db,
             "float_bytes": float_bytes,
             "int8_bytes": q_bytes,
-            "float_seconds": float.seconds,
-            "int8_seconds": quant.seconds,
+            "float_seconds": float_seconds,
+            "int8_seconds": int8_seconds,
             "quantize_seconds": quantize_seconds,
             "nodes_quantized": summary.quantized.len(),
             "nodes_left_float": summary.left_float.len(),
@@ -206,22 +163,22 @@ pub fn run(args: Args) -> Result<()> {
     println!(
         "  {:<22} {:>9.2}% {:>9.1} KB {:>10.3} s",
         "float32",
-        acc(&float),
+        float_acc,
         float_bytes as f64 / 1024.0,
-        float.seconds
+        float_seconds
     );
     println!(
         "  {:<22} {:>9.2}% {:>9.1} KB {:>10.3} s",
         "int8 QDQ (simulated)",
-        acc(&quant),
+        int8_acc,
         q_bytes as f64 / 1024.0,
-        quant.seconds
+        int8_seconds
     );
     println!();
     println!(
         "  {} samples: top-1 agreement {:.2}%, logits cosine {:.5}, SQNR {:.1} dB, size {:.0}% of float",
-        float.samples,
-        100.0 * agree as f64 / float.samples as f64,
+        eval.samples,
+        100.0 * agreement,
         err.cosine,
         err.sqnr_db,
         100.0 * q_bytes as f64 / float_bytes as f64

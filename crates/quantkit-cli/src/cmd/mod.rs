@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod conformance;
 pub mod demo;
+pub mod eval;
 pub mod inspect;
 pub mod quantize;
 pub mod run;
