@@ -40,6 +40,22 @@ enum Command {
     Eval(Box<cmd::eval::Args>),
 }
 
+/// Tells glibc's allocator to keep large freed blocks instead of returning them to the
+/// kernel. Activations and im2col buffers are megabytes each and are freed and re-allocated
+/// at every layer; by default glibc serves each from a fresh `mmap` whose pages fault in
+/// (and are zeroed) on first touch, about a tenth of a conv net's run time here. With the
+/// blocks kept, later layers and batches reuse pages that are already mapped. 32 MiB is
+/// the largest mmap threshold glibc accepts on 64-bit targets (larger values are ignored).
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts allocator tunables; it is called before any other
+    // thread exists, and both values are valid byte counts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     #[cfg(unix)]
     // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
@@ -47,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),

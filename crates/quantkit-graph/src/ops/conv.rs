@@ -135,6 +135,7 @@ impl ConvGeom {
         );
         let outer: usize = p / ow.max(1);
         let mut kidx = vec![0usize; nd];
+        let mut oidx = vec![0usize; nd];
         for row in 0..self.col_rows() {
             let ci = c0 + row / klen;
             let mut rem = row % klen;
@@ -144,15 +145,33 @@ impl ConvGeom {
             }
             let xc = &x[ci * in_len..(ci + 1) * in_len];
             let dst = &mut col[row * p..(row + 1) * p];
-            let mut oidx = vec![0usize; nd];
+            // Columns j read input i = j·sw + k0; those with i in [0, iw) form one run
+            // [j0, j1), the same for every output row: pad around it, copy (or
+            // stride-gather) inside, with no bounds test per element.
+            let k0 = (kidx[last] * dw) as isize - pw;
+            let (sw_i, iw_i) = (sw as isize, iw as isize);
+            let j0 = if k0 < 0 { (-k0 + sw_i - 1) / sw_i } else { 0 };
+            let j1 = if iw_i > k0 {
+                ((iw_i - k0 + sw_i - 1) / sw_i).min(ow as isize)
+            } else {
+                0
+            };
+            let (j0, j1) = (j0.min(ow as isize) as usize, j1.max(0) as usize);
+            // `oidx` counts through the outer output axes like an odometer (a division
+            // per output row cost more than copying the row).
+            oidx.iter_mut().for_each(|v| *v = 0);
             for o in 0..outer {
+                if o > 0 {
+                    for a in (0..last).rev() {
+                        oidx[a] += 1;
+                        if oidx[a] < self.out_sp[a] {
+                            break;
+                        }
+                        oidx[a] = 0;
+                    }
+                }
                 // Input offset of the outer (all but last) axes; None if in padding.
                 let mut off = Some(0usize);
-                let mut rem = o;
-                for a in (0..last).rev() {
-                    oidx[a] = rem % self.out_sp[a];
-                    rem /= self.out_sp[a];
-                }
                 let mut stride_in = iw;
                 for a in (0..last).rev() {
                     let i = (oidx[a] * self.strides[a] + kidx[a] * self.dilations[a]) as isize
@@ -170,14 +189,22 @@ impl ConvGeom {
                 match off {
                     None => d.fill(pad),
                     Some(base) => {
-                        let k0 = (kidx[last] * dw) as isize - pw;
-                        for (j, v) in d.iter_mut().enumerate() {
-                            let i = (j * sw) as isize + k0;
-                            *v = if i >= 0 && (i as usize) < iw {
-                                xc[base + i as usize]
+                        if j0 >= j1 {
+                            d.fill(pad);
+                        } else {
+                            d[..j0].fill(pad);
+                            d[j1..].fill(pad);
+                            let start = (base as isize + j0 as isize * sw_i + k0) as usize;
+                            let inner = &mut d[j0..j1];
+                            if sw == 1 {
+                                inner.copy_from_slice(&xc[start..start + inner.len()]);
                             } else {
-                                pad
-                            };
+                                for (v, &src) in
+                                    inner.iter_mut().zip(xc[start..].iter().step_by(sw))
+                                {
+                                    *v = src;
+                                }
+                            }
                         }
                     }
                 }
