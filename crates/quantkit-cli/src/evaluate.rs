@@ -18,7 +18,7 @@ use std::time::Instant;
 ///
 /// The integer engine plugs in by implementing this for its compiled plan and adding a
 /// [`Backend`] variant that loads it; nothing else in `eval` changes.
-pub trait Runner {
+pub trait Runner: Send + Sync {
     /// The model file, for messages.
     fn path(&self) -> &Path;
     /// The one input the data feeds.
@@ -44,6 +44,19 @@ impl Backend {
         match self {
             Backend::Float => Ok(Box::new(FloatExecutor::load(path)?)),
         }
+    }
+
+    /// Wraps an already loaded graph; `path` names it in messages.
+    pub fn wrap(self, path: &Path, graph: Graph) -> Result<Box<dyn Runner>> {
+        match self {
+            Backend::Float => Ok(Box::new(FloatExecutor::new(path, graph)?)),
+        }
+    }
+
+    /// The backend that runs quantized models: the float executor, which runs QDQ graphs
+    /// with exact Quantize/DequantizeLinear, until the integer engine lands.
+    pub fn int8() -> Backend {
+        Backend::Float
     }
 
     /// A short name for reports.

@@ -4,8 +4,8 @@
 //! (u8×i8 and i8×i8 activations, fused float-scale output stage to u8), an f32 GEMM
 //! baseline (the `gemm` crate) and the machine's int8 peak from a register-only
 //! multiply-accumulate loop, and prints the ratios. `quantkit bench --isa` prints the
-//! instruction set the kernels dispatch to. (A later `quantkit bench MODEL.onnx` can sit
-//! beside the subcommands: the arguments conflict with subcommands by design.)
+//! instruction set the kernels dispatch to. `quantkit bench MODEL.onnx`
+//! (in `bench_model`) times a model on the float executor and as int8.
 
 use std::time::Instant;
 
@@ -25,6 +25,12 @@ pub struct Args {
     /// Print the instruction set the kernels use and the CPU features detected.
     #[arg(long)]
     isa: bool,
+    /// `quantkit bench MODEL.onnx`: float vs int8 latency of a model.
+    #[command(flatten)]
+    model: super::bench_model::ModelArgs,
+    /// Print JSON (with MODEL.onnx).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -87,7 +93,13 @@ pub fn run(args: Args) -> Result<()> {
             print_isa();
             Ok(())
         }
-        None => bail!("nothing to benchmark: use `quantkit bench gemm` or `quantkit bench --isa`"),
+        None => match &args.model.model {
+            Some(m) => super::bench_model::run(m, &args.model, args.json),
+            None => bail!(
+                "nothing to benchmark: use `quantkit bench MODEL.onnx`, `quantkit bench gemm|conv` \
+                 or `quantkit bench --isa`"
+            ),
+        },
     }
 }
 

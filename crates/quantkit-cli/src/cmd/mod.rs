@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_model;
 pub mod conformance;
 pub mod demo;
 pub mod eval;

@@ -1,0 +1,210 @@
+//! `quantkit bench MODEL.onnx`: float vs int8 latency and throughput of one model, measured
+//! side by side in one run on the same input.
+//!
+//! The int8 model is the one given with `--int8`, or MODEL quantized on the spot (static,
+//! per-channel, min/max) — on `--calib` data when given, otherwise on 64 samples drawn
+//! uniformly from [0, 1). Calibration ranges change the numbers a model computes, not how
+//! long it takes, so synthetic calibration is enough for a speed figure (and keeps the
+//! command usable on models without data). Both models get the same batch of inputs.
+
+use crate::evaluate::{Backend, Runner};
+use anyhow::{bail, Context, Result};
+use clap::Args as ClapArgs;
+use quantkit_data::source::ArrayDataset;
+use quantkit_data::{open_data, DataSource, OpenOptions};
+use quantkit_graph::{load_model, Dim, Graph, Tensor};
+use quantkit_ptq::{quantize_static, PtqConfig};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Arguments of `quantkit bench MODEL.onnx`.
+#[derive(ClapArgs, Debug, Default)]
+pub struct ModelArgs {
+    /// Float ONNX model to benchmark (instead of a subcommand).
+    pub model: Option<PathBuf>,
+    /// Its int8 QDQ model (default: quantize MODEL now).
+    #[arg(long)]
+    pub int8: Option<PathBuf>,
+    /// Calibration data when quantizing MODEL now (default: synthetic uniform [0, 1)).
+    #[arg(long)]
+    pub calib: Option<PathBuf>,
+    /// Samples per run (the model's first input dimension).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Worker threads for both executors.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Minimum seconds spent timing each executor (at least 3 runs after a warm-up).
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+}
+
+/// Latency of one executor.
+struct Timing {
+    best_ms: f64,
+    median_ms: f64,
+    runs: usize,
+}
+
+fn time_runs(runner: &dyn Runner, x: &Tensor, seconds: f64) -> Result<Timing> {
+    runner.run(x.clone())?; // warm-up: page faults, caches, thread start-up
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < 3 || start.elapsed().as_secs_f64() < seconds {
+        let input = x.clone();
+        let t = Instant::now();
+        let y = runner.run(input)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(y);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Timing {
+        best_ms: times[0],
+        median_ms: times[times.len() / 2],
+        runs: times.len(),
+    })
+}
+
+/// The model's input shape with the batch dimension set to `batch`; every other dimension
+/// must be fixed.
+fn input_shape(path: &Path, dims: &[Dim], name: &str, batch: usize) -> Result<Vec<usize>> {
+    if dims.is_empty() {
+        bail!("{}: input `{name}` has no shape to fill", path.display());
+    }
+    let mut shape = vec![batch];
+    for (i, d) in dims.iter().enumerate().skip(1) {
+        match d {
+            Dim::Known(n) => shape.push(*n),
+            other => bail!(
+                "{}: input `{name}` dimension {i} is {other:?}, not fixed; \
+                 `bench` needs a fixed sample shape",
+                path.display()
+            ),
+        }
+    }
+    Ok(shape)
+}
+
+/// A deterministic uniform [0, 1) batch (xorshift; the values only have to be plausible).
+fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+/// Quantizes `model` in memory.
+fn quantize_now(model: &Path, args: &ModelArgs, sample: &[usize]) -> Result<Graph> {
+    let graph = load_model(model).with_context(|| format!("loading {}", model.display()))?;
+    let mut data = match &args.calib {
+        Some(p) => open_data(p, &OpenOptions::default())
+            .with_context(|| format!("opening calibration data {}", p.display()))?,
+        None => {
+            let n = 64;
+            let len: usize = sample.iter().product();
+            DataSource::Samples(Box::new(ArrayDataset::new(
+                "synthetic uniform [0, 1)",
+                uniform(n * len, 0x5eed),
+                sample.to_vec(),
+                None,
+            )?))
+        }
+    };
+    let config = PtqConfig {
+        calib_samples: Some(256),
+        ..PtqConfig::default()
+    };
+    let (q, _) = quantize_static(graph, &mut data, &config, &mut |_, _| {})
+        .with_context(|| format!("quantizing {}", model.display()))?;
+    Ok(q)
+}
+
+/// Runs `quantkit bench MODEL.onnx`.
+pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
+    if args.batch == 0 || args.threads == 0 {
+        bail!("--batch and --threads must be at least 1");
+    }
+    let float = Backend::Float.load(model)?;
+    let vi = float.input().clone();
+    let dims = vi.shape.clone().unwrap_or_default();
+    let shape = input_shape(model, &dims, &vi.name, args.batch)?;
+    let int8_backend = Backend::int8();
+    let (int8_path, int8) = match &args.int8 {
+        Some(p) => (p.clone(), int8_backend.load(p)?),
+        None => {
+            let label = PathBuf::from(format!("{} (quantized now)", model.display()));
+            let q = quantize_now(model, args, &shape[1..])?;
+            let runner = int8_backend.wrap(&label, q)?;
+            (label, runner)
+        }
+    };
+    let n: usize = shape.iter().product();
+    let x = Tensor::from_f32(&shape, uniform(n, 7));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .context("starting the thread pool")?;
+    let (tf, ti) = pool.install(|| -> Result<(Timing, Timing)> {
+        Ok((
+            time_runs(float.as_ref(), &x, args.seconds)?,
+            time_runs(int8.as_ref(), &x, args.seconds)?,
+        ))
+    })?;
+    let tput = |t: &Timing| args.batch as f64 / (t.best_ms / 1e3);
+    let speedup = tf.best_ms / ti.best_ms;
+    if json {
+        let side = |t: &Timing, runner: &str, path: &Path| {
+            json!({
+                "runner": runner,
+                "model": path,
+                "best_ms": t.best_ms,
+                "median_ms": t.median_ms,
+                "runs": t.runs,
+                "samples_per_second": tput(t),
+            })
+        };
+        let v = json!({
+            "model": model,
+            "input": vi.name,
+            "shape": shape,
+            "batch": args.batch,
+            "threads": args.threads,
+            "float": side(&tf, Backend::Float.name(), model),
+            "int8": side(&ti, int8_backend.name(), &int8_path),
+            "int8_speedup": speedup,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{}: input `{}` {:?}, {} thread(s)",
+            model.display(),
+            vi.name,
+            shape,
+            args.threads
+        );
+        println!(
+            "{:<8} {:<34} {:>10} {:>10} {:>6} {:>12}",
+            "model", "runner", "best ms", "median ms", "runs", "samples/s"
+        );
+        for (label, runner, t) in [
+            ("float", Backend::Float.name(), &tf),
+            ("int8", int8_backend.name(), &ti),
+        ] {
+            println!(
+                "{label:<8} {runner:<34} {:>10.3} {:>10.3} {:>6} {:>12.1}",
+                t.best_ms,
+                t.median_ms,
+                t.runs,
+                tput(t)
+            );
+        }
+        println!("int8 vs float: {speedup:.2}× (best latency)");
+    }
+    Ok(())
+}
