@@ -306,11 +306,6 @@ pub fn conv_f32_act(
             };
             let wg = &w[gi * mg * rows..(gi + 1) * mg * rows];
             let yg = &mut yn[gi * mg * p..(gi + 1) * mg * p];
-            if let Some(b) = bias {
-                for (mi, row) in yg.chunks_mut(p).enumerate() {
-                    row.fill(b[gi * mg + mi]);
-                }
-            }
             sgemm(
                 mg,
                 p,
@@ -326,12 +321,21 @@ pub fn conv_f32_act(
                     cs: 1,
                 },
                 yg,
-                bias.is_some(),
+                false,
                 !par_batch,
             );
-        }
-        if relu {
-            yn.iter_mut().for_each(|v| *v = v.max(0.0));
+            // Bias and ReLU in one pass over the group's output while it is still in cache
+            // (filling the bias first and letting GEMM accumulate onto it, then clamping,
+            // cost two more passes over the whole activation).
+            for (mi, row) in yg.chunks_mut(p).enumerate() {
+                let b = bias.map_or(0.0, |b| b[gi * mg + mi]);
+                match (bias.is_some(), relu) {
+                    (true, true) => row.iter_mut().for_each(|v| *v = (*v + b).max(0.0)),
+                    (true, false) => row.iter_mut().for_each(|v| *v += b),
+                    (false, true) => row.iter_mut().for_each(|v| *v = v.max(0.0)),
+                    (false, false) => {}
+                }
+            }
         }
     };
     if par_batch {
