@@ -1,8 +1,9 @@
-//! `quantkit quantize`: post-training static quantization of an ONNX model to QDQ ONNX.
+//! `quantkit quantize`: post-training static quantization of an ONNX model to QDQ or
+//! QOperator ONNX.
 
 use anyhow::Context;
 use quantkit_core::CalibrationMethod;
-use quantkit_ptq::{quantize_static, PtqConfig, QdqOptions};
+use quantkit_ptq::{quantize_static, Format, PtqConfig, QdqOptions};
 use std::path::PathBuf;
 
 /// Arguments of `quantkit quantize`.
@@ -13,9 +14,13 @@ pub struct Args {
     /// Calibration data: IDX folder, image folder, folder with images.npy, .npy or .npz.
     #[arg(long)]
     pub calib: PathBuf,
-    /// Output QDQ ONNX model (written atomically).
+    /// Output ONNX model (written atomically).
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Output format: qdq (QuantizeLinear/DequantizeLinear around float ops) or qoperator
+    /// (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
+    #[arg(long, default_value = "qdq")]
+    pub format: String,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
     #[arg(long, default_value = "minmax")]
     pub method: String,
@@ -53,6 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "i8" | "int8" => true,
         other => anyhow::bail!("--activations {other}: expected u8 or i8"),
     };
+    let format: Format = args.format.parse()?;
     let size_before = std::fs::metadata(&args.model)
         .with_context(|| format!("reading {}", args.model.display()))?
         .len();
@@ -66,6 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     )
     .with_context(|| format!("opening calibration data {}", args.calib.display()))?;
     let config = PtqConfig {
+        format,
         method,
         qdq: QdqOptions {
             per_channel: !args.per_tensor,
@@ -112,7 +119,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.output.display()
     );
     println!(
-        "  weights {}, activations {} affine per-tensor, calibration {} on {} samples in {:.2} s",
+        "  format {}, weights {}, activations {} affine per-tensor, calibration {} on {} samples in {:.2} s",
+        summary.format,
         summary.weights,
         summary.activations,
         summary.method,
@@ -139,6 +147,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("  left in float:");
         for f in &summary.left_float {
             println!("    {} ({}): {}", f.name, f.op_type, f.reason);
+        }
+    }
+    if let Some(r) = &summary.qoperator {
+        println!(
+            "  QOperator: {} QLinear node(s), {} on quantized tensors, {} Relu/Clip in output ranges, {} QuantizeLinear and {} DequantizeLinear at float boundaries",
+            r.converted.len(),
+            r.direct.len(),
+            r.fused_into_range.len(),
+            r.quantize_nodes,
+            r.dequantize_nodes
+        );
+        for (name, from, to) in &r.converted {
+            println!("    {name}: {from} -> {to}");
+        }
+        for (name, op) in &r.direct {
+            println!("    {name}: {op} on the quantized tensor");
+        }
+        for (prod, act) in &r.fused_into_range {
+            println!("    {act}: absorbed into the output range of {prod}");
+        }
+        let no_form: Vec<_> = r
+            .left_float
+            .iter()
+            .filter(|f| !summary.left_float.iter().any(|l| l.name == f.name))
+            .collect();
+        if !no_form.is_empty() {
+            println!("  quantized but without a QOperator form, float between DequantizeLinear/QuantizeLinear:");
+            for f in no_form {
+                println!("    {} ({}): {}", f.name, f.op_type, f.reason);
+            }
         }
     }
     println!(
