@@ -20,12 +20,14 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod calibrate;
+pub mod dynamic;
 pub mod error;
 pub mod prepare;
 pub mod qdq;
 pub mod qoperator;
 
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};
+pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
 pub use prepare::{fold_batch_norms, prepare, upgrade_opset_13, PrepareReport};
 pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
