@@ -2,7 +2,10 @@
 //! BatchNormalization folding, Conv/Gemm/MatMul + Relu/Clip fusion bookkeeping), calibrate
 //! activation ranges with the float executor, and rewrite the graph into the QDQ form
 //! ONNX Runtime's quantizer emits (int8 per-channel weights + DequantizeLinear, int32
-//! biases, QuantizeLinear/DequantizeLinear on activations).
+//! biases, QuantizeLinear/DequantizeLinear on activations). [`Format::QOperator`] then
+//! rewrites that graph into QLinear operators ([`to_qoperator`]); [`quantize_dynamic`]
+//! writes dynamic quantization (run-time activation ranges) without calibration data.
+//! `docs/formats.md` compares the three layouts.
 //!
 //! ```no_run
 //! use quantkit_ptq::{quantize_static, PtqConfig};

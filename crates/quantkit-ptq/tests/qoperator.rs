@@ -231,3 +231,70 @@ fn every_rewritten_op_gets_ort_qlinear_form_and_runs_in_ort() {
     assert!(cq >= 0.99 && cq >= cd - 0.01, "cosine {cq} (QDQ {cd})");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Conv → Clip(lo, 6) → Conv → Flatten: y [N, 4·24·24].
+fn clip_model(lo: f32) -> Graph {
+    let mut g = Graph {
+        name: "clip".into(),
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    g.meta.ir_version = 8;
+    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
+    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
+    g.inputs.push(vi);
+    g.outputs
+        .push(ValueInfo::new("y", DType::F32, &[1, 4 * 24 * 24]));
+    g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
+    let mut init = |name: &str, shape: &[usize], v: Vec<f32>| {
+        g.initializers
+            .insert(name.into(), Tensor::from_f32(shape, v));
+    };
+    init("w1", &[4, 1, 3, 3], rand_vec(36, 2.0, 11));
+    init("b1", &[4], rand_vec(4, 1.0, 12));
+    init("w2", &[4, 4, 3, 3], rand_vec(144, 0.5, 13));
+    init("lo", &[], vec![lo]);
+    init("hi", &[], vec![6.0]);
+    g.nodes = vec![
+        Node::new("conv1", "Conv", &["x", "w1", "b1"], &["c1"]),
+        Node::new("clip", "Clip", &["c1", "lo", "hi"], &["r1"]),
+        Node::new("conv2", "Conv", &["r1", "w2"], &["c2"]),
+        Node::new("flat", "Flatten", &["c2"], &["y"]),
+    ];
+    g
+}
+
+/// Regression: a Clip whose lower bound is above the calibrated range's zero point cannot
+/// vanish into the output range (the range [0, 6] also holds values in [0, 1)); it stays
+/// float, and both variants compute what the QDQ model computes.
+#[test]
+fn fused_clip_disappears_only_when_the_output_range_reproduces_it() {
+    let x = sample_batch(50);
+    for (lo, fused) in [(0.0, true), (1.0, false)] {
+        let (qdq, _) = quantize_static(
+            clip_model(lo),
+            &mut sample_data(),
+            &PtqConfig {
+                calib_samples: Some(100),
+                ..Default::default()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let (qop, r) = to_qoperator(qdq.clone()).unwrap();
+        let conv1 = r.converted.iter().any(|(n, _, _)| n == "conv1");
+        assert_eq!(conv1, fused, "Clip({lo}, 6): {r:?}");
+        assert_eq!(count(&qop, "Clip"), usize::from(!fused));
+        assert!(r.converted.iter().any(|(n, _, _)| n == "conv2"));
+        if !fused {
+            let f = r.left_float.iter().find(|f| f.name == "conv1").unwrap();
+            assert!(f.reason.contains("clips to"), "{}", f.reason);
+        }
+        let (a, b) = (
+            run(&qdq, "x", &x).to_f32_vec(),
+            run(&qop, "x", &x).to_f32_vec(),
+        );
+        let c = cosine(&a, &b);
+        assert!(c > 0.9999, "Clip({lo}, 6): QOperator vs QDQ cosine {c}");
+    }
+}
