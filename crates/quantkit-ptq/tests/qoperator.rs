@@ -298,3 +298,80 @@ fn fused_clip_disappears_only_when_the_output_range_reproduces_it() {
         assert!(c > 0.9999, "Clip({lo}, 6): QOperator vs QDQ cosine {c}");
     }
 }
+
+/// Flatten → MatMul(784→32) → Relu → MatMul(32→10): per-channel MatMul weights become
+/// per-column QLinearMatMul, which both quantkit's executor and ONNX Runtime run.
+#[test]
+fn matmul_mlp_runs_per_column_qlinear_matmul_in_quantkit_and_ort() {
+    let mut g = Graph {
+        name: "mlp".into(),
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    g.meta.ir_version = 8;
+    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
+    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
+    g.inputs.push(vi);
+    g.outputs.push(ValueInfo::new("y", DType::F32, &[1, 10]));
+    g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
+    g.initializers.insert(
+        "w1".into(),
+        Tensor::from_f32(&[784, 32], rand_vec(784 * 32, 0.1, 21)),
+    );
+    g.initializers.insert(
+        "w2".into(),
+        Tensor::from_f32(&[32, 10], rand_vec(320, 0.5, 22)),
+    );
+    g.nodes = vec![
+        Node::new("flat", "Flatten", &["x"], &["f"]),
+        Node::new("mm1", "MatMul", &["f", "w1"], &["h"]),
+        Node::new("relu", "Relu", &["h"], &["r"]),
+        Node::new("mm2", "MatMul", &["r", "w2"], &["y"]),
+    ];
+    let (qdq, _) = quantize_static(
+        g,
+        &mut sample_data(),
+        &PtqConfig {
+            calib_samples: Some(200),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let (qop, r) = to_qoperator(qdq.clone()).unwrap();
+    assert_eq!(count(&qop, "QLinearMatMul"), 2);
+    assert_eq!(
+        r.fused_into_range,
+        [("mm1".to_string(), "relu".to_string())]
+    );
+    let mm = qop.nodes.iter().find(|n| n.name == "mm1").unwrap();
+    assert_eq!(qop.initializers[&mm.inputs[4]].shape, [32]);
+    let x = sample_batch(300);
+    let (yd, yq) = (
+        run(&qdq, "x", &x).to_f32_vec(),
+        run(&qop, "x", &x).to_f32_vec(),
+    );
+    let a = agreement(&argmax_rows(&yd, 10), &argmax_rows(&yq, 10));
+    eprintln!(
+        "MLP quantkit: QOperator vs QDQ agreement {a:.4}, max |diff| {}",
+        max_abs_diff(&yd, &yq)
+    );
+    assert!(a >= 0.995, "{a}");
+    if !have_ort() {
+        return;
+    }
+    let dir = scratch("qop-mlp");
+    let (p, pd) = (dir.join("mlp.qop.onnx"), dir.join("mlp.qdq.onnx"));
+    quantkit_graph::save_model(&qop, &p).unwrap();
+    quantkit_graph::save_model(&qdq, &pd).unwrap();
+    let (yo, yod) = (run_ort(&p, "x", &x), run_ort(&pd, "x", &x));
+    let a = agreement(&argmax_rows(&yo, 10), &argmax_rows(&yod, 10));
+    let b = agreement(&argmax_rows(&yq, 10), &argmax_rows(&yo, 10));
+    eprintln!("MLP in ORT: QOperator vs QDQ agreement {a:.4}; quantkit vs ORT on the QOperator file {b:.4}");
+    assert!(a >= 0.995, "ORT QOperator vs QDQ {a}");
+    // Raw pixels reach u8 255 and weights ±127 over K = 784: ORT's AVX2 (non-VNNI) u8×s8
+    // kernel saturates 16-bit pair sums (its output equals that saturating model exactly,
+    // checked in numpy), so only a loose bound holds against the exact executor.
+    assert!(b >= 0.9, "quantkit vs ORT {b}");
+    std::fs::remove_dir_all(&dir).ok();
+}
