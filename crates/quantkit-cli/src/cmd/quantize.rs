@@ -87,6 +87,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if signed_activations {
             anyhow::bail!("--dynamic quantizes activations to u8 at run time; --activations i8 does not apply");
         }
+        if let Some(c) = &args.calib {
+            eprintln!(
+                "note: --dynamic needs no calibration data; {} is not read",
+                c.display()
+            );
+        }
         let (q, summary) = quantize_dynamic(graph, &config)
             .with_context(|| format!("quantizing {}", args.model.display()))?;
         return report(&args, &q, &summary, size_before);
