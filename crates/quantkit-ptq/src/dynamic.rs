@@ -177,6 +177,9 @@ fn check(g: &Graph, n: &Node) -> std::result::Result<(), String> {
     if !matches!(op, "Conv" | "MatMul" | "Gemm") {
         return Err("no dynamic form".into());
     }
+    if n.outputs.first().is_none_or(String::is_empty) {
+        return Err("no output".into());
+    }
     let w = float_const(g, n.inputs.get(1)).ok_or("weight is not a float32 constant")?;
     if n.inputs[0].is_empty() || g.initializers.contains_key(&n.inputs[0]) {
         return Err("input is a constant".into());

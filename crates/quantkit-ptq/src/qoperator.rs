@@ -87,7 +87,11 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
     let mut qv: HashMap<String, QVal> = HashMap::new();
     let mut dq_nodes: HashMap<String, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
-        if n.op_type != "DequantizeLinear" || !is_default_domain(n) || n.inputs.len() < 3 {
+        if n.op_type != "DequantizeLinear"
+            || !is_default_domain(n)
+            || n.inputs.len() < 3
+            || n.outputs.is_empty()
+        {
             continue;
         }
         let src = n.inputs[0].as_str();
@@ -353,6 +357,9 @@ impl Ctx<'_> {
             .initializers
             .get(&qn.inputs[2])
             .ok_or("output zero point not constant")?;
+        if zt.len() != 1 {
+            return Err("output zero point is not a scalar".into());
+        }
         let z = zt.to_f64_vec()[0];
         let (qmin, qmax) = zt.dtype.int_range().ok_or("zero point type")?;
         let (rmin, rmax) = ((qmin as f64 - z) * s, (qmax as f64 - z) * s);
@@ -400,7 +407,8 @@ impl Ctx<'_> {
         else {
             return Err("bias parameters are not constants".into());
         };
-        let ok = bs.len() == ws.len()
+        let ok = xs.len() == 1
+            && bs.len() == ws.len()
             && bz.iter().all(|&z| z == 0.0)
             && bs
                 .iter()
@@ -414,6 +422,9 @@ impl Ctx<'_> {
     }
 
     fn convert(&self, n: &Node) -> Why {
+        if n.outputs.first().is_none_or(String::is_empty) || n.inputs.is_empty() {
+            return Err("no input or no output".into());
+        }
         if !is_default_domain(n) {
             return Err(format!("operator of domain {}", n.domain));
         }
