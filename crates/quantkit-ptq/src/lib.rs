@@ -2,7 +2,10 @@
 //! BatchNormalization folding, Conv/Gemm/MatMul + Relu/Clip fusion bookkeeping), calibrate
 //! activation ranges with the float executor, and rewrite the graph into the QDQ form
 //! ONNX Runtime's quantizer emits (int8 per-channel weights + DequantizeLinear, int32
-//! biases, QuantizeLinear/DequantizeLinear on activations).
+//! biases, QuantizeLinear/DequantizeLinear on activations). [`Format::QOperator`] then
+//! rewrites that graph into QLinear operators ([`to_qoperator`]); [`quantize_dynamic`]
+//! writes dynamic quantization (run-time activation ranges) without calibration data.
+//! `docs/formats.md` compares the three layouts.
 //!
 //! ```no_run
 //! use quantkit_ptq::{quantize_static, PtqConfig};
@@ -20,23 +23,64 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod calibrate;
+pub mod dynamic;
 pub mod error;
 pub mod prepare;
 pub mod qdq;
+pub mod qoperator;
 
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};
+pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
 pub use prepare::{fold_batch_norms, prepare, upgrade_opset_13, PrepareReport};
 pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
+pub use qoperator::{to_qoperator, QopReport};
 
 use quantkit_core::CalibrationMethod;
 use quantkit_data::DataSource;
 use quantkit_graph::Graph;
 use std::collections::{BTreeMap, HashSet};
 
+/// How the quantized model is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// `QuantizeLinear`/`DequantizeLinear` around float operators (ONNX Runtime fuses them).
+    #[default]
+    Qdq,
+    /// QLinearConv, QLinearMatMul, QGemm and ONNX Runtime's QLinear contrib operators
+    /// ([`to_qoperator`]).
+    QOperator,
+}
+
+impl std::str::FromStr for Format {
+    type Err = PtqError;
+    fn from_str(s: &str) -> Result<Format> {
+        match s.to_ascii_lowercase().as_str() {
+            "qdq" => Ok(Format::Qdq),
+            "qoperator" | "qop" => Ok(Format::QOperator),
+            other => Err(PtqError::InvalidOption(format!(
+                "--format {other}: expected qdq or qoperator"
+            ))),
+        }
+    }
+}
+
+impl Format {
+    /// `qdq` or `qoperator`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Qdq => "qdq",
+            Format::QOperator => "qoperator",
+        }
+    }
+}
+
 /// Everything `quantkit quantize` can set.
 #[derive(Debug, Clone)]
 pub struct PtqConfig {
+    /// Output format (default QDQ).
+    pub format: Format,
     /// Calibration observer (default min/max).
     pub method: CalibrationMethod,
     /// Weight and activation types.
@@ -52,6 +96,7 @@ pub struct PtqConfig {
 impl Default for PtqConfig {
     fn default() -> Self {
         PtqConfig {
+            format: Format::Qdq,
             method: CalibrationMethod::MinMax,
             qdq: QdqOptions::default(),
             exclude: Vec::new(),
@@ -64,6 +109,10 @@ impl Default for PtqConfig {
 /// What [`quantize_static`] did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Summary {
+    /// Output format: `qdq` or `qoperator`.
+    pub format: String,
+    /// For QOperator output, which nodes became which QLinear op.
+    pub qoperator: Option<QopReport>,
     /// Nodes of the prepared float graph.
     pub nodes: usize,
     /// Quantized nodes: `(name, op_type)`.
@@ -146,7 +195,16 @@ pub fn quantize_static(
         .map(|n| (n.name.clone(), n.op_type.clone()))
         .collect();
     let q = insert_qdq(graph, &plan, &act, &config.qdq)?;
+    let (q, qoperator) = match config.format {
+        Format::Qdq => (q, None),
+        Format::QOperator => {
+            let (q, r) = to_qoperator(q)?;
+            (q, Some(r))
+        }
+    };
     let summary = Summary {
+        format: config.format.name().into(),
+        qoperator,
         nodes,
         quantized: plan
             .quantized

@@ -1,8 +1,9 @@
-//! `quantkit quantize`: post-training static quantization of an ONNX model to QDQ ONNX.
+//! `quantkit quantize`: post-training static quantization of an ONNX model to QDQ or
+//! QOperator ONNX, or dynamic quantization (`--dynamic`, no calibration data).
 
 use anyhow::Context;
 use quantkit_core::CalibrationMethod;
-use quantkit_ptq::{quantize_static, PtqConfig, QdqOptions};
+use quantkit_ptq::{quantize_dynamic, quantize_static, Format, PtqConfig, QdqOptions};
 use std::path::PathBuf;
 
 /// Arguments of `quantkit quantize`.
@@ -10,12 +11,21 @@ use std::path::PathBuf;
 pub struct Args {
     /// Float ONNX model.
     pub model: PathBuf,
-    /// Calibration data: IDX folder, image folder, folder with images.npy, .npy or .npz.
+    /// Calibration data: IDX folder, image folder, folder with images.npy, .npy or .npz
+    /// (required unless --dynamic).
     #[arg(long)]
-    pub calib: PathBuf,
-    /// Output QDQ ONNX model (written atomically).
+    pub calib: Option<PathBuf>,
+    /// Dynamic quantization as ONNX Runtime's quantize_dynamic writes it: int8 weights,
+    /// activations quantized at run time (DynamicQuantizeLinear + MatMulInteger/ConvInteger).
+    #[arg(long)]
+    pub dynamic: bool,
+    /// Output ONNX model (written atomically).
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Output format: qdq (QuantizeLinear/DequantizeLinear around float ops) or qoperator
+    /// (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
+    #[arg(long, default_value = "qdq")]
+    pub format: String,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
     #[arg(long, default_value = "minmax")]
     pub method: String,
@@ -53,19 +63,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "i8" | "int8" => true,
         other => anyhow::bail!("--activations {other}: expected u8 or i8"),
     };
+    let format: Format = args.format.parse()?;
     let size_before = std::fs::metadata(&args.model)
         .with_context(|| format!("reading {}", args.model.display()))?
         .len();
     let graph = quantkit_graph::load_model(&args.model)?;
-    let mut data = quantkit_data::open_data(
-        &args.calib,
-        &quantkit_data::OpenOptions {
-            scale: args.scale,
-            ..Default::default()
-        },
-    )
-    .with_context(|| format!("opening calibration data {}", args.calib.display()))?;
     let config = PtqConfig {
+        format,
         method,
         qdq: QdqOptions {
             per_channel: !args.per_tensor,
@@ -76,6 +80,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         calib_samples: args.calib_samples,
         ..Default::default()
     };
+    if args.dynamic {
+        if format != Format::Qdq {
+            anyhow::bail!("--dynamic writes its own layout; --format does not apply");
+        }
+        if signed_activations {
+            anyhow::bail!("--dynamic quantizes activations to u8 at run time; --activations i8 does not apply");
+        }
+        if let Some(c) = &args.calib {
+            eprintln!(
+                "note: --dynamic needs no calibration data; {} is not read",
+                c.display()
+            );
+        }
+        let (q, summary) = quantize_dynamic(graph, &config)
+            .with_context(|| format!("quantizing {}", args.model.display()))?;
+        return report(&args, &q, &summary, size_before);
+    }
+    let Some(calib) = &args.calib else {
+        anyhow::bail!("--calib DATA is required for static quantization (or use --dynamic)");
+    };
+    let mut data = quantkit_data::open_data(
+        calib,
+        &quantkit_data::OpenOptions {
+            scale: args.scale,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("opening calibration data {}", calib.display()))?;
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -94,10 +126,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })
     .with_context(|| format!("quantizing {}", args.model.display()))?;
     bar.finish_and_clear();
-    quantkit_graph::save_model(&q, &args.output)?;
+    report(&args, &q, &summary, size_before)
+}
+
+/// Writes the model (atomically) and prints the summary.
+fn report(
+    args: &Args,
+    q: &quantkit_graph::Graph,
+    summary: &quantkit_ptq::Summary,
+    size_before: u64,
+) -> anyhow::Result<()> {
+    quantkit_graph::save_model(q, &args.output)?;
     let size_after = std::fs::metadata(&args.output)?.len();
     if args.json {
-        let mut v = serde_json::to_value(&summary)?;
+        let mut v = serde_json::to_value(summary)?;
         v["model"] = args.model.display().to_string().into();
         v["output"] = args.output.display().to_string().into();
         v["size_before"] = size_before.into();
@@ -111,14 +153,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.model.display(),
         args.output.display()
     );
-    println!(
-        "  weights {}, activations {} affine per-tensor, calibration {} on {} samples in {:.2} s",
-        summary.weights,
-        summary.activations,
-        summary.method,
-        summary.calibration_samples,
-        summary.calibration_seconds
-    );
+    if summary.format == "dynamic" {
+        println!(
+            "  format dynamic, weights {}, activations {}, no calibration",
+            summary.weights, summary.activations
+        );
+        for (name, op) in &summary.quantized {
+            let int_op = if op == "Conv" {
+                "ConvInteger"
+            } else {
+                "MatMulInteger"
+            };
+            println!("    {name}: {op} -> DynamicQuantizeLinear + {int_op} + Cast + Mul");
+        }
+    } else {
+        println!(
+            "  format {}, weights {}, activations {} affine per-tensor, calibration {} on {} samples in {:.2} s",
+            summary.format,
+            summary.weights,
+            summary.activations,
+            summary.method,
+            summary.calibration_samples,
+            summary.calibration_seconds
+        );
+    }
     if !summary.prepare.batch_norms_folded.is_empty() {
         println!(
             "  folded {} BatchNormalization node(s) into Conv/Gemm",
@@ -128,17 +186,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(old) = summary.opset_upgraded_from {
         println!("  opset upgraded from {old} to 13 (per-axis QuantizeLinear)");
     }
-    println!(
-        "  {} of {} nodes quantized, {} activations with Q/DQ, {} conv/gemm+activation fusions",
-        summary.quantized.len(),
-        summary.nodes,
-        summary.activations_quantized,
-        summary.fused.len()
-    );
+    if summary.format == "dynamic" {
+        println!(
+            "  {} of {} nodes quantized, {} DynamicQuantizeLinear",
+            summary.quantized.len(),
+            summary.nodes,
+            summary.activations_quantized
+        );
+    } else {
+        println!(
+            "  {} of {} nodes quantized, {} activations with Q/DQ, {} conv/gemm+activation fusions",
+            summary.quantized.len(),
+            summary.nodes,
+            summary.activations_quantized,
+            summary.fused.len()
+        );
+    }
     if !summary.left_float.is_empty() {
         println!("  left in float:");
         for f in &summary.left_float {
             println!("    {} ({}): {}", f.name, f.op_type, f.reason);
+        }
+    }
+    if let Some(r) = &summary.qoperator {
+        println!(
+            "  QOperator: {} QLinear node(s), {} on quantized tensors, {} Relu/Clip in output ranges, {} QuantizeLinear and {} DequantizeLinear at float boundaries",
+            r.converted.len(),
+            r.direct.len(),
+            r.fused_into_range.len(),
+            r.quantize_nodes,
+            r.dequantize_nodes
+        );
+        for (name, from, to) in &r.converted {
+            println!("    {name}: {from} -> {to}");
+        }
+        for (name, op) in &r.direct {
+            println!("    {name}: {op} on the quantized tensor");
+        }
+        for (prod, act) in &r.fused_into_range {
+            println!("    {act}: absorbed into the output range of {prod}");
+        }
+        let no_form: Vec<_> = r
+            .left_float
+            .iter()
+            .filter(|f| !summary.left_float.iter().any(|l| l.name == f.name))
+            .collect();
+        if !no_form.is_empty() {
+            println!("  quantized but without a QOperator form, float between DequantizeLinear/QuantizeLinear:");
+            for f in no_form {
+                println!("    {} ({}): {}", f.name, f.op_type, f.reason);
+            }
         }
     }
     println!(

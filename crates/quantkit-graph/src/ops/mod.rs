@@ -43,6 +43,7 @@ pub mod pad;
 pub mod pool;
 pub mod pow;
 pub mod prelu;
+pub mod qgemm;
 pub mod qlinear_conv;
 pub mod qlinear_mat_mul;
 pub mod quantize_linear;
@@ -75,6 +76,13 @@ pub type EvalFn = fn(&OpCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>
 
 /// The implementation of `op_type` in `domain` ("" = ai.onnx), if there is one.
 pub fn lookup(domain: &str, op_type: &str) -> Option<EvalFn> {
+    if domain == "com.microsoft" {
+        // ONNX Runtime's contrib operators, only those its quantizer writes.
+        return match op_type {
+            "QGemm" => Some(qgemm::eval),
+            _ => None,
+        };
+    }
     if !(domain.is_empty() || domain == "ai.onnx") {
         return None;
     }
@@ -141,6 +149,7 @@ pub fn is_integer_op(op_type: &str) -> bool {
             | "DynamicQuantizeLinear"
             | "QLinearConv"
             | "QLinearMatMul"
+            | "QGemm"
             | "MatMulInteger"
             | "ConvInteger"
     )

@@ -1,7 +1,8 @@
-//! `QLinearMatMul`: `acc = (a − a_zp)·(b − b_zp)` in exact integers, then
-//! `y = saturate(round_half_even(acc · (a_scale·b_scale / y_scale)) + y_zp)`. The multiplier
-//! is formed in the scales' own precision (f32, or f16 with rounding after each operation)
-//! and applied in f64, as the ONNX reference implementation does.
+//! `QLinearMatMul`: `acc = (a − a_zp)·(b − b_zp[j])` in exact integers, then
+//! `y = saturate(round_half_even(acc · (a_scale·b_scale[j] / y_scale)) + y_zp)`, where
+//! `b_scale`/`b_zero_point` are per tensor or, as the ONNX spec allows, per column `j` of a
+//! 2-D `b`. The multiplier is formed in the scales' own precision (f32, or f16 with rounding
+//! after each operation) and applied in f64, as the ONNX reference implementation does.
 
 use super::mat_mul_integer::matmul_i64;
 use super::{input, make, OpCtx};
@@ -36,26 +37,37 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
     let b_zp = input(inputs, 5)?;
     let y_s = input(inputs, 6)?;
     let y_zp = input(inputs, 7)?;
-    for (i, t) in [
-        (1, a_s),
-        (2, a_zp),
-        (4, b_s),
-        (5, b_zp),
-        (6, y_s),
-        (7, y_zp),
-    ] {
+    for (i, t) in [(1, a_s), (2, a_zp), (6, y_s), (7, y_zp)] {
         if t.len() != 1 {
             return Err(OpError::Unsupported(format!(
                 "per-axis quantization parameter at input {i} of QLinearMatMul"
             )));
         }
     }
+    let n = *b.shape.last().unwrap_or(&1);
+    for (i, t) in [(4, b_s), (5, b_zp)] {
+        if t.len() != 1 && (t.len() != n || b.rank() != 2) {
+            return Err(OpError::shape(
+                format!("input {i} of 1 element, or {n} (one per column of a 2-D b)"),
+                &t.shape,
+            ));
+        }
+    }
     let az = a_zp.to_i64_vec()[0];
-    let bz = b_zp.to_i64_vec()[0];
+    let bz = b_zp.to_i64_vec();
     let av: Vec<i64> = a.to_i64_vec().iter().map(|v| v - az).collect();
-    let bv: Vec<i64> = b.to_i64_vec().iter().map(|v| v - bz).collect();
+    let bv: Vec<i64> = b
+        .to_i64_vec()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v - bz[if bz.len() == 1 { 0 } else { i % n }])
+        .collect();
     let (shape, acc) = matmul_i64(&av, &a.shape, &bv, &b.shape)?;
-    let m = multiplier(a_s, b_s.to_f32_vec()[0], y_s, b_s.dtype)[0];
+    let mults: Vec<f64> = b_s
+        .to_f32_vec()
+        .iter()
+        .map(|&s| multiplier(a_s, s, y_s, b_s.dtype)[0])
+        .collect();
     let yz = y_zp.to_i64_vec()[0] as f64;
     let (lo, hi) = y_zp
         .dtype
@@ -63,7 +75,11 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
         .ok_or_else(|| OpError::Unsupported(format!("output type {}", y_zp.dtype)))?;
     let y: Vec<i64> = acc
         .iter()
-        .map(|&v| ((v as f64 * m + yz).round_ties_even() as i64).clamp(lo, hi))
+        .enumerate()
+        .map(|(i, &v)| {
+            let m = mults[if mults.len() == 1 { 0 } else { i % n }];
+            ((v as f64 * m + yz).round_ties_even() as i64).clamp(lo, hi)
+        })
         .collect();
     Ok(vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)])
 }

@@ -1,0 +1,91 @@
+//! Integration tests of `quantkit quantize --format` and `--dynamic`, running the built
+//! binary on the committed LeNet and sample.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn quantize(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("quantize")
+        .arg(repo().join("models/lenet.onnx"))
+        .args(args)
+        .output()
+        .expect("run quantkit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("quantkit-cli-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn qoperator_summary_names_the_qlinear_ops() {
+    let out = tmp("lenet.qop.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let (ok, stdout, err) = quantize(&[
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "100",
+        "--format",
+        "qoperator",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["format"], "qoperator");
+    let conv = v["qoperator"]["converted"].as_array().unwrap();
+    assert!(conv.contains(&serde_json::json!(["conv1", "Conv", "QLinearConv"])));
+    assert!(conv.contains(&serde_json::json!(["fc2", "Gemm", "QGemm"])));
+    let g = quantkit_graph::load_model(&out).unwrap();
+    assert!(g.nodes.iter().any(|n| n.op_type == "QLinearConv"));
+    // The text summary says the same.
+    let (ok, stdout, err) = quantize(&[
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "100",
+        "--format",
+        "qoperator",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("format qoperator"), "{stdout}");
+    assert!(stdout.contains("conv2: Conv -> QLinearConv"), "{stdout}");
+    assert!(
+        stdout.contains("pool1: MaxPool on the quantized tensor"),
+        "{stdout}"
+    );
+    std::fs::remove_file(&out).ok();
+}
+
+#[test]
+fn dynamic_needs_no_calibration_and_static_does() {
+    let out = tmp("lenet.dyn.onnx");
+    let (ok, stdout, err) = quantize(&["--dynamic", "-o", out.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["format"], "dynamic");
+    assert_eq!(v["quantized"].as_array().unwrap().len(), 4);
+    assert!(out.is_file());
+    std::fs::remove_file(&out).ok();
+    let missing = tmp("never.onnx");
+    let (ok, _, err) = quantize(&["-o", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("--calib"), "{err}");
+    let (ok, _, err) = quantize(&["--format", "qlinear", "-o", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("qdq or qoperator"), "{err}");
+    assert!(!missing.exists());
+}
