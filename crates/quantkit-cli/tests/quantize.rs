@@ -89,3 +89,51 @@ fn dynamic_needs_no_calibration_and_static_does() {
     assert!(err.contains("qdq or qoperator"), "{err}");
     assert!(!missing.exists());
 }
+
+/// An IDX folder given as calibration data is read from its train split unless told
+/// otherwise, so calibration never sees the test images the model is scored on.
+#[test]
+fn idx_calibration_defaults_to_the_train_split() {
+    let dir = std::env::var_os("QUANTKIT_FASHION_MNIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/share/datasets/fashion-mnist"));
+    if !dir.join("train-images-idx3-ubyte.gz").is_file() {
+        assert!(
+            std::env::var("CI").ok().as_deref() != Some("true"),
+            "CI=true but Fashion-MNIST is missing at {}",
+            dir.display()
+        );
+        eprintln!("skipping: Fashion-MNIST not found at {}", dir.display());
+        return;
+    }
+    let run = |calib: PathBuf, extra: &[&str], name: &str| {
+        let out = tmp(name);
+        let mut args = vec![
+            "--calib",
+            calib.to_str().unwrap(),
+            "--calib-samples",
+            "64",
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, _, err) = quantize(&args);
+        assert!(ok, "{err}");
+        let bytes = std::fs::read(&out).unwrap();
+        std::fs::remove_file(&out).ok();
+        bytes
+    };
+    let folder = run(dir.clone(), &[], "split-default.onnx");
+    let train = run(
+        dir.join("train-images-idx3-ubyte.gz"),
+        &[],
+        "split-file.onnx",
+    );
+    let test = run(dir.clone(), &["--calib-split", "test"], "split-test.onnx");
+    assert!(
+        folder == train,
+        "folder default must calibrate on the train split"
+    );
+    assert!(folder != test, "--calib-split test must read other images");
+}

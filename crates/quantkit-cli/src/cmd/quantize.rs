@@ -44,6 +44,10 @@ pub struct Args {
     /// Use at most N calibration samples (arrays, for an .npz of batches).
     #[arg(long)]
     pub calib_samples: Option<usize>,
+    /// Split of an IDX calibration folder: train (default — calibration should not see the
+    /// images a model is evaluated on) or test.
+    #[arg(long, default_value = "train")]
+    pub calib_split: quantkit_data::Split,
     /// Scale applied to .npy/.npz values (default: 1/255 for u8 data, else 1).
     #[arg(long)]
     pub scale: Option<f32>,
@@ -104,6 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         calib,
         &quantkit_data::OpenOptions {
             scale: args.scale,
+            split: args.calib_split,
             ..Default::default()
         },
     )
