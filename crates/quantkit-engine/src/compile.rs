@@ -64,6 +64,34 @@ struct Matcher<'g> {
 
 type Why<T> = std::result::Result<T, String>;
 
+/// `value → [Relu | Clip] → QuantizeLinear` after an anchor.
+struct Tail {
+    /// The activation (if any) and the QuantizeLinear.
+    absorbed: Vec<usize>,
+    /// Clamp of the output codes.
+    clamp: (i32, i32),
+    /// The QuantizeLinear node.
+    q: usize,
+    qp: Qp,
+}
+
+/// An int8 weight read through a DequantizeLinear.
+struct Weight {
+    dq: usize,
+    values: Vec<i8>,
+    shape: Vec<usize>,
+    scales: Vec<f32>,
+    zero_points: Vec<i32>,
+}
+
+/// A step before slots are assigned: anchor node, kernel, input and output names.
+struct Pending {
+    node: usize,
+    kernel: Box<dyn Kernel>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+}
+
 fn is_default_domain(n: &Node) -> bool {
     n.domain.is_empty() || n.domain == "ai.onnx"
 }
@@ -160,7 +188,7 @@ impl<'g> Matcher<'g> {
 
     /// `value → [Relu | Clip] → QuantizeLinear`: the absorbed nodes, the clamp in the
     /// output's codes and the output's parameters.
-    fn tail(&self, value: &str) -> Why<(Vec<usize>, (i32, i32), usize, Qp)> {
+    fn tail(&self, value: &str) -> Why<Tail> {
         let mut r = self.sole_reader(value)?;
         let mut absorbed = Vec::new();
         let mut range = (f32::NEG_INFINITY, f32::INFINITY);
@@ -188,7 +216,12 @@ impl<'g> Matcher<'g> {
         absorbed.push(r);
         let lo = quantize_bound(range.0, qp);
         let hi = quantize_bound(range.1, qp);
-        Ok((absorbed, (lo, hi), r, qp))
+        Ok(Tail {
+            absorbed,
+            clamp: (lo, hi),
+            q: r,
+            qp,
+        })
     }
 
     fn clip_range(&self, n: &Node) -> Why<(f32, f32)> {
@@ -225,11 +258,7 @@ impl<'g> Matcher<'g> {
 
     /// An int8 weight read through a DequantizeLinear: (DQ index, values, shape, scales,
     /// zero points). Per-channel parameters must lie on `channel_axis`.
-    fn weight(
-        &self,
-        value: &str,
-        channel_axis: usize,
-    ) -> Why<(usize, Vec<i8>, Vec<usize>, Vec<f32>, Vec<i32>)> {
+    fn weight(&self, value: &str, channel_axis: usize) -> Why<Weight> {
         let i = self.dq_of(value)?;
         let dq = &self.g.nodes[i];
         let w = self
@@ -286,7 +315,13 @@ impl<'g> Matcher<'g> {
                 ));
             }
         }
-        Ok((i, wv.clone(), w.shape.clone(), scales, zps))
+        Ok(Weight {
+            dq: i,
+            values: wv.clone(),
+            shape: w.shape.clone(),
+            scales,
+            zero_points: zps,
+        })
     }
 
     /// An int32 bias read through a DequantizeLinear with scale `s_x·s_w[j]`, zero point 0.
@@ -365,7 +400,13 @@ impl<'g> Matcher<'g> {
         let n = &self.g.nodes[ni];
         let (dqx, xq, qx) = self.act_input(n)?;
         let wname = n.inputs.get(1).ok_or("no weight")?;
-        let (dqw, w, wshape, s_w, z_w) = self.weight(wname, 0)?;
+        let Weight {
+            dq: dqw,
+            values: w,
+            shape: wshape,
+            scales: s_w,
+            zero_points: z_w,
+        } = self.weight(wname, 0)?;
         if wshape.len() != 4 {
             return Err(format!(
                 "{}-D weight: the kernel is 2-D conv only",
@@ -417,7 +458,12 @@ impl<'g> Matcher<'g> {
                 Some(bv)
             }
         };
-        let (absorbed, clamp, qi, qy) = self.tail(&n.outputs[0])?;
+        let Tail {
+            absorbed,
+            clamp,
+            q: qi,
+            qp: qy,
+        } = self.tail(&n.outputs[0])?;
         let stage = self.stage(qx.scale, &s_w, qy, clamp, bias)?;
         let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
@@ -475,7 +521,13 @@ impl<'g> Matcher<'g> {
         }
         let (dqx, xq, qx) = self.act_input(n)?;
         let wname = n.inputs.get(1).ok_or("no weight")?;
-        let (dqw, w, wshape, s_w, z_w) = self.weight(wname, if trans_b { 0 } else { 1 })?;
+        let Weight {
+            dq: dqw,
+            values: w,
+            shape: wshape,
+            scales: s_w,
+            zero_points: z_w,
+        } = self.weight(wname, if trans_b { 0 } else { 1 })?;
         if wshape.len() != 2 {
             return Err(format!(
                 "{}-D weight: the GEMM step takes 2-D B",
@@ -496,7 +548,12 @@ impl<'g> Matcher<'g> {
                 Some(bv)
             }
         };
-        let (absorbed, clamp, qi, qy) = self.tail(&n.outputs[0])?;
+        let Tail {
+            absorbed,
+            clamp,
+            q: qi,
+            qp: qy,
+        } = self.tail(&n.outputs[0])?;
         let stage = self.stage(qx.scale, &s_w, qy, clamp, bias)?;
         let weights = PackedWeights::from_i8(&w, k, nn, layout, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
@@ -760,7 +817,7 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
     let mut placement: Vec<Option<Placement>> = vec![None; g.nodes.len()];
     let mut through_of: HashMap<usize, String> = HashMap::new();
     // Steps as (anchor node index, kernel, input names, output names).
-    let mut pending: Vec<(usize, Box<dyn Kernel>, Vec<String>, Vec<String>)> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut reasons: HashMap<usize, String> = HashMap::new();
     for i in 0..g.nodes.len() {
         if placement[i].is_some() {
@@ -780,7 +837,12 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
                 for &t in &mt.through {
                     through_of.entry(t).or_insert_with(|| n.name.clone());
                 }
-                pending.push((i, mt.kernel, mt.inputs, vec![mt.output]));
+                pending.push(Pending {
+                    node: i,
+                    kernel: mt.kernel,
+                    inputs: mt.inputs,
+                    outputs: vec![mt.output],
+                });
                 continue;
             }
             Some(Err(why)) => {
@@ -797,25 +859,30 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
                 n.domain.clone()
             },
         })?;
-        pending.push((
-            i,
-            Box::new(GraphOp {
+        pending.push(Pending {
+            node: i,
+            kernel: Box::new(GraphOp {
                 node: n.clone(),
                 opset,
                 f,
             }),
-            n.inputs.clone(),
-            n.outputs.clone(),
-        ));
+            inputs: n.inputs.clone(),
+            outputs: n.outputs.clone(),
+        });
     }
 
     // Drop steps whose outputs nobody needs (the DQs an integer step reads through).
     let mut needed: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
     let mut keep = vec![false; pending.len()];
-    for (k, (_, _, ins, outs)) in pending.iter().enumerate().rev() {
-        if outs.iter().any(|o| needed.contains(o.as_str())) {
+    for (k, p) in pending.iter().enumerate().rev() {
+        if p.outputs.iter().any(|o| needed.contains(o.as_str())) {
             keep[k] = true;
-            needed.extend(ins.iter().filter(|v| !v.is_empty()).map(String::as_str));
+            needed.extend(
+                p.inputs
+                    .iter()
+                    .filter(|v| !v.is_empty())
+                    .map(String::as_str),
+            );
         }
     }
 
@@ -836,7 +903,13 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
         .map(|vi| (vi.clone(), slot_of(&vi.name, &mut consts)))
         .collect();
     let mut steps: Vec<Step> = Vec::new();
-    for ((ni, kernel, ins, outs), keep) in pending.into_iter().zip(keep) {
+    for (p, keep) in pending.into_iter().zip(keep) {
+        let Pending {
+            node: ni,
+            kernel,
+            inputs: ins,
+            outputs: outs,
+        } = p;
         let n = &g.nodes[ni];
         if !keep {
             if placement[ni].is_none() {
