@@ -179,6 +179,26 @@ impl Plan {
     /// Runs the plan on named float (or whatever the model declares) inputs and returns the
     /// graph outputs in declaration order, as ONNX (NCHW) tensors.
     pub fn run<S: AsRef<str>>(&self, inputs: Vec<(S, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// Like [`Plan::run`], also returning the wall time of every step (anchor node, kernel
+    /// description, seconds), in execution order.
+    #[allow(clippy::type_complexity)]
+    pub fn run_profiled<S: AsRef<str>>(
+        &self,
+        inputs: Vec<(S, Tensor)>,
+    ) -> Result<(Vec<(String, Tensor)>, Vec<(String, String, f64)>)> {
+        let mut times = Vec::with_capacity(self.steps.len());
+        let out = self.run_inner(inputs, Some(&mut times))?;
+        Ok((out, times))
+    }
+
+    fn run_inner<S: AsRef<str>>(
+        &self,
+        inputs: Vec<(S, Tensor)>,
+        mut times: Option<&mut Vec<(String, String, f64)>>,
+    ) -> Result<Vec<(String, Tensor)>> {
         let mut env: Vec<Option<Val>> = vec![None; self.consts.len()];
         let known = || {
             self.inputs
@@ -220,7 +240,15 @@ impl Plan {
                     )?),
                 });
             }
+            let t0 = times.as_ref().map(|_| std::time::Instant::now());
             let outs = step.kernel.run(step, &args)?;
+            if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
+                t.push((
+                    step.node.clone(),
+                    step.kernel.describe(),
+                    t0.elapsed().as_secs_f64(),
+                ));
+            }
             drop(args);
             for (slot, v) in step.outputs.iter().zip(outs) {
                 if let Some(slot) = slot {

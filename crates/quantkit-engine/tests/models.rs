@@ -114,3 +114,63 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
         assert!(a.cosine > 0.999, "cosine {}", a.cosine);
     }
 }
+
+#[test]
+#[ignore = "real model from ../shared/models, a few seconds in the dev profile: run with -- --ignored"]
+fn mtcnn_rnet_engine_agrees_with_the_qdq_reference() {
+    let d = common::shared().join("models/mtcnn");
+    if !d.join("rnet.onnx").is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but {} is missing",
+            d.display()
+        );
+        eprintln!("skipping: {} not found", d.join("rnet.onnx").display());
+        return;
+    }
+    let g = load_model(d.join("rnet.onnx")).unwrap();
+    let input = g.inputs[0].name.clone();
+    let mut data = open_data(d.join("rnet_input.npy"), &OpenOptions::default()).unwrap();
+    let (q, _) = quantize_static(g, &mut data, &PtqConfig::default(), &mut |_, _| {}).unwrap();
+    let plan = compile(&q, &EngineOptions::default()).unwrap();
+    for n in plan.report() {
+        if let Placement::Float { reason } = &n.placement {
+            eprintln!("float island {} ({}): {reason}", n.node, n.op_type);
+        }
+    }
+    let integer_convs = plan
+        .report()
+        .iter()
+        .filter(|n| n.op_type == "Conv" && matches!(n.placement, Placement::Integer { .. }))
+        .count();
+    assert!(
+        integer_convs > 0,
+        "no conv of R-Net runs as an integer kernel"
+    );
+    let mut data = open_data(d.join("rnet_input.npy"), &OpenOptions::default()).unwrap();
+    let n = data.len();
+    let b = data
+        .batches(&BatchOptions {
+            batch_size: n,
+            ..Default::default()
+        })
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let x = Tensor::from_f32(&b.shape, b.data);
+    let want = execute(&q, vec![(input.clone(), x.clone())]).unwrap();
+    let got = plan.run(vec![(input.as_str(), x)]).unwrap();
+    // Output 1 is [p(non-face), p(face)].
+    let (w, e) = (want[1].1.to_f32_vec(), got[1].1.to_f32_vec());
+    let face = |v: &[f32]| v.chunks(2).map(|c| c[1] > 0.5).collect::<Vec<_>>();
+    let (fw, fe) = (face(&w), face(&e));
+    let agree = fw.iter().zip(&fe).filter(|(a, b)| a == b).count() as f64 / fw.len() as f64;
+    let cos = cosine(&e, &w);
+    let box_cos = cosine(&got[0].1.to_f32_vec(), &want[0].1.to_f32_vec());
+    println!(
+        "R-Net ({integer_convs} integer convs): face decision agreement {agree:.4}, probability cosine {cos:.6}, box cosine {box_cos:.6}"
+    );
+    assert!(agree >= 0.995, "agreement {agree}");
+    assert!(cos > 0.999, "cosine {cos}");
+}
