@@ -2,7 +2,7 @@
 //! step running the graph crate's operator (a float island or a Q/DQ conversion).
 
 use crate::error::{EngineError, Result};
-use crate::steps::{CodeStep, ConvStep, GemmStep, GraphOp, Kernel, MaxPoolStep, Table};
+use crate::steps::{AddStep, CodeStep, ConvStep, GemmStep, GraphOp, Kernel, MaxPoolStep, Table};
 use crate::value::Val;
 use crate::{EngineOptions, NodeReport, Placement, Plan, RequantMode, Step};
 use quantkit_core::fixed_point::{FixedPointRounding, QuantizedMultiplier};
@@ -767,6 +767,81 @@ impl<'g> Matcher<'g> {
         })
     }
 
+    fn add(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        if n.inputs.len() != 2 {
+            return Err("Add needs two inputs".into());
+        }
+        let (dqa, aq, qa) = self.act_input(n)?;
+        let dqb = self.dq_of(&n.inputs[1])?;
+        let qb = self.qparams(&self.g.nodes[dqb])?;
+        let bq = self.g.nodes[dqb].inputs[0].clone();
+        let Tail {
+            absorbed,
+            clamp,
+            q: qi,
+            qp: qy,
+        } = self.tail(&n.outputs[0])?;
+        if qa.dtype != qb.dtype || qa.dtype != qy.dtype {
+            return Err(format!(
+                "mixed code types {} + {} → {}: the kernel takes one",
+                qa.dtype, qb.dtype, qy.dtype
+            ));
+        }
+        let lookup = |node: &Node| -> Why<GraphOp> {
+            Ok(GraphOp {
+                node: node.clone(),
+                opset: self.opset,
+                f: ops::lookup(&node.domain, &node.op_type)
+                    .ok_or_else(|| format!("no implementation of {}", node.op_type))?,
+            })
+        };
+        // The fallback for broadcasting operands: exactly the QDQ graph's nodes.
+        let mut chain = vec![dqa, dqb, ni];
+        chain.extend(absorbed.iter().copied());
+        let mut float_path = Vec::new();
+        let mut float_args = Vec::new();
+        for &k in &chain {
+            let node = &self.g.nodes[k];
+            float_path.push(lookup(node)?);
+            let skip = if k == ni { 2 } else { 1 };
+            let mut args = Vec::new();
+            for v in node.inputs.iter().skip(skip) {
+                args.push(if v.is_empty() {
+                    None
+                } else {
+                    Some(
+                        self.init(v).cloned().ok_or_else(|| {
+                            format!("`{}`: input `{v}` is not a constant", node.name)
+                        })?,
+                    )
+                });
+            }
+            float_args.push(args);
+        }
+        let p = |q: Qp| quantkit_kernels::eltwise::QParams {
+            scale: q.scale,
+            zero_point: q.zp,
+        };
+        let desc = format!("add {}", qa.dtype);
+        Ok(Matched {
+            kernel: Box::new(AddStep {
+                qa: p(qa),
+                qb: p(qb),
+                qy: p(qy),
+                dtype: qa.dtype,
+                clamp,
+                float_path,
+                float_args,
+            }),
+            inputs: vec![aq, bq],
+            output: self.g.nodes[qi].outputs[0].clone(),
+            absorbed,
+            through: vec![dqa, dqb],
+            kernel_desc: desc,
+        })
+    }
+
     /// Tries the integer pattern anchored at node `ni`.
     fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
         let n = &self.g.nodes[ni];
@@ -778,6 +853,7 @@ impl<'g> Matcher<'g> {
             "Conv" => self.conv(ni),
             "Gemm" | "MatMul" => self.gemm(ni),
             "MaxPool" => self.max_pool(ni),
+            "Add" => self.add(ni),
             _ if LAYOUT_OPS.contains(&op) => self.codes(ni, true),
             _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
             _ => return None,

@@ -3,7 +3,8 @@
 //! `quantkit-kernels`, and runs it.
 //!
 //! `DequantizeLinear → Conv/Gemm/MatMul (int8 weights, int32 bias) [→ Relu | Clip] →
-//! QuantizeLinear` becomes one integer step with a fused output stage; MaxPool, unary
+//! QuantizeLinear` becomes one integer step with a fused output stage; so does Add
+//! (QLinearAdd); MaxPool, unary
 //! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
 //! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
 //! composes DQ → op → Q exactly). Everything else is a *float island*: the graph crate's

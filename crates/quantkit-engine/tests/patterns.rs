@@ -829,3 +829,83 @@ fn bad_inputs_give_typed_errors() {
         Err(EngineError::Kernel { node, .. }) if node == "conv"
     ));
 }
+
+/// `DQ(conv codes, NHWC in the plan) + DQ(input codes, NCHW) → Relu → Q`: QLinearAdd's f32
+/// arithmetic differs from the QDQ graph's (dequantize, add, divide) only in rounding, so the
+/// codes may differ by one; operands that broadcast take the exact float path.
+#[test]
+fn add_mixes_layouts_and_falls_back_on_broadcast() {
+    for (b_shape, exact) in [(vec![2, 3, 6, 5], false), (vec![1, 3, 1, 1], true)] {
+        let mut rng = Lcg(70);
+        let (n, c, h, w) = (2, 3, 6, 5);
+        let mut g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            ..Default::default()
+        };
+        g.inputs = vec![
+            ValueInfo::new("xq", DType::U8, &[n, c, h, w]),
+            ValueInfo::new("bq", DType::U8, &b_shape),
+        ];
+        g.outputs = vec![ValueInfo::new("yq", DType::U8, &[])];
+        let gi = &mut g.initializers;
+        gi.insert("xs".into(), Tensor::scalar_f32(0.02));
+        gi.insert("xz".into(), scalar(DType::U8, 100));
+        let wv: Vec<i8> = (0..c * c).map(|_| rng.int(-60, 60) as i8).collect();
+        gi.insert(
+            "w".into(),
+            Tensor::new(vec![c, c, 1, 1], Data::I8(wv)).unwrap(),
+        );
+        gi.insert("ws".into(), Tensor::scalar_f32(0.01));
+        gi.insert("cs".into(), Tensor::scalar_f32(0.015));
+        gi.insert("cz".into(), scalar(DType::U8, 120));
+        gi.insert("bs".into(), Tensor::scalar_f32(0.03));
+        gi.insert("bz".into(), scalar(DType::U8, 90));
+        gi.insert("ys".into(), Tensor::scalar_f32(0.02));
+        gi.insert("yz".into(), scalar(DType::U8, 10));
+        g.nodes = vec![
+            Node::new("dqx", "DequantizeLinear", &["xq", "xs", "xz"], &["xf"]),
+            Node::new("dqw", "DequantizeLinear", &["w", "ws"], &["wf"]),
+            Node::new("conv", "Conv", &["xf", "wf"], &["c"]),
+            Node::new("qc", "QuantizeLinear", &["c", "cs", "cz"], &["cq"]),
+            Node::new("dqc", "DequantizeLinear", &["cq", "cs", "cz"], &["cf"]),
+            Node::new("dqb", "DequantizeLinear", &["bq", "bs", "bz"], &["bf"]),
+            Node::new("add", "Add", &["cf", "bf"], &["s"]),
+            Node::new("relu", "Relu", &["s"], &["r"]),
+            Node::new("qy", "QuantizeLinear", &["r", "ys", "yz"], &["yq"]),
+        ];
+        let plan = compile(&g, &EngineOptions::default()).unwrap();
+        let add = plan.report().iter().find(|r| r.node == "add").unwrap();
+        assert!(
+            matches!(add.placement, Placement::Integer { .. }),
+            "{add:?}"
+        );
+        let x = codes(DType::U8, &[n, c, h, w], &mut rng);
+        let b = codes(DType::U8, &b_shape, &mut rng);
+        let inputs = vec![("xq".to_string(), x), ("bq".to_string(), b)];
+        let got = plan.run(inputs.clone()).unwrap().remove(0).1;
+        let want = execute(&g, inputs).unwrap().remove(0).1;
+        assert_eq!(got.shape, want.shape);
+        let (got, want) = (got.to_i64_vec(), want.to_i64_vec());
+        let max = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .max()
+            .unwrap();
+        let same = got.iter().zip(&want).filter(|(a, b)| a == b).count();
+        println!(
+            "add {b_shape:?}: {same} of {} codes equal, max diff {max}",
+            got.len()
+        );
+        assert!(
+            got.iter().all(|&v| v >= 10),
+            "the fused Relu clamps at the zero point"
+        );
+        if exact {
+            assert_eq!(got, want);
+        } else {
+            assert!(max <= 1, "max code difference {max}");
+            assert!(same * 10 >= got.len() * 9, "{same} of {}", got.len());
+        }
+    }
+}
