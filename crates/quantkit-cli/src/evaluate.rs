@@ -2,7 +2,7 @@
 //! top-1 accuracy or reconstruction MSE out, optionally against a float reference.
 //!
 //! This lives in the CLI, not in a library crate, because it owns no numerics: batches come
-//! from `quantkit-data`, execution from `quantkit-graph` (and later `quantkit-engine`), the
+//! from `quantkit-data`, execution from `quantkit-graph` or `quantkit-engine`, the
 //! comparison metrics from `quantkit_core::ErrorMetrics`. The CLI is the one crate that
 //! depends on every executor, so it is where a runner is picked. Should a library need
 //! evaluation (QAT validation, a report crate), this module moves there with typed errors.
@@ -36,34 +36,140 @@ pub enum Backend {
     /// Quantize/DequantizeLinear (integer arithmetic simulated in float).
     #[default]
     Float,
+    /// `quantkit_engine`: the QDQ graph compiled into integer kernel steps (float islands
+    /// for what has no integer pattern).
+    Engine,
 }
 
 impl Backend {
     /// Loads `path` for this backend.
     pub fn load(self, path: &Path) -> Result<Box<dyn Runner>> {
-        match self {
-            Backend::Float => Ok(Box::new(FloatExecutor::load(path)?)),
-        }
+        let graph =
+            load_model(path).with_context(|| format!("loading the model {}", path.display()))?;
+        self.wrap(path, graph)
     }
 
     /// Wraps an already loaded graph; `path` names it in messages.
     pub fn wrap(self, path: &Path, graph: Graph) -> Result<Box<dyn Runner>> {
         match self {
             Backend::Float => Ok(Box::new(FloatExecutor::new(path, graph)?)),
+            Backend::Engine => Ok(Box::new(EngineRunner::new(path, &graph)?)),
         }
     }
 
-    /// The backend that runs quantized models: the float executor, which runs QDQ graphs
-    /// with exact Quantize/DequantizeLinear, until the integer engine lands.
+    /// The default for a model: the engine when it has Q/DQ nodes (a quantized model),
+    /// the float executor otherwise.
+    pub fn for_graph(graph: &Graph) -> Backend {
+        let quantized = graph
+            .nodes
+            .iter()
+            .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear");
+        if quantized {
+            Backend::Engine
+        } else {
+            Backend::Float
+        }
+    }
+
+    /// The backend that runs quantized models: the integer engine.
     pub fn int8() -> Backend {
-        Backend::Float
+        Backend::Engine
     }
 
     /// A short name for reports.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Float => "float executor",
+            Backend::Engine => "integer engine",
         }
+    }
+}
+
+/// Checks that a graph has the one input evaluation feeds and an output to score.
+fn check_io(path: &Path, graph: &Graph) -> Result<()> {
+    ensure!(
+        graph.inputs.len() == 1,
+        "{}: evaluation feeds one input, the model has {} ({})",
+        path.display(),
+        graph.inputs.len(),
+        graph
+            .inputs
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    ensure!(
+        !graph.outputs.is_empty(),
+        "{}: the model has no outputs",
+        path.display()
+    );
+    Ok(())
+}
+
+/// The integer engine: a plan compiled once from the QDQ graph.
+pub struct EngineRunner {
+    path: PathBuf,
+    input: ValueInfo,
+    output: String,
+    plan: quantkit_engine::Plan,
+}
+
+impl EngineRunner {
+    /// Compiles `graph` with the default options (float-scale requantization).
+    pub fn new(path: &Path, graph: &Graph) -> Result<Self> {
+        Self::with_options(path, graph, &quantkit_engine::EngineOptions::default())
+    }
+
+    /// Compiles `graph` with `options`.
+    pub fn with_options(
+        path: &Path,
+        graph: &Graph,
+        options: &quantkit_engine::EngineOptions,
+    ) -> Result<Self> {
+        check_io(path, graph)?;
+        let plan = quantkit_engine::compile(graph, options)
+            .with_context(|| format!("compiling {} for the integer engine", path.display()))?;
+        Ok(EngineRunner {
+            path: path.to_path_buf(),
+            input: graph.inputs[0].clone(),
+            output: graph.outputs[0].name.clone(),
+            plan,
+        })
+    }
+
+    /// The compiled plan (its report says which nodes run as integer kernels).
+    pub fn plan(&self) -> &quantkit_engine::Plan {
+        &self.plan
+    }
+}
+
+impl Runner for EngineRunner {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn input(&self) -> &ValueInfo {
+        &self.input
+    }
+    fn output_name(&self) -> &str {
+        &self.output
+    }
+    fn run(&self, input: Tensor) -> Result<Tensor> {
+        let outputs = self
+            .plan
+            .run(vec![(self.input.name.as_str(), input)])
+            .with_context(|| format!("running {} on the integer engine", self.path.display()))?;
+        outputs
+            .into_iter()
+            .find(|(n, _)| *n == self.output)
+            .map(|(_, t)| t)
+            .with_context(|| {
+                format!(
+                    "{}: output `{}` was not produced",
+                    self.path.display(),
+                    self.output
+                )
+            })
     }
 }
 
@@ -74,32 +180,9 @@ pub struct FloatExecutor {
 }
 
 impl FloatExecutor {
-    /// Loads an ONNX model and checks it has the one input and an output to score.
-    pub fn load(path: &Path) -> Result<Self> {
-        let graph =
-            load_model(path).with_context(|| format!("loading the model {}", path.display()))?;
-        Self::new(path, graph)
-    }
-
     /// Wraps an already loaded graph; `path` names it in messages.
     pub fn new(path: &Path, graph: Graph) -> Result<Self> {
-        ensure!(
-            graph.inputs.len() == 1,
-            "{}: evaluation feeds one input, the model has {} ({})",
-            path.display(),
-            graph.inputs.len(),
-            graph
-                .inputs
-                .iter()
-                .map(|i| i.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        ensure!(
-            !graph.outputs.is_empty(),
-            "{}: the model has no outputs",
-            path.display()
-        );
+        check_io(path, &graph)?;
         Ok(FloatExecutor {
             path: path.to_path_buf(),
             graph,

@@ -52,11 +52,14 @@ pub fn topo_sort(graph: &mut Graph) -> Result<()> {
     Ok(())
 }
 
-/// Ops whose output depends only on their inputs (safe to fold).
+/// Ops whose output depends only on their inputs (safe to fold). `DequantizeLinear` is
+/// deterministic too but stays: folding the DQ of an int8 weight would turn a QDQ model
+/// back into a float one on load, and the integer engine compiles exactly that pattern.
 fn foldable(op: &str) -> bool {
     !matches!(
         op,
-        "RandomNormal"
+        "DequantizeLinear"
+            | "RandomNormal"
             | "RandomUniform"
             | "RandomNormalLike"
             | "RandomUniformLike"

@@ -2,10 +2,12 @@
 //!
 //! Takes the committed LeNet (trained by `quantkit train` on Fashion-MNIST) and the committed
 //! 1,000-image Fashion-MNIST test sample, quantizes the model to int8 QDQ ONNX (post-training
-//! static quantization, per-channel weights), and compares float and int8 on the sample:
-//! accuracy, top-1 agreement, logit cosine/SQNR, size and time.
+//! static quantization, per-channel weights), compiles it for the integer engine and
+//! compares float and int8 (engine) on the sample: accuracy, top-1 agreement, logit
+//! cosine/SQNR, size and time; and checks the engine against the QDQ graph run on the float
+//! executor (the reference semantics of the int8 model).
 
-use crate::evaluate::{evaluate, EvalOptions, FloatExecutor};
+use crate::evaluate::{evaluate, EngineRunner, EvalOptions, FloatExecutor};
 use anyhow::{bail, Context, Result};
 use quantkit_data::{open_data, OpenOptions};
 use quantkit_graph::{load_model, save_model};
@@ -83,22 +85,44 @@ pub fn run(args: Args) -> Result<()> {
     save_model(&qgraph, &q_path).with_context(|| format!("writing {}", q_path.display()))?;
     let q_bytes = std::fs::metadata(&q_path)?.len();
 
-    // The int8 model is scored with the float model as its reference, on the same batches:
-    // both accuracies, top-1 agreement and the logits' cosine/SQNR in one pass.
-    let quant = FloatExecutor::new(&q_path, qgraph)?;
-    let mut data = open_data(&data_path, &OpenOptions::default())
-        .with_context(|| format!("opening evaluation data {}", data_path.display()))?;
+    // The int8 model runs on the integer engine and is scored with the float model as its
+    // reference, on the same batches: both accuracies, top-1 agreement and the logits'
+    // cosine/SQNR in one pass.
+    let t0 = Instant::now();
+    let engine = EngineRunner::new(&q_path, &qgraph)?;
+    let compile_seconds = t0.elapsed().as_secs_f64();
+    let report = engine.plan().report().to_vec();
+    let eval_opts = EvalOptions {
+        batch: 100,
+        limit: None,
+    };
+    let open = || {
+        open_data(&data_path, &OpenOptions::default())
+            .with_context(|| format!("opening evaluation data {}", data_path.display()))
+    };
     let eval = evaluate(
-        &quant,
+        &engine,
         Some(&float),
-        &mut data,
+        &mut open()?,
         &data_path,
-        &EvalOptions {
-            batch: 100,
-            limit: None,
-        },
+        &eval_opts,
         |_, _| {},
     )?;
+    // The engine against the QDQ graph on the float executor: how far integer arithmetic
+    // (int32 accumulation, one requantization per conv/GEMM) is from the simulated model.
+    let qdq = FloatExecutor::new(&q_path, qgraph)?;
+    let vs_qdq = evaluate(
+        &qdq,
+        Some(&engine),
+        &mut open()?,
+        &data_path,
+        &eval_opts,
+        |_, _| {},
+    )?;
+    let qdq_cmp = vs_qdq
+        .reference
+        .as_ref()
+        .context("evaluate returns a comparison when given a reference")?;
     let cmp = eval
         .reference
         .as_ref()
@@ -109,6 +133,15 @@ pub fn run(args: Args) -> Result<()> {
             model_path.display()
         );
     };
+    let qdq_agreement = qdq_cmp.agreement.unwrap_or(0.0);
+    let integer_nodes = report.iter().filter(|n| n.is_integer()).count();
+    let float_islands: Vec<_> = report
+        .iter()
+        .filter_map(|n| match &n.placement {
+            quantkit_engine::Placement::Float { reason } => Some((n, reason)),
+            _ => None,
+        })
+        .collect();
     let err = cmp.error;
     let (float_acc, int8_acc) = (100.0 * cmp.value, 100.0 * eval.value);
     let (float_seconds, int8_seconds) = (cmp.seconds, eval.seconds);
@@ -128,6 +161,14 @@ pub fn run(args: Args) -> Result<()> {
             "int8_bytes": q_bytes,
             "float_seconds": float_seconds,
             "int8_seconds": int8_seconds,
+            "int8_runner": "integer engine",
+            "engine_compile_seconds": compile_seconds,
+            "engine_vs_qdq_agreement": qdq_agreement,
+            "engine_vs_qdq_cosine": qdq_cmp.error.cosine,
+            "qdq_simulated_accuracy": 100.0 * vs_qdq.value,
+            "qdq_simulated_seconds": vs_qdq.seconds,
+            "engine_integer_nodes": integer_nodes,
+            "engine_float_islands": float_islands.len(),
             "quantize_seconds": quantize_seconds,
             "nodes_quantized": summary.quantized.len(),
             "nodes_left_float": summary.left_float.len(),
@@ -169,7 +210,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!(
         "  {:<22} {:>9.2}% {:>9.1} KB {:>10.3} s",
-        "int8 QDQ (simulated)",
+        "int8 (integer engine)",
         int8_acc,
         q_bytes as f64 / 1024.0,
         int8_seconds
@@ -184,10 +225,33 @@ pub fn run(args: Args) -> Result<()> {
         100.0 * q_bytes as f64 / float_bytes as f64
     );
     println!(
-        "  int8 numbers here come from the QDQ graph on the float executor (Q/DQ are exact);\n  \
-         the integer-only engine that runs it on int8 kernels is the next step.\n  \
-         quantized model written to {}",
-        q_path.display()
+        "  engine: {} of {} nodes in integer steps, compiled in {:.3} s; float islands: {}",
+        integer_nodes,
+        report.len(),
+        compile_seconds,
+        if float_islands.is_empty() {
+            "none".to_string()
+        } else {
+            float_islands
+                .iter()
+                .map(|(n, why)| format!("{} ({}: {why})", n.node, n.op_type))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
     );
+    println!(
+        "  engine vs QDQ graph on the float executor ({:.2}% accuracy, {:.3} s): top-1 agreement {:.2}%, logits cosine {:.6}",
+        100.0 * vs_qdq.value,
+        vs_qdq.seconds,
+        100.0 * qdq_agreement,
+        qdq_cmp.error.cosine
+    );
+    println!(
+        "  time: float executor {:.3} s, integer engine {:.3} s ({:.2}x)",
+        float_seconds,
+        int8_seconds,
+        float_seconds / int8_seconds.max(1e-9)
+    );
+    println!("  quantized model written to {}", q_path.display());
     Ok(())
 }

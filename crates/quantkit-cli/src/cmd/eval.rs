@@ -37,6 +37,11 @@ pub struct Args {
     /// Print one JSON object (`sqnr_db` is null when the outputs are identical).
     #[arg(long)]
     pub json: bool,
+    /// Executor of MODEL: `int8` (the integer engine; default for a model with Q/DQ nodes)
+    /// or `float` (the float executor, which simulates Q/DQ exactly). The reference always
+    /// runs on the float executor.
+    #[arg(long, value_parser = ["int8", "float"])]
+    pub engine: Option<String>,
 }
 
 /// Runs `quantkit eval`.
@@ -50,12 +55,18 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let backend = Backend::default();
-    let model = backend.load(&args.model)?;
+    let graph = quantkit_graph::load_model(&args.model)
+        .with_context(|| format!("loading the model {}", args.model.display()))?;
+    let backend = match args.engine.as_deref() {
+        Some("int8") => Backend::Engine,
+        Some(_) => Backend::Float,
+        None => Backend::for_graph(&graph),
+    };
+    let model = backend.wrap(&args.model, graph)?;
     let reference = args
         .reference
         .as_deref()
-        .map(|p| backend.load(p))
+        .map(|p| Backend::Float.load(p))
         .transpose()?;
     let mut data = open_data(
         &args.data,

@@ -1,0 +1,303 @@
+//! The integer-only inference engine: compiles a QDQ graph (what `quantkit-ptq` and ONNX
+//! Runtime's quantizer emit) into a [`Plan`] of integer kernel steps from
+//! `quantkit-kernels`, and runs it.
+//!
+//! `DequantizeLinear → Conv/Gemm/MatMul (int8 weights, int32 bias) [→ Relu | Clip] →
+//! QuantizeLinear` becomes one integer step with a fused output stage; so does Add
+//! (QLinearAdd); MaxPool, unary
+//! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
+//! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
+//! composes DQ → op → Q exactly). Everything else is a *float island*: the graph crate's
+//! own operator on dequantized values, so the engine runs every model the float executor
+//! runs. 4-D integer tensors are NHWC inside the plan; inputs and outputs are ONNX (NCHW)
+//! tensors, as for [`quantkit_graph::execute`].
+//!
+//! ```
+//! use quantkit_engine::{compile, EngineOptions};
+//! use quantkit_graph::{AttrValue, DType, Graph, Node, Tensor, ValueInfo};
+//!
+//! // x → QuantizeLinear → DequantizeLinear → Relu → QuantizeLinear → DequantizeLinear → y
+//! let mut g = Graph::default();
+//! g.opset_imports = vec![(String::new(), 17)];
+//! g.inputs = vec![ValueInfo::new("x", DType::F32, &[1, 4])];
+//! g.outputs = vec![ValueInfo::new("y", DType::F32, &[1, 4])];
+//! g.initializers.insert("s".into(), Tensor::scalar_f32(0.5));
+//! g.initializers.insert(
+//!     "z".into(),
+//!     Tensor::new(vec![], quantkit_graph::Data::U8(vec![128])).unwrap(),
+//! );
+//! g.nodes = vec![
+//!     Node::new("q0", "QuantizeLinear", &["x", "s", "z"], &["xq"]),
+//!     Node::new("dq0", "DequantizeLinear", &["xq", "s", "z"], &["xf"]),
+//!     Node::new("relu", "Relu", &["xf"], &["r"]),
+//!     Node::new("q1", "QuantizeLinear", &["r", "s", "z"], &["rq"]),
+//!     Node::new("dq1", "DequantizeLinear", &["rq", "s", "z"], &["y"]),
+//! ];
+//! let plan = compile(&g, &EngineOptions::default())?;
+//! assert!(plan.report().iter().any(|n| n.node == "relu" && n.is_integer()));
+//! let x = Tensor::from_f32(&[1, 4], vec![-1.0, 0.25, 1.0, 3.0]);
+//! let out = plan.run(vec![("x".to_string(), x)])?;
+//! assert_eq!(out[0].1.as_f32().unwrap(), &[0.0, 0.0, 1.0, 3.0]);
+//! # Ok::<(), quantkit_engine::EngineError>(())
+//! ```
+
+#![deny(missing_docs)]
+// Kernels index several arrays with one loop counter; iterator chains would hide the formulas.
+#![allow(clippy::needless_range_loop)]
+
+mod compile;
+mod error;
+mod steps;
+mod value;
+
+pub use compile::compile;
+pub use error::{EngineError, Result};
+
+use quantkit_graph::{Dim, Tensor, ValueInfo};
+use std::collections::HashMap;
+use value::Val;
+
+/// How the int32 accumulators of conv/GEMM steps are requantized.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RequantMode {
+    /// f32 multiplier `f32(s_in·s_w)/s_out`, round half to even: ONNX Runtime's (MLAS)
+    /// semantics, equation (K3a) of `docs/kernels.md`.
+    #[default]
+    Float,
+    /// Fixed-point multiplier `M0·2^-n` (gemmlowp/TFLite), equation (K3b), double rounding.
+    FixedPoint,
+}
+
+/// Compilation options.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Requantization arithmetic of conv/GEMM output stages.
+    pub requant: RequantMode,
+    /// Nodes to keep as float islands even when a pattern matches (debugging, A/B tests).
+    pub keep_float: Vec<String>,
+}
+
+/// How one graph node is executed by the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// The anchor of an integer step; `kernel` names it (e.g. `conv2d u8 (per-channel)`).
+    Integer {
+        /// Kernel description.
+        kernel: String,
+    },
+    /// Part of the integer step anchored at `into` (its activation, its Q/DQ).
+    Fused {
+        /// The anchor node.
+        into: String,
+    },
+    /// A QuantizeLinear/DequantizeLinear that converts between float and integer values at
+    /// the plan's edges or around a float island.
+    Convert,
+    /// A float island: the graph crate's operator on dequantized values.
+    Float {
+        /// Why no integer step took it.
+        reason: String,
+    },
+    /// Folded into a constant at compile time, or never needed (e.g. a weight's DQ).
+    Constant,
+}
+
+/// The placement of one graph node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeReport {
+    /// Node name.
+    pub node: String,
+    /// Operator.
+    pub op_type: String,
+    /// How it runs.
+    pub placement: Placement,
+}
+
+impl NodeReport {
+    /// Whether the node runs inside an integer step (anchor or fused part).
+    pub fn is_integer(&self) -> bool {
+        matches!(
+            self.placement,
+            Placement::Integer { .. } | Placement::Fused { .. }
+        )
+    }
+}
+
+/// One step of a plan: a kernel over value slots.
+pub(crate) struct Step {
+    /// Anchor node name and operator (for errors).
+    pub node: String,
+    pub op_type: String,
+    /// Slot of each input (`None`: omitted optional input).
+    pub inputs: Vec<Option<usize>>,
+    /// Slot of each output (`None`: unused output).
+    pub outputs: Vec<Option<usize>>,
+    pub kernel: Box<dyn steps::Kernel>,
+}
+
+/// A compiled integer plan. Build it with [`compile`], run it with [`Plan::run`].
+pub struct Plan {
+    steps: Vec<Step>,
+    /// Constant values by slot (initializers and compile-time folded values).
+    consts: Vec<Option<Val>>,
+    /// Graph inputs and their slots.
+    inputs: Vec<(ValueInfo, usize)>,
+    /// Graph outputs and their slots.
+    outputs: Vec<(String, usize)>,
+    /// For each slot, the index of the last step reading it (`usize::MAX`: a graph output).
+    last_use: Vec<usize>,
+    report: Vec<NodeReport>,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("steps", &self.steps.len())
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+impl Plan {
+    /// Every graph node with its placement, in graph order.
+    pub fn report(&self) -> &[NodeReport] {
+        &self.report
+    }
+
+    /// Number of steps executed per run.
+    pub fn step_count(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Names of the steps in execution order, with their kernel descriptions.
+    pub fn steps(&self) -> Vec<(String, String)> {
+        self.steps
+            .iter()
+            .map(|s| (s.node.clone(), s.kernel.describe()))
+            .collect()
+    }
+
+    /// Runs the plan on named float (or whatever the model declares) inputs and returns the
+    /// graph outputs in declaration order, as ONNX (NCHW) tensors.
+    pub fn run<S: AsRef<str>>(&self, inputs: Vec<(S, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// Like [`Plan::run`], also returning the wall time of every step (anchor node, kernel
+    /// description, seconds), in execution order.
+    #[allow(clippy::type_complexity)]
+    pub fn run_profiled<S: AsRef<str>>(
+        &self,
+        inputs: Vec<(S, Tensor)>,
+    ) -> Result<(Vec<(String, Tensor)>, Vec<(String, String, f64)>)> {
+        let mut times = Vec::with_capacity(self.steps.len());
+        let out = self.run_inner(inputs, Some(&mut times))?;
+        Ok((out, times))
+    }
+
+    fn run_inner<S: AsRef<str>>(
+        &self,
+        inputs: Vec<(S, Tensor)>,
+        mut times: Option<&mut Vec<(String, String, f64)>>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        let mut env: Vec<Option<Val>> = vec![None; self.consts.len()];
+        let known = || {
+            self.inputs
+                .iter()
+                .map(|(i, _)| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut given: HashMap<String, Tensor> = HashMap::new();
+        for (name, t) in inputs {
+            let name = name.as_ref();
+            if !self.inputs.iter().any(|(i, _)| i.name == name) {
+                return Err(EngineError::UnknownInput {
+                    name: name.to_string(),
+                    known: known(),
+                });
+            }
+            given.insert(name.to_string(), t);
+        }
+        for (vi, slot) in &self.inputs {
+            let t = given
+                .remove(&vi.name)
+                .ok_or_else(|| EngineError::MissingInput {
+                    name: vi.name.clone(),
+                })?;
+            check_input(vi, &t)?;
+            env[*slot] = Some(Val::nchw(t));
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            let mut args: Vec<Option<&Val>> = Vec::with_capacity(step.inputs.len());
+            for s in &step.inputs {
+                args.push(match s {
+                    None => None,
+                    Some(s) => Some(env[*s].as_ref().or(self.consts[*s].as_ref()).ok_or_else(
+                        || EngineError::MissingValue {
+                            node: step.node.clone(),
+                            value: format!("slot {s}"),
+                        },
+                    )?),
+                });
+            }
+            let t0 = times.as_ref().map(|_| std::time::Instant::now());
+            let outs = step.kernel.run(step, &args)?;
+            if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
+                t.push((
+                    step.node.clone(),
+                    step.kernel.describe(),
+                    t0.elapsed().as_secs_f64(),
+                ));
+            }
+            drop(args);
+            for (slot, v) in step.outputs.iter().zip(outs) {
+                if let Some(slot) = slot {
+                    env[*slot] = Some(v);
+                }
+            }
+            for s in step.inputs.iter().flatten() {
+                if self.last_use[*s] == i {
+                    env[*s] = None;
+                }
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|(name, slot)| {
+                let v = env[*slot]
+                    .clone()
+                    .or_else(|| self.consts[*slot].clone())
+                    .ok_or_else(|| EngineError::MissingValue {
+                        node: "(graph output)".into(),
+                        value: name.clone(),
+                    })?;
+                Ok((name.clone(), v.into_nchw()))
+            })
+            .collect()
+    }
+}
+
+fn check_input(vi: &ValueInfo, t: &Tensor) -> Result<()> {
+    let bad = || EngineError::InputMismatch {
+        name: vi.name.clone(),
+        expected: vi.describe(),
+        got: format!("{}{:?}", t.dtype, t.shape),
+    };
+    if vi.dtype.is_some_and(|dt| dt != t.dtype) {
+        return Err(bad());
+    }
+    if let Some(shape) = &vi.shape {
+        if shape.len() != t.rank() {
+            return Err(bad());
+        }
+        for (d, &n) in shape.iter().zip(&t.shape) {
+            if let Dim::Known(k) = d {
+                if *k != n {
+                    return Err(bad());
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! The kernels a plan step can run: the graph crate's operator (float islands, Q/DQ at the
+//! edges), integer conv, GEMM, max pool, and table/layout steps on 8-bit codes.
+
+use crate::error::{EngineError, Result};
+use crate::value::{tensor_i8, tensor_u8, Val};
+use crate::Step;
+use quantkit_graph::ops::{EvalFn, OpCtx};
+use quantkit_graph::{DType, Data, Node, Tensor};
+use quantkit_kernels::conv::{
+    conv2d_output_shape, conv2d_quant, ConvParams, ConvWeights, NhwcInput,
+};
+use quantkit_kernels::gemm::{gemm_quant, Activations, PackedWeights};
+use quantkit_kernels::output::OutputStage;
+use quantkit_kernels::pool::max_pool;
+
+/// What a step runs. Inputs are the step's input slots in order.
+pub(crate) trait Kernel: Send + Sync {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>>;
+    fn describe(&self) -> String;
+}
+
+fn bad(step: &Step, value: &str, reason: String) -> EngineError {
+    EngineError::BadOperand {
+        node: step.node.clone(),
+        op_type: step.op_type.clone(),
+        value: value.to_string(),
+        reason,
+    }
+}
+
+fn kernel_err(step: &Step) -> impl FnOnce(quantkit_kernels::KernelError) -> EngineError + '_ {
+    move |source| EngineError::Kernel {
+        node: step.node.clone(),
+        op_type: step.op_type.clone(),
+        source,
+    }
+}
+
+fn first<'a>(step: &Step, inputs: &[Option<&'a Val>]) -> Result<&'a Val> {
+    inputs
+        .first()
+        .copied()
+        .flatten()
+        .ok_or_else(|| bad(step, "input 0", "missing".into()))
+}
+
+/// The graph crate's implementation of a node, on ONNX-ordered tensors.
+pub(crate) struct GraphOp {
+    pub node: Node,
+    pub opset: i64,
+    pub f: EvalFn,
+}
+
+impl GraphOp {
+    pub fn eval(&self, args: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let ctx = OpCtx {
+            node: &self.node,
+            opset: self.opset,
+        };
+        (self.f)(&ctx, args).map_err(|source| EngineError::Op {
+            node: self.node.name.clone(),
+            op_type: self.node.op_type.clone(),
+            source,
+        })
+    }
+}
+
+impl Kernel for GraphOp {
+    fn run(&self, _step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
+            inputs.iter().map(|v| v.map(Val::to_nchw)).collect();
+        let args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
+        Ok(self.eval(&args)?.into_iter().map(Val::nchw).collect())
+    }
+    fn describe(&self) -> String {
+        format!("{} (graph op)", self.node.op_type)
+    }
+}
+
+/// Checks that `v` holds 8-bit codes of `want` (u8 or i8).
+fn check_dtype(step: &Step, v: &Val, want: DType) -> Result<()> {
+    if v.tensor.dtype != want {
+        return Err(bad(
+            step,
+            "input 0",
+            format!("expected {want} codes, got {}", v.tensor.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// Integer conv: `DQ → Conv → [Relu|Clip] → Q` as one NHWC kernel call.
+pub(crate) struct ConvStep {
+    pub weights: ConvWeights,
+    pub stage: OutputStage,
+    pub x_dtype: DType,
+    pub x_zp: i32,
+    pub y_dtype: DType,
+    pub desc: String,
+}
+
+impl Kernel for ConvStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        check_dtype(step, x, self.x_dtype)?;
+        let x = x.to_nhwc().ok_or_else(|| {
+            bad(
+                step,
+                "input 0",
+                format!("expected 4-D, got {:?}", x.tensor.shape),
+            )
+        })?;
+        let s = &x.shape;
+        let shape = [s[0], s[1], s[2], s[3]];
+        let out_shape = conv2d_output_shape(shape, &self.weights).map_err(kernel_err(step))?;
+        let len: usize = out_shape.iter().product();
+        let zp = self.x_zp;
+        macro_rules! go {
+            ($data:expr, $O:ty, $mk:ident) => {{
+                let input = NhwcInput {
+                    data: $data,
+                    shape,
+                    zero_point: zp,
+                };
+                let mut out = vec![<$O>::default(); len];
+                conv2d_quant(&input, &self.weights, &self.stage, &mut out)
+                    .map_err(kernel_err(step))?;
+                $mk(out_shape.to_vec(), out)
+            }};
+        }
+        let t = match (&x.data, self.y_dtype) {
+            (Data::U8(d), DType::U8) => go!(d, u8, tensor_u8),
+            (Data::U8(d), _) => go!(d, i8, tensor_i8),
+            (Data::I8(d), DType::U8) => go!(d, u8, tensor_u8),
+            (Data::I8(d), _) => go!(d, i8, tensor_i8),
+            _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
+        };
+        Ok(vec![Val {
+            tensor: t,
+            nhwc: true,
+        }])
+    }
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+}
+
+/// Integer GEMM: `DQ → Gemm|MatMul (constant int8 B) → [Relu|Clip] → Q`.
+pub(crate) struct GemmStep {
+    pub weights: PackedWeights,
+    pub stage: OutputStage,
+    pub x_dtype: DType,
+    pub x_zp: i32,
+    pub y_dtype: DType,
+    /// Gemm takes exactly 2-D A; MatMul any rank ≥ 2 (leading axes are rows).
+    pub exactly_2d: bool,
+    pub desc: String,
+}
+
+impl Kernel for GemmStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        check_dtype(step, x, self.x_dtype)?;
+        let x = x.to_nchw();
+        let k = self.weights.k();
+        let rank_ok = if self.exactly_2d {
+            x.rank() == 2
+        } else {
+            x.rank() >= 2
+        };
+        if !rank_ok || x.shape.last() != Some(&k) {
+            return Err(bad(
+                step,
+                "input 0",
+                format!("expected [.., {k}] (2-D for Gemm), got {:?}", x.shape),
+            ));
+        }
+        let m = x.len() / k.max(1);
+        let mut out_shape = x.shape.clone();
+        *out_shape.last_mut().expect("rank ≥ 2") = self.weights.n();
+        let len = m * self.weights.n();
+        let zp = self.x_zp;
+        macro_rules! go {
+            ($a:expr, $O:ty, $mk:ident) => {{
+                let mut out = vec![<$O>::default(); len];
+                gemm_quant(&$a, &self.weights, &self.stage, &mut out).map_err(kernel_err(step))?;
+                $mk(out_shape, out)
+            }};
+        }
+        let t = match (&x.data, self.y_dtype) {
+            (Data::U8(d), DType::U8) => go!(Activations::u8(d, m, k, zp), u8, tensor_u8),
+            (Data::U8(d), _) => go!(Activations::u8(d, m, k, zp), i8, tensor_i8),
+            (Data::I8(d), DType::U8) => go!(Activations::i8(d, m, k, zp), u8, tensor_u8),
+            (Data::I8(d), _) => go!(Activations::i8(d, m, k, zp), i8, tensor_i8),
+            _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
+        };
+        Ok(vec![Val::nchw(t)])
+    }
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+}
+
+/// A 256-entry map of 8-bit codes: `table[code as u8]` is the output code's byte.
+#[derive(Clone)]
+pub(crate) struct Table {
+    pub bytes: Vec<u8>,
+    pub out: DType,
+}
+
+impl Table {
+    /// Applies the table, keeping shape and layout.
+    fn apply(&self, v: Val) -> Val {
+        let bytes: Vec<u8> = match &v.tensor.data {
+            Data::U8(d) => d.iter().map(|&c| self.bytes[c as usize]).collect(),
+            Data::I8(d) => d.iter().map(|&c| self.bytes[c as u8 as usize]).collect(),
+            _ => unreachable!("callers check for 8-bit codes"),
+        };
+        let shape = v.tensor.shape;
+        let tensor = match self.out {
+            DType::U8 => tensor_u8(shape, bytes),
+            _ => tensor_i8(shape, bytes.into_iter().map(|b| b as i8).collect()),
+        };
+        Val {
+            tensor,
+            nhwc: v.nhwc,
+        }
+    }
+}
+
+/// Max pool on codes (max commutes with the monotone DQ → Q map), then the table when the
+/// output's parameters differ from the input's.
+pub(crate) struct MaxPoolStep {
+    pub params: ConvParams,
+    pub x_dtype: DType,
+    pub table: Option<Table>,
+}
+
+impl Kernel for MaxPoolStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        check_dtype(step, x, self.x_dtype)?;
+        let x = x.to_nhwc().ok_or_else(|| {
+            bad(
+                step,
+                "input 0",
+                format!("expected 4-D, got {:?}", x.tensor.shape),
+            )
+        })?;
+        let s = &x.shape;
+        let shape = [s[0], s[1], s[2], s[3]];
+        let [oh, ow] = self
+            .params
+            .output_size(s[1], s[2])
+            .map_err(kernel_err(step))?;
+        let out_shape = vec![s[0], oh, ow, s[3]];
+        let len = out_shape.iter().product();
+        let t = match &x.data {
+            Data::U8(d) => {
+                let mut out = vec![0u8; len];
+                max_pool(d, shape, &self.params, &mut out).map_err(kernel_err(step))?;
+                tensor_u8(out_shape, out)
+            }
+            Data::I8(d) => {
+                let mut out = vec![0i8; len];
+                max_pool(d, shape, &self.params, &mut out).map_err(kernel_err(step))?;
+                tensor_i8(out_shape, out)
+            }
+            _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
+        };
+        let v = Val {
+            tensor: t,
+            nhwc: true,
+        };
+        Ok(vec![match &self.table {
+            Some(tb) => tb.apply(v),
+            None => v,
+        }])
+    }
+    fn describe(&self) -> String {
+        format!(
+            "max_pool {} {}x{}{}",
+            self.x_dtype,
+            self.params.kernel[0],
+            self.params.kernel[1],
+            if self.table.is_some() {
+                " + requant table"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// An operator on codes: a layout op (the graph crate's Flatten/Reshape/Transpose/...
+/// applied to the 8-bit tensor in ONNX order) and/or an element-wise table.
+pub(crate) struct CodeStep {
+    /// Layout operator, run on the codes with the step's other inputs (constants).
+    pub layout: Option<GraphOp>,
+    pub table: Option<Table>,
+    pub x_dtype: DType,
+    pub desc: String,
+}
+
+impl Kernel for CodeStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        check_dtype(step, x, self.x_dtype)?;
+        let v = match &self.layout {
+            Some(op) => {
+                let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
+                    inputs.iter().map(|v| v.map(Val::to_nchw)).collect();
+                let args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
+                let t = op.eval(&args)?.into_iter().next().ok_or_else(|| {
+                    bad(
+                        step,
+                        "output 0",
+                        "the layout operator produced nothing".into(),
+                    )
+                })?;
+                Val::nchw(t)
+            }
+            None => x.clone(),
+        };
+        Ok(vec![match &self.table {
+            Some(tb) => tb.apply(v),
+            None => v,
+        }])
+    }
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+}
+
+/// Integer Add: `DQ(a) + DQ(b) [→ Relu|Clip] → Q` as QLinearAdd (`eltwise::add`, equation
+/// in its doc: two f32 products and a sum, round half to even). Operands of different shapes
+/// (broadcasting) take the float path: the graph crate's DQ → Add → Q, as in the QDQ graph.
+pub(crate) struct AddStep {
+    pub qa: quantkit_kernels::eltwise::QParams,
+    pub qb: quantkit_kernels::eltwise::QParams,
+    pub qy: quantkit_kernels::eltwise::QParams,
+    pub dtype: DType,
+    pub clamp: (i32, i32),
+    /// DQ(a), DQ(b), the Add (and its activation), Q: the broadcasting fallback.
+    pub float_path: Vec<GraphOp>,
+    /// Constant inputs (scales, zero points) of each fallback op after input 0.
+    pub float_args: Vec<Vec<Option<Tensor>>>,
+}
+
+impl AddStep {
+    fn float(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let run = |k: usize, x: &[&Tensor]| -> Result<Tensor> {
+            let mut args: Vec<Option<&Tensor>> = x.iter().map(|t| Some(*t)).collect();
+            args.extend(self.float_args[k].iter().map(Option::as_ref));
+            Ok(self.float_path[k].eval(&args)?.remove(0))
+        };
+        let fa = run(0, &[a])?;
+        let fb = run(1, &[b])?;
+        let mut v = run(2, &[&fa, &fb])?;
+        for k in 3..self.float_path.len() {
+            v = run(k, &[&v])?;
+        }
+        Ok(v)
+    }
+}
+
+impl Kernel for AddStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let a = first(step, inputs)?;
+        let b = inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad(step, "input 1", "missing".into()))?;
+        check_dtype(step, a, self.dtype)?;
+        check_dtype(step, b, self.dtype)?;
+        let (a, b) = if a.nhwc == b.nhwc {
+            (std::borrow::Cow::Borrowed(a), std::borrow::Cow::Borrowed(b))
+        } else {
+            let to = |v: &Val| -> Option<Val> {
+                Some(Val {
+                    tensor: v.to_nhwc()?.into_owned(),
+                    nhwc: true,
+                })
+            };
+            match (to(a), to(b)) {
+                (Some(x), Some(y)) => (std::borrow::Cow::Owned(x), std::borrow::Cow::Owned(y)),
+                _ => return Ok(vec![Val::nchw(self.float(&a.to_nchw(), &b.to_nchw())?)]),
+            }
+        };
+        if a.tensor.shape != b.tensor.shape {
+            return Ok(vec![Val::nchw(self.float(&a.to_nchw(), &b.to_nchw())?)]);
+        }
+        let shape = a.tensor.shape.clone();
+        let (lo, hi) = self.clamp;
+        let t = match (&a.tensor.data, &b.tensor.data) {
+            (Data::U8(x), Data::U8(y)) => {
+                let mut out = vec![0u8; x.len()];
+                quantkit_kernels::eltwise::add(x, self.qa, y, self.qb, self.qy, lo, hi, &mut out)
+                    .map_err(kernel_err(step))?;
+                tensor_u8(shape, out)
+            }
+            (Data::I8(x), Data::I8(y)) => {
+                let mut out = vec![0i8; x.len()];
+                quantkit_kernels::eltwise::add(x, self.qa, y, self.qb, self.qy, lo, hi, &mut out)
+                    .map_err(kernel_err(step))?;
+                tensor_i8(shape, out)
+            }
+            _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
+        };
+        Ok(vec![Val {
+            tensor: t,
+            nhwc: a.nhwc,
+        }])
+    }
+    fn describe(&self) -> String {
+        format!("add {}", self.dtype)
+    }
+}
