@@ -160,31 +160,46 @@ impl ConvGeom {
             // `oidx` counts through the outer output axes like an odometer (a division
             // per output row cost more than copying the row).
             oidx.iter_mut().for_each(|v| *v = 0);
+            // 2-D (the common case): the input row of output row `o` is a line of
+            // arithmetic, not a walk over axis vectors.
+            let row_2d = (nd == 2).then(|| {
+                (
+                    self.strides[0],
+                    (kidx[0] * self.dilations[0]) as isize - self.pad_begin[0] as isize,
+                    self.in_sp[0] as isize,
+                )
+            });
             for o in 0..outer {
-                if o > 0 {
+                // Input offset of the outer (all but last) axes; None if in padding.
+                let off = if let Some((sh, ky0, ih)) = row_2d {
+                    let iy = (o * sh) as isize + ky0;
+                    (iy >= 0 && iy < ih).then(|| iy as usize * iw)
+                } else {
+                    if o > 0 {
+                        for a in (0..last).rev() {
+                            oidx[a] += 1;
+                            if oidx[a] < self.out_sp[a] {
+                                break;
+                            }
+                            oidx[a] = 0;
+                        }
+                    }
+                    let mut off = Some(0usize);
+                    let mut stride_in = iw;
                     for a in (0..last).rev() {
-                        oidx[a] += 1;
-                        if oidx[a] < self.out_sp[a] {
+                        let i = (oidx[a] * self.strides[a] + kidx[a] * self.dilations[a]) as isize
+                            - self.pad_begin[a] as isize;
+                        if i < 0 || i >= self.in_sp[a] as isize {
+                            off = None;
                             break;
                         }
-                        oidx[a] = 0;
+                        if let Some(v) = off.as_mut() {
+                            *v += i as usize * stride_in;
+                        }
+                        stride_in *= self.in_sp[a];
                     }
-                }
-                // Input offset of the outer (all but last) axes; None if in padding.
-                let mut off = Some(0usize);
-                let mut stride_in = iw;
-                for a in (0..last).rev() {
-                    let i = (oidx[a] * self.strides[a] + kidx[a] * self.dilations[a]) as isize
-                        - self.pad_begin[a] as isize;
-                    if i < 0 || i >= self.in_sp[a] as isize {
-                        off = None;
-                        break;
-                    }
-                    if let Some(v) = off.as_mut() {
-                        *v += i as usize * stride_in;
-                    }
-                    stride_in *= self.in_sp[a];
-                }
+                    off
+                };
                 let d = &mut dst[o * ow..(o + 1) * ow];
                 match off {
                     None => d.fill(pad),
