@@ -428,78 +428,85 @@ impl Epilogue<'_> {
 /// first; quads: one byte each, lowest byte first), and the row sums `Σ_k a` of the stored
 /// values.
 struct PackedA {
-    geom: PanelGeometry,
-    kgroups: usize,
     data: Vec<u32>,
     rowsums: Vec<i32>,
 }
 
 impl PackedA {
     fn new(a: &Activations<'_>, geom: PanelGeometry, parallel: bool) -> Self {
-        let PanelGeometry { mr, kgroup, .. } = geom;
-        let kgroups = a.k.div_ceil(kgroup);
-        let panels = a.m.div_ceil(mr);
-        let mut data = vec![0u32; panels * kgroups * mr];
-        let mut rowsums = vec![0i32; panels * mr];
-        let k = a.k;
-        // The stored row: u8 as is, i8 with the sign bit flipped (a + 128).
-        let (bytes, flip): (&[u8], u8) = match a.data {
-            ActData::U8(d) => (d, 0),
-            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
-            ActData::I8(d) => (
-                unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len()) },
-                0x80,
-            ),
-        };
-        let pack_panel = |(p, (dst, sums)): (usize, (&mut [u32], &mut [i32]))| {
-            for (r, sum) in sums.iter_mut().enumerate().take(mr.min(a.m - p * mr)) {
-                let row = &bytes[(p * mr + r) * k..(p * mr + r + 1) * k];
-                *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
-                if kgroup == 4 {
-                    let flip4 = u32::from_ne_bytes([flip; 4]);
-                    let mut chunks = row.chunks_exact(4);
-                    for (g, c) in chunks.by_ref().enumerate() {
-                        dst[g * mr + r] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ flip4;
-                    }
-                    let rest = chunks.remainder();
-                    if !rest.is_empty() {
-                        let mut w = [0u8; 4];
-                        for (wi, &v) in w.iter_mut().zip(rest) {
-                            *wi = v ^ flip;
-                        }
-                        dst[(k / 4) * mr + r] = u32::from_le_bytes(w);
-                    }
-                } else {
-                    let mut chunks = row.chunks_exact(2);
-                    for (g, c) in chunks.by_ref().enumerate() {
-                        dst[g * mr + r] = (c[0] ^ flip) as u32 | (((c[1] ^ flip) as u32) << 16);
-                    }
-                    if let [v] = chunks.remainder() {
-                        dst[(k / 2) * mr + r] = (v ^ flip) as u32;
-                    }
-                }
-            }
-        };
+        let kgroups = a.k.div_ceil(geom.kgroup);
+        let panels = a.m.div_ceil(geom.mr);
+        let mut data = vec![0u32; panels * kgroups * geom.mr];
+        let mut rowsums = vec![0i32; panels * geom.mr];
         let chunks = data
-            .chunks_mut(kgroups * mr)
-            .zip(rowsums.chunks_mut(mr))
+            .chunks_mut(kgroups * geom.mr)
+            .zip(rowsums.chunks_mut(geom.mr))
             .enumerate();
         if parallel {
-            chunks.par_bridge().for_each(pack_panel);
+            chunks
+                .par_bridge()
+                .for_each(|(p, (dst, sums))| pack_a_panel(a, geom, p, dst, sums));
         } else {
-            chunks.for_each(pack_panel);
+            chunks.for_each(|(p, (dst, sums))| pack_a_panel(a, geom, p, dst, sums));
         }
-        PackedA {
-            geom,
-            kgroups,
-            data,
-            rowsums,
-        }
+        PackedA { data, rowsums }
     }
+}
 
-    fn panel(&self, p: usize) -> &[u32] {
-        let len = self.kgroups * self.geom.mr;
-        &self.data[p * len..(p + 1) * len]
+/// Packs row panel `p` of `a` (rows `p·mr..`, zero rows past the end) into `dst`
+/// (`kgroups·mr` words, k-group major) and the rows' sums of stored values into `sums`.
+/// The stored row is u8 as is, i8 with the sign bit flipped (a + 128).
+fn pack_a_panel(
+    a: &Activations<'_>,
+    geom: PanelGeometry,
+    p: usize,
+    dst: &mut [u32],
+    sums: &mut [i32],
+) {
+    let PanelGeometry { mr, kgroup, .. } = geom;
+    let k = a.k;
+    let (bytes, flip): (&[u8], u8) = match a.data {
+        ActData::U8(d) => (d, 0),
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        ActData::I8(d) => (
+            unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len()) },
+            0x80,
+        ),
+    };
+    let rows = mr.min(a.m - p * mr);
+    // A reused buffer holds the previous block's values: clear the padding rows.
+    if rows < mr {
+        for g in 0..dst.len() / mr {
+            dst[g * mr + rows..(g + 1) * mr].fill(0);
+        }
+        sums[rows..].fill(0);
+    }
+    for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+        let row = &bytes[(p * mr + r) * k..(p * mr + r + 1) * k];
+        *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
+        if kgroup == 4 {
+            let flip4 = u32::from_ne_bytes([flip; 4]);
+            let mut chunks = row.chunks_exact(4);
+            for (g, c) in chunks.by_ref().enumerate() {
+                dst[g * mr + r] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ flip4;
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() {
+                let mut w = [0u8; 4];
+                for (wi, &v) in w.iter_mut().zip(rest) {
+                    *wi = v ^ flip;
+                }
+                dst[(k / 4) * mr + r] = u32::from_le_bytes(w);
+            }
+        } else {
+            let mut chunks = row.chunks_exact(2);
+            for (g, c) in chunks.by_ref().enumerate() {
+                dst[g * mr + r] = (c[0] ^ flip) as u32 | (((c[1] ^ flip) as u32) << 16);
+            }
+            if let [v] = chunks.remainder() {
+                dst[(k / 2) * mr + r] = (v ^ flip) as u32;
+            }
+        }
     }
 }
 
@@ -803,7 +810,6 @@ fn run<T: QuantType>(
     let threads = rayon::current_num_threads();
     let work = a.m * w.n * w.k;
     let parallel = threads > 1 && work >= 1 << 18;
-    let pa = PackedA::new(a, geom, parallel && a.m * a.k >= 1 << 16);
     let m_panels = a.m.div_ceil(geom.mr);
     let (mc, nc) = blocking(
         geom,
@@ -822,19 +828,55 @@ fn run<T: QuantType>(
     };
     let tasks_m = m_panels.div_ceil(mc);
     let tasks_n = w.n_panels.div_ceil(nc);
-    let task = |t: usize| {
+    // When one task covers every column panel (convolutions: M = pixels is large, N =
+    // channels small), each A block is used by exactly one task: pack it inside the task
+    // into a per-worker buffer, where it stays in L2 for the GEMM, instead of packing the
+    // whole of A up front (for AVX2 pairs that is twice A's size, written to memory and
+    // read back). Otherwise several tasks share an A block: pack it once, up front.
+    let lazy = tasks_n == 1;
+    let pa = (!lazy).then(|| PackedA::new(a, geom, parallel && a.m * a.k >= 1 << 16));
+    let panel_len = w.kgroups * geom.mr;
+    let new_buf = || {
+        if lazy {
+            (vec![0u32; mc * panel_len], vec![0i32; mc * geom.mr])
+        } else {
+            (Vec::new(), Vec::new())
+        }
+    };
+    let task = |buf: &mut (Vec<u32>, Vec<i32>), t: usize| {
         let (tm, tn) = (t % tasks_m, t / tasks_m);
+        let q0 = tm * mc;
+        let q1 = ((tm + 1) * mc).min(m_panels);
+        let (data, sums, base): (&[u32], &[i32], usize) = match &pa {
+            Some(pa) => (&pa.data, &pa.rowsums, 0),
+            None => {
+                let (data, sums) = buf;
+                for q in q0..q1 {
+                    let i = q - q0;
+                    pack_a_panel(
+                        a,
+                        geom,
+                        q,
+                        &mut data[i * panel_len..(i + 1) * panel_len],
+                        &mut sums[i * geom.mr..(i + 1) * geom.mr],
+                    );
+                }
+                (data, sums, q0)
+            }
+        };
         let mut tile = Tile([0; TILE]);
         for p in tn * nc..((tn + 1) * nc).min(w.n_panels) {
             let b = w.panel(p);
             let c0 = p * geom.nr;
             let cols = geom.nr.min(w.n - c0);
-            for q in tm * mc..((tm + 1) * mc).min(m_panels) {
+            for q in q0..q1 {
+                let i = q - base;
                 let r0 = q * geom.mr;
                 let rows = geom.mr.min(a.m - r0);
-                compute_tile(isa, rows, w.kgroups, pa.panel(q), b, &mut tile);
+                let apanel = &data[i * panel_len..(i + 1) * panel_len];
+                compute_tile(isa, rows, w.kgroups, apanel, b, &mut tile);
                 let pos = TilePos {
-                    rowsums: &pa.rowsums[q * geom.mr..(q + 1) * geom.mr],
+                    rowsums: &sums[i * geom.mr..(i + 1) * geom.mr],
                     r0,
                     rows,
                     c0,
@@ -847,9 +889,10 @@ fn run<T: QuantType>(
     };
     let ntasks = tasks_m * tasks_n;
     if parallel && ntasks > 1 {
-        (0..ntasks).into_par_iter().for_each(task);
+        (0..ntasks).into_par_iter().for_each_init(new_buf, task);
     } else {
-        (0..ntasks).for_each(task);
+        let mut buf = new_buf();
+        (0..ntasks).for_each(|t| task(&mut buf, t));
     }
 }
 
