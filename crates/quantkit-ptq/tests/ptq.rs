@@ -523,6 +523,29 @@ fn written_qdq_model_runs_in_onnx_runtime_and_agrees() {
         agree_fused >= 0.97,
         "engine vs ORT int8 agreement {agree_fused}"
     );
+    // 7-bit weights (ONNX Runtime's `reduce_range`): |u8·s7 + u8·s7| ≤ 255·63·2 < 2^15, so
+    // ORT's saturating kernels are exact and its int8 run agrees with the engine.
+    let mut config = PtqConfig {
+        calib_samples: Some(256),
+        ..Default::default()
+    };
+    config.qdq.weight_bits = 7;
+    let (q7, _) = quantize_small(&config);
+    let path7 = dir.join("small.qdq7.onnx");
+    quantkit_graph::save_model(&q7, &path7).unwrap();
+    let plan7 = quantkit_engine::compile(
+        &quantkit_graph::load_model(&path7).unwrap(),
+        &quantkit_engine::EngineOptions::default(),
+    )
+    .unwrap();
+    let engine7 = plan7.run(vec![("x", x.clone())]).unwrap()[0].1.clone();
+    let fused7 = Tensor::from_f32(&ours.shape, run_ort(&path7, "x", &x, 0, true).unwrap());
+    let agree7 = agreement(&argmax_rows(&engine7), &argmax_rows(&fused7));
+    eprintln!("7-bit weights: integer engine vs ORT int8 kernels: top-1 agreement {agree7:.4}");
+    assert!(
+        agree7 >= 0.995,
+        "7-bit engine vs ORT int8 agreement {agree7}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
