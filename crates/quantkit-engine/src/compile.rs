@@ -2,7 +2,9 @@
 //! step running the graph crate's operator (a float island or a Q/DQ conversion).
 
 use crate::error::{EngineError, Result};
-use crate::steps::{AddStep, CodeStep, ConvStep, GemmStep, GraphOp, Kernel, MaxPoolStep, Table};
+use crate::steps::{
+    AddStep, CodeStep, ConvStep, DynOp, DynamicStep, GemmStep, GraphOp, Kernel, MaxPoolStep, Table,
+};
 use crate::value::Val;
 use crate::{EngineOptions, NodeReport, Placement, Plan, RequantMode, Step};
 use quantkit_core::fixed_point::{FixedPointRounding, QuantizedMultiplier};
@@ -413,41 +415,8 @@ impl<'g> Matcher<'g> {
                 wshape.len()
             ));
         }
-        let attr = |e: quantkit_graph::OpError| e.to_string();
-        let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
-        if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
-            return Err(format!("auto_pad {auto_pad} needs the input size"));
-        }
-        let two = |name: &str, default: usize| -> Why<[usize; 2]> {
-            match n.attr_ints(name).map_err(attr)? {
-                None => Ok([default; 2]),
-                Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
-                    Ok([v[0] as usize, v[1] as usize])
-                }
-                Some(v) => Err(format!("{name} {v:?} not supported")),
-            }
-        };
-        let pads = match n.attr_ints("pads").map_err(attr)? {
-            None => [0; 4],
-            Some(_) if auto_pad == "VALID" => [0; 4],
-            Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
-                [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
-            }
-            Some(p) => return Err(format!("pads {p:?} not supported")),
-        };
-        if let Some(k) = n.attr_ints("kernel_shape").map_err(attr)? {
-            if k.len() != 2 || k[0] as usize != wshape[2] || k[1] as usize != wshape[3] {
-                return Err(format!("kernel_shape {k:?} differs from the weight"));
-            }
-        }
-        let group = n.attr_int("group", 1).map_err(attr)?.max(1) as usize;
-        let params = ConvParams {
-            kernel: [wshape[2], wshape[3]],
-            stride: two("strides", 1)?,
-            dilation: two("dilations", 1)?,
-            pads,
-            groups: group,
-        };
+        let params = conv_params(n, &wshape)?;
+        let group = params.groups;
         let c_out = wshape[0];
         let mut through = vec![dqx, dqw];
         let bias = match n.inputs.get(2).filter(|b| !b.is_empty()) {
@@ -842,6 +811,204 @@ impl<'g> Matcher<'g> {
         })
     }
 
+    /// The constant f32 tensor `name` when its shape broadcasts per output channel against
+    /// the integer op's output: a scalar or one element, or `channels` values on the channel
+    /// axis (`[C,1,1]`/`[1,C,1,1]` for conv, `[C]`/`[1,C]` for MatMul). Returns the values
+    /// and the tensor's rank (a rank-2 constant makes a 1-D MatMul result 2-D).
+    fn channel_const(&self, name: &str, conv: bool, channels: usize) -> Why<(Vec<f32>, usize)> {
+        let t = self
+            .init(name)
+            .filter(|t| t.dtype == DType::F32)
+            .ok_or_else(|| format!("`{name}` is not a constant f32"))?;
+        let s = t.shape.as_slice();
+        let ok = match s {
+            [] | [1] => true,
+            _ if conv => matches!(s, [c, 1, 1] | [1, c, 1, 1] if *c == channels),
+            _ => matches!(s, [c] | [1, c] if *c == channels),
+        };
+        if !ok {
+            return Err(format!(
+                "`{name}` of shape {s:?} is not per output channel ({channels} channels)"
+            ));
+        }
+        Ok((t.to_f32_vec(), t.rank()))
+    }
+
+    /// ONNX Runtime's dynamic quantization anchored at a ConvInteger or MatMulInteger:
+    /// `DynamicQuantizeLinear(x) → (xq, xs, xz)`, `op(xq, W int8 constant, xz, wz constant)
+    /// → Cast(float) → Mul(·, Mul(xs, w_scale)) [→ Add(·, bias)]` (see
+    /// `quantkit-ptq/src/dynamic.rs`). One step reading the float `x`.
+    fn dynamic(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        let conv = n.op_type == "ConvInteger";
+        if n.inputs.len() < 3 || n.inputs[0].is_empty() || n.inputs[2].is_empty() {
+            return Err("the input zero point is absent".into());
+        }
+        let di = *self
+            .producer
+            .get(n.inputs[0].as_str())
+            .ok_or("the input does not come from a DynamicQuantizeLinear")?;
+        let d = &self.g.nodes[di];
+        if d.op_type != "DynamicQuantizeLinear"
+            || !is_default_domain(d)
+            || d.outputs.len() != 3
+            || d.outputs[0] != n.inputs[0]
+            || d.outputs[2] != n.inputs[2]
+        {
+            return Err(format!(
+                "input and zero point do not come from one DynamicQuantizeLinear (`{}`)",
+                d.name
+            ));
+        }
+        let x = d
+            .inputs
+            .first()
+            .filter(|x| !x.is_empty())
+            .ok_or("no input")?;
+        let w = self
+            .init(&n.inputs[1])
+            .ok_or_else(|| format!("weight `{}` is not a constant", n.inputs[1]))?;
+        let (Data::I8(wv), DType::I8) = (&w.data, w.dtype) else {
+            return Err(format!("weight `{}` is {}, not int8", n.inputs[1], w.dtype));
+        };
+        let channels = if conv {
+            if w.rank() != 4 {
+                return Err(format!(
+                    "{}-D weight: the kernel is 2-D conv only",
+                    w.rank()
+                ));
+            }
+            w.shape[0]
+        } else {
+            if w.rank() != 2 {
+                return Err(format!(
+                    "{}-D weight: the GEMM kernel takes 2-D B",
+                    w.rank()
+                ));
+            }
+            w.shape[1]
+        };
+        let wz: Vec<i32> = match n.inputs.get(3).filter(|z| !z.is_empty()) {
+            None => vec![0],
+            Some(z) => self
+                .init(z)
+                .filter(|z| z.dtype == DType::I8 && (z.len() == 1 || z.len() == channels))
+                .filter(|z| z.rank() <= 1)
+                .ok_or_else(|| {
+                    format!("weight zero point `{z}` is not a constant i8 (one or per channel)")
+                })?
+                .to_i64_vec()
+                .iter()
+                .map(|&v| v as i32)
+                .collect(),
+        };
+        // i32 → Cast(float) → Mul(·, s) with s = Mul(x_scale, w_scale).
+        let ci = self.sole_reader(&n.outputs[0])?;
+        let cast = &self.g.nodes[ci];
+        let to = cast.attr_int("to", 0).map_err(|e| e.to_string())?;
+        if cast.op_type != "Cast"
+            || !is_default_domain(cast)
+            || to != i64::from(DType::F32.onnx_code())
+        {
+            return Err(format!(
+                "the int32 result feeds {} `{}`, not a Cast to float",
+                cast.op_type, cast.name
+            ));
+        }
+        let mi = self.sole_reader(&cast.outputs[0])?;
+        let mul = &self.g.nodes[mi];
+        let other = |node: &Node, v: &str| -> Option<String> {
+            match node.inputs.as_slice() {
+                [a, b] if a == v => Some(b.clone()),
+                [a, b] if b == v => Some(a.clone()),
+                _ => None,
+            }
+        };
+        let scale_v = (mul.op_type == "Mul" && is_default_domain(mul))
+            .then(|| other(mul, &cast.outputs[0]))
+            .flatten()
+            .ok_or_else(|| format!("the Cast feeds {} `{}`, not a Mul", mul.op_type, mul.name))?;
+        let si = *self
+            .producer
+            .get(scale_v.as_str())
+            .ok_or_else(|| format!("scale `{scale_v}` is not computed by a Mul"))?;
+        let smul = &self.g.nodes[si];
+        if smul.op_type != "Mul" || !is_default_domain(smul) || self.sole_reader(&scale_v)? != mi {
+            return Err(format!(
+                "scale `{scale_v}` is not a Mul read only by `{}`",
+                mul.name
+            ));
+        }
+        let w_scale_name = other(smul, &d.outputs[1])
+            .ok_or_else(|| format!("`{}` does not multiply the input scale", smul.name))?;
+        let (w_scale, mut const_rank) = self.channel_const(&w_scale_name, conv, channels)?;
+        if w_scale.iter().any(|s| !s.is_finite()) {
+            return Err(format!("weight scale `{w_scale_name}` is not finite"));
+        }
+        let mut absorbed = vec![ci, si, mi];
+        let mut output = mul.outputs[0].clone();
+        let mut bias = None;
+        if let Ok(ai) = self.sole_reader(&output) {
+            let add = &self.g.nodes[ai];
+            if add.op_type == "Add" && is_default_domain(add) {
+                if let Some(b) = other(add, &output) {
+                    if let Ok((bv, rank)) = self.channel_const(&b, conv, channels) {
+                        bias = Some(bv);
+                        const_rank = const_rank.max(rank);
+                        absorbed.push(ai);
+                        output = add.outputs[0].clone();
+                    }
+                }
+            }
+        }
+        if absorbed.iter().any(|&a| a < ni) {
+            return Err("the float tail comes before the integer op in node order".into());
+        }
+        let (op, kind) = if conv {
+            let params = conv_params(n, &w.shape)?;
+            let group = params.groups;
+            let weights = ConvWeights::new(wv, channels, w.shape[1] * group, params, &wz)
+                .map_err(|e| format!("packing weights: {e}"))?;
+            let kind = if weights.is_depthwise() {
+                "depthwise conv2d"
+            } else {
+                "conv2d"
+            };
+            (
+                DynOp::Conv(weights),
+                format!("{kind} {}x{}", w.shape[2], w.shape[3]),
+            )
+        } else {
+            let (k, nn) = (w.shape[0], w.shape[1]);
+            let weights = PackedWeights::from_i8(wv, k, nn, WeightLayout::KxN, &wz)
+                .map_err(|e| format!("packing weights: {e}"))?;
+            (DynOp::Gemm(weights), format!("gemm {k}x{nn}"))
+        };
+        let desc = format!(
+            "dynamic {kind} u8 x i8 -> f32 {}{}",
+            if w_scale.len() > 1 {
+                "per-channel"
+            } else {
+                "per-tensor"
+            },
+            if bias.is_some() { " + bias" } else { "" }
+        );
+        Ok(Matched {
+            kernel: Box::new(DynamicStep {
+                op,
+                w_scale,
+                bias,
+                min_rank: const_rank,
+                desc: desc.clone(),
+            }),
+            inputs: vec![x.clone()],
+            output,
+            absorbed,
+            through: vec![di],
+            kernel_desc: desc,
+        })
+    }
+
     /// Tries the integer pattern anchored at node `ni`.
     fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
         let n = &self.g.nodes[ni];
@@ -853,6 +1020,7 @@ impl<'g> Matcher<'g> {
             "Conv" => self.conv(ni),
             "Gemm" | "MatMul" => self.gemm(ni),
             "MaxPool" => self.max_pool(ni),
+            "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
             "Add" => self.add(ni),
             _ if LAYOUT_OPS.contains(&op) => self.codes(ni, true),
             _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
@@ -864,6 +1032,47 @@ impl<'g> Matcher<'g> {
             m
         })
     }
+}
+
+/// The 2-D convolution parameters of a Conv or ConvInteger node with weight shape `wshape`
+/// (`[c_out, c_in/group, kh, kw]`).
+fn conv_params(n: &Node, wshape: &[usize]) -> Why<ConvParams> {
+    let attr = |e: quantkit_graph::OpError| e.to_string();
+    let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
+    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
+        return Err(format!("auto_pad {auto_pad} needs the input size"));
+    }
+    let two = |name: &str, default: usize| -> Why<[usize; 2]> {
+        match n.attr_ints(name).map_err(attr)? {
+            None => Ok([default; 2]),
+            Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
+                Ok([v[0] as usize, v[1] as usize])
+            }
+            Some(v) => Err(format!("{name} {v:?} not supported")),
+        }
+    };
+    let pads = match n.attr_ints("pads").map_err(attr)? {
+        None => [0; 4],
+        Some(_) if auto_pad == "VALID" => [0; 4],
+        Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
+            [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
+        }
+        Some(p) => return Err(format!("pads {p:?} not supported")),
+    };
+    if let Some(k) = n.attr_ints("kernel_shape").map_err(attr)? {
+        if k.len() != 2 || k[0] as usize != wshape[2] || k[1] as usize != wshape[3] {
+            return Err(format!("kernel_shape {k:?} differs from the weight"));
+        }
+    }
+    let group = n.attr_int("group", 1).map_err(attr)?.max(1) as usize;
+    let params = ConvParams {
+        kernel: [wshape[2], wshape[3]],
+        stride: two("strides", 1)?,
+        dilation: two("dilations", 1)?,
+        pads,
+        groups: group,
+    };
+    Ok(params)
 }
 
 /// `Q(v)` of a clamp bound with QuantizeLinear's arithmetic (f32 division, half to even,

@@ -7,9 +7,9 @@ use crate::Step;
 use quantkit_graph::ops::{EvalFn, OpCtx};
 use quantkit_graph::{DType, Data, Node, Tensor};
 use quantkit_kernels::conv::{
-    conv2d_output_shape, conv2d_quant, ConvParams, ConvWeights, NhwcInput,
+    conv2d_i32, conv2d_output_shape, conv2d_quant, ConvParams, ConvWeights, NhwcInput,
 };
-use quantkit_kernels::gemm::{gemm_quant, Activations, PackedWeights};
+use quantkit_kernels::gemm::{gemm_i32, gemm_quant, Activations, PackedWeights};
 use quantkit_kernels::output::OutputStage;
 use quantkit_kernels::pool::max_pool;
 
@@ -415,5 +415,133 @@ impl Kernel for AddStep {
     }
     fn describe(&self) -> String {
         format!("add {}", self.dtype)
+    }
+}
+
+/// The integer operator of a [`DynamicStep`], with its weights packed once at compile time.
+pub(crate) enum DynOp {
+    /// ConvInteger: 2-D conv, NHWC inside the step.
+    Conv(ConvWeights),
+    /// MatMulInteger with a constant `[K, N]` B.
+    Gemm(PackedWeights),
+}
+
+/// ONNX Runtime's dynamic-quantization chain as one step: `DynamicQuantizeLinear(x)`,
+/// `ConvInteger`/`MatMulInteger` with constant int8 weights, `Cast` to f32, `Mul` by
+/// `x_scale · w_scale[c]`, optional `Add` of `bias[c]`. Every float operation is the one the
+/// graph crate's operators perform, in the same order, so the output is bit-identical to the
+/// float executor's on the same graph.
+pub(crate) struct DynamicStep {
+    pub op: DynOp,
+    /// Weight scale, one entry or one per output channel.
+    pub w_scale: Vec<f32>,
+    /// Bias, one entry or one per output channel.
+    pub bias: Option<Vec<f32>>,
+    /// Largest rank of the scale and bias constants: the broadcast output has at least this
+    /// rank (leading 1s), as in the graph's `Mul`/`Add`.
+    pub min_rank: usize,
+    pub desc: String,
+}
+
+/// `DynamicQuantizeLinear` exactly as `quantkit_graph::ops::dynamic_quantize_linear`:
+/// returns the codes (same order as `v`), the scale and the zero point.
+pub(crate) fn dynamic_quantize(v: &[f32]) -> (Vec<u8>, f32, i32) {
+    let maxx = v.iter().copied().fold(0f32, f32::max);
+    let minx = v.iter().copied().fold(0f32, f32::min);
+    let scale = if maxx == minx { 1.0 } else { maxx - minx } / 255.0;
+    let zp = (0.0 - minx / scale).clamp(0.0, 255.0).round_ties_even();
+    let q = v
+        .iter()
+        .map(|&t| ((t / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8)
+        .collect();
+    (q, scale, zp as i32)
+}
+
+impl Kernel for DynamicStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        if x.tensor.dtype != DType::F32 {
+            return Err(bad(
+                step,
+                "input 0",
+                format!("expected f32, got {}", x.tensor.dtype),
+            ));
+        }
+        let (acc, out_shape, channels, nhwc) = match &self.op {
+            DynOp::Conv(w) => {
+                let x = x.to_nhwc().ok_or_else(|| {
+                    bad(
+                        step,
+                        "input 0",
+                        format!("expected 4-D, got {:?}", x.tensor.shape),
+                    )
+                })?;
+                let Data::F32(v) = &x.data else {
+                    return Err(bad(step, "input 0", "not f32 data".into()));
+                };
+                let (q, x_scale, zp) = dynamic_quantize(v);
+                let s = &x.shape;
+                let shape = [s[0], s[1], s[2], s[3]];
+                let out_shape = conv2d_output_shape(shape, w).map_err(kernel_err(step))?;
+                let mut acc = vec![0i32; out_shape.iter().product()];
+                let input = NhwcInput {
+                    data: &q[..],
+                    shape,
+                    zero_point: zp,
+                };
+                conv2d_i32(&input, w, &mut acc).map_err(kernel_err(step))?;
+                ((acc, x_scale), out_shape.to_vec(), w.c_out(), true)
+            }
+            DynOp::Gemm(w) => {
+                let x = x.to_nchw();
+                let (k, n) = (w.k(), w.n());
+                if x.rank() == 0 || x.shape.last() != Some(&k) {
+                    return Err(bad(
+                        step,
+                        "input 0",
+                        format!("expected [.., {k}], got {:?}", x.shape),
+                    ));
+                }
+                let Data::F32(v) = &x.data else {
+                    return Err(bad(step, "input 0", "not f32 data".into()));
+                };
+                let (q, x_scale, zp) = dynamic_quantize(v);
+                let m = v.len() / k.max(1);
+                let mut out_shape = x.shape.clone();
+                *out_shape.last_mut().expect("rank ≥ 1") = n;
+                while out_shape.len() < self.min_rank {
+                    out_shape.insert(0, 1);
+                }
+                let mut acc = vec![0i32; m * n];
+                gemm_i32(&Activations::u8(&q, m, k, zp), w, &mut acc).map_err(kernel_err(step))?;
+                ((acc, x_scale), out_shape, n, false)
+            }
+        };
+        let (acc, x_scale) = acc;
+        // Mul(x_scale, w_scale): the graph's scale product, f32.
+        let sc: Vec<f32> = self.w_scale.iter().map(|&w| x_scale * w).collect();
+        let pick = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
+        // Channels are the fastest axis in both layouts used here (NHWC, [.., N]).
+        let y: Vec<f32> = match &self.bias {
+            Some(b) => acc
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    let c = i % channels;
+                    (a as f32) * pick(&sc, c) + pick(b, c)
+                })
+                .collect(),
+            None => acc
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| (a as f32) * pick(&sc, i % channels))
+                .collect(),
+        };
+        let t =
+            Tensor::new(out_shape, Data::F32(y)).map_err(|e| bad(step, "output", e.to_string()))?;
+        Ok(vec![Val { tensor: t, nhwc }])
+    }
+    fn describe(&self) -> String {
+        self.desc.clone()
     }
 }
