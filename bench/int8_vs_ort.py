@@ -10,6 +10,11 @@ integer engine). Batch 1 and 64, one thread for everyone. ONNX Runtime: best of 
 runs after a warm-up; quantkit: `quantkit bench FLOAT --int8 QDQ --json` (best of runs
 filling --seconds after a warm-up).
 
+With --dynamic the models are also quantized by `quantkit quantize --dynamic` (int8 weights,
+activations quantized per batch at run time: DynamicQuantizeLinear -> ConvInteger/MatMulInteger
+-> Cast -> Mul -> Add, as ONNX Runtime's own dynamic quantizer writes them) and those rows
+are added with mode "dynamic" (target: dynamic Conv faster than f32 on the convnet).
+
 Usage:
     cargo build --release -p quantkit-cli
     python3 bench/int8_vs_ort.py [--quantkit target/release/quantkit] [--repeat 10]
@@ -75,6 +80,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dynamic", action="store_true", help="also measure --dynamic quantization")
     a = ap.parse_args()
     qk = a.quantkit
     d = tempfile.mkdtemp()
@@ -91,10 +97,12 @@ def main():
     ]
     rows = []
     env = dict(os.environ, RAYON_NUM_THREADS="1")
-    for name, fmodel, cdata, sample in models:
-        qmodel = os.path.join(d, f"{name}_int8.onnx")
+    modes = ["static", "dynamic"] if a.dynamic else ["static"]
+    for (name, fmodel, cdata, sample), mode in [(m, mode) for m in models for mode in modes]:
+        qmodel = os.path.join(d, f"{name}_{mode}.onnx")
+        extra = ["--dynamic"] if mode == "dynamic" else []
         subprocess.run([qk, "quantize", fmodel, "--calib", cdata, "--calib-samples", "256", "-o", qmodel,
-                        "--json"], check=True, capture_output=True, env=env)
+                        "--json"] + extra, check=True, capture_output=True, env=env)
         for batch in (1, 64):
             x = rng.uniform(0, 1, (batch,) + sample).astype(np.float32)
             ort_f32 = ort_best(fmodel, x, a.repeat)
@@ -104,7 +112,7 @@ def main():
                                  check=True, capture_output=True, text=True, env=env).stdout
             v = json.loads(out)
             rows.append({
-                "model": name, "batch": batch,
+                "model": name, "mode": mode, "batch": batch,
                 "ort_f32_ms": ort_f32, "ort_int8_ms": ort_i8,
                 "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"],
                 "quantkit_int8_runner": v["int8"]["runner"],
@@ -115,14 +123,15 @@ def main():
         print(json.dumps({"onnxruntime": ort.__version__, "threads": 1, "rows": rows}, indent=2))
         return
     print(f"onnxruntime {ort.__version__}, 1 thread, best latency in ms")
-    print(f"{'model':<8} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} "
+    print(f"{'model':<8} {'mode':<8} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} "
           f"{'qk8/ORT8':>9} {'qk8/qk32':>9}")
     for r in rows:
-        print(f"{r['model']:<8} {r['batch']:>5} {r['ort_f32_ms']:>9.3f} {r['ort_int8_ms']:>9.3f} "
+        print(f"{r['model']:<8} {r['mode']:<8} {r['batch']:>5} {r['ort_f32_ms']:>9.3f} {r['ort_int8_ms']:>9.3f} "
               f"{r['quantkit_f32_ms']:>9.3f} {r['quantkit_int8_ms']:>9.3f} "
               f"{r['quantkit_int8_vs_ort_int8']:>8.2f}x {r['quantkit_int8_vs_quantkit_f32']:>8.2f}x")
     print(f"quantkit int8 runner: {rows[0]['quantkit_int8_runner']}")
-    print("targets: qk8/ORT8 >= 1.3 on both models and batches; qk8/qk32 >= 2.5 on the convnet")
+    print("targets: static qk8/ORT8 >= 1.3 on both models and batches; static qk8/qk32 >= 2.5 on the convnet;"
+          " dynamic qk8/qk32 > 1 on the convnet")
 
 
 if __name__ == "__main__":
