@@ -433,7 +433,7 @@ struct PackedA {
 }
 
 impl PackedA {
-    fn new(a: &Activations<'_>, geom: PanelGeometry, parallel: bool) -> Self {
+    fn new(a: &Activations<'_>, isa: Isa, geom: PanelGeometry, parallel: bool) -> Self {
         let kgroups = a.k.div_ceil(geom.kgroup);
         let panels = a.m.div_ceil(geom.mr);
         let mut data = vec![0u32; panels * kgroups * geom.mr];
@@ -445,9 +445,9 @@ impl PackedA {
         if parallel {
             chunks
                 .par_bridge()
-                .for_each(|(p, (dst, sums))| pack_a_panel(a, geom, p, dst, sums));
+                .for_each(|(p, (dst, sums))| pack_a_panel(a, isa, geom, p, dst, sums));
         } else {
-            chunks.for_each(|(p, (dst, sums))| pack_a_panel(a, geom, p, dst, sums));
+            chunks.for_each(|(p, (dst, sums))| pack_a_panel(a, isa, geom, p, dst, sums));
         }
         PackedA { data, rowsums }
     }
@@ -455,9 +455,12 @@ impl PackedA {
 
 /// Packs row panel `p` of `a` (rows `p·mr..`, zero rows past the end) into `dst`
 /// (`kgroups·mr` words, k-group major) and the rows' sums of stored values into `sums`.
-/// The stored row is u8 as is, i8 with the sign bit flipped (a + 128).
-fn pack_a_panel(
+/// The stored row is u8 as is, i8 with the sign bit flipped (a + 128). The AVX2 path packs
+/// the pair geometry with vector transposes (`x86_64::avx2::pack`); it writes the same words
+/// (tested against this scalar loop).
+pub(crate) fn pack_a_panel(
     a: &Activations<'_>,
+    isa: Isa,
     geom: PanelGeometry,
     p: usize,
     dst: &mut [u32],
@@ -481,6 +484,16 @@ fn pack_a_panel(
         }
         sums[rows..].fill(0);
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && kgroup == 2 && mr == MR {
+        let panel = &bytes[p * mr * k..(p * mr + rows) * k];
+        // SAFETY: Isa::Avx2 is only selected when the CPU has AVX2; the panel holds `rows`
+        // rows of k bytes, dst `⌈k/2⌉·MR` words and sums MR entries.
+        unsafe { crate::x86_64::avx2::pack::avx2_pack_a_pairs(panel, k, rows, flip, dst, sums) };
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     for (r, sum) in sums.iter_mut().enumerate().take(rows) {
         let row = &bytes[(p * mr + r) * k..(p * mr + r + 1) * k];
         *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
@@ -834,7 +847,7 @@ fn run<T: QuantType>(
     // whole of A up front (for AVX2 pairs that is twice A's size, written to memory and
     // read back). Otherwise several tasks share an A block: pack it once, up front.
     let lazy = tasks_n == 1;
-    let pa = (!lazy).then(|| PackedA::new(a, geom, parallel && a.m * a.k >= 1 << 16));
+    let pa = (!lazy).then(|| PackedA::new(a, isa, geom, parallel && a.m * a.k >= 1 << 16));
     let panel_len = w.kgroups * geom.mr;
     let new_buf = || {
         if lazy {
@@ -855,6 +868,7 @@ fn run<T: QuantType>(
                     let i = q - q0;
                     pack_a_panel(
                         a,
+                        isa,
                         geom,
                         q,
                         &mut data[i * panel_len..(i + 1) * panel_len],
@@ -1056,4 +1070,49 @@ pub(crate) fn gemm_strided<T: QuantType>(
         _ => unreachable!("conv passes either an i32 output or a stage with a quantized output"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 activation packer writes exactly the scalar packer's words and row sums:
+    /// every k from 1 to 80 plus conv-sized ones, every panel height, u8 and i8, into buffers
+    /// that start out holding garbage (as a reused per-worker buffer does).
+    #[test]
+    fn avx2_pack_equals_scalar_pack() {
+        if !Isa::Avx2.is_supported() {
+            eprintln!("skipped: the CPU has no AVX2");
+            return;
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut byte = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 56) as u8
+        };
+        let geom = PanelGeometry::PAIRS;
+        let ks: Vec<usize> = (1..=80).chain([127, 128, 129, 288, 1152, 4099]).collect();
+        for &k in &ks {
+            for m in [1, 5, 6, 7, 12, 17] {
+                let u: Vec<u8> = (0..m * k).map(|_| byte()).collect();
+                let i: Vec<i8> = u.iter().map(|&v| v as i8).collect();
+                for a in [Activations::u8(&u, m, k, 3), Activations::i8(&i, m, k, -5)] {
+                    let kgroups = k.div_ceil(2);
+                    for p in 0..m.div_ceil(MR) {
+                        let garbage: Vec<u32> = (0..kgroups * MR)
+                            .map(|g| (g as u32).wrapping_mul(2_654_435_761))
+                            .collect();
+                        let (mut d0, mut d1) = (garbage.clone(), garbage);
+                        let (mut s0, mut s1) = ([-7i32; MR], [-7i32; MR]);
+                        pack_a_panel(&a, Isa::Scalar, geom, p, &mut d0, &mut s0);
+                        pack_a_panel(&a, Isa::Avx2, geom, p, &mut d1, &mut s1);
+                        assert_eq!(d0, d1, "words: k {k}, m {m}, panel {p}");
+                        assert_eq!(s0, s1, "row sums: k {k}, m {m}, panel {p}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -9,4 +9,5 @@
 //! `vpmaddubsw`+`vpmaddwd` pair.
 
 pub mod gemm;
+pub mod pack;
 pub mod peak;
