@@ -626,49 +626,8 @@ impl<'g> Matcher<'g> {
 
     fn max_pool(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
-        let attr = |e: quantkit_graph::OpError| e.to_string();
-        if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
-            return Err("the Indices output is used".into());
-        }
-        if n.attr_int("ceil_mode", 0).map_err(attr)? != 0 {
-            return Err("ceil_mode = 1".into());
-        }
-        let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
-        if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
-            return Err(format!("auto_pad {auto_pad} needs the input size"));
-        }
-        let k = n
-            .attr_ints("kernel_shape")
-            .map_err(attr)?
-            .unwrap_or_default();
-        if k.len() != 2 || k.iter().any(|&v| v < 1) {
-            return Err(format!("kernel_shape {k:?}: the kernel is 2-D"));
-        }
-        let two = |name: &str| -> Why<[usize; 2]> {
-            match n.attr_ints(name).map_err(attr)? {
-                None => Ok([1; 2]),
-                Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
-                    Ok([v[0] as usize, v[1] as usize])
-                }
-                Some(v) => Err(format!("{name} {v:?} not supported")),
-            }
-        };
-        let pads = match n.attr_ints("pads").map_err(attr)? {
-            Some(p) if auto_pad != "VALID" => {
-                if p.len() != 4 || p.iter().any(|&x| x < 0) {
-                    return Err(format!("pads {p:?} not supported"));
-                }
-                [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
-            }
-            _ => [0; 4],
-        };
-        let params = ConvParams {
-            kernel: [k[0] as usize, k[1] as usize],
-            stride: two("strides")?,
-            dilation: two("dilations")?,
-            pads,
-            groups: 1,
-        };
+        let params = pool_params(n)?;
+        let k = params.kernel;
         let (dqx, xq, qx, qi, qy) = self.sandwich(n)?;
         let table = self.table(&self.g.nodes[dqx], None, &self.g.nodes[qi])?;
         let desc = format!("max_pool {}→{} {}x{}", qx.dtype, qy.dtype, k[0], k[1]);
@@ -961,6 +920,31 @@ impl<'g> Matcher<'g> {
                 }
             }
         }
+        // A float Relu, then (conv only) a float MaxPool, read only by the previous node
+        // run inside the step too: on the NHWC f32 result they cost one pass over channels,
+        // where as graph islands each would transpose the whole tensor back to NCHW.
+        let mut relu = false;
+        if let Ok(ri) = self.sole_reader(&output) {
+            let r = &self.g.nodes[ri];
+            if r.op_type == "Relu" && is_default_domain(r) && r.outputs.len() == 1 {
+                relu = true;
+                absorbed.push(ri);
+                output = r.outputs[0].clone();
+            }
+        }
+        let mut pool = None;
+        if conv {
+            if let Ok(pi) = self.sole_reader(&output) {
+                let p = &self.g.nodes[pi];
+                if p.op_type == "MaxPool" && is_default_domain(p) && p.inputs.len() == 1 {
+                    if let Ok(params) = pool_params(p) {
+                        pool = Some(params);
+                        absorbed.push(pi);
+                        output = p.outputs[0].clone();
+                    }
+                }
+            }
+        }
         if absorbed.iter().any(|&a| a < ni) {
             return Err("the float tail comes before the integer op in node order".into());
         }
@@ -985,19 +969,26 @@ impl<'g> Matcher<'g> {
             (DynOp::Gemm(weights), format!("gemm {k}x{nn}"))
         };
         let desc = format!(
-            "dynamic {kind} u8 x i8 -> f32 {}{}",
+            "dynamic {kind} u8 x i8 -> f32 {}{}{}{}",
             if w_scale.len() > 1 {
                 "per-channel"
             } else {
                 "per-tensor"
             },
-            if bias.is_some() { " + bias" } else { "" }
+            if bias.is_some() { " + bias" } else { "" },
+            if relu { " + relu" } else { "" },
+            match &pool {
+                Some(p) => format!(" + max_pool {}x{}", p.kernel[0], p.kernel[1]),
+                None => String::new(),
+            }
         );
         Ok(Matched {
             kernel: Box::new(DynamicStep {
                 op,
                 w_scale,
                 bias,
+                relu,
+                pool,
                 min_rank: const_rank,
                 desc: desc.clone(),
             }),
@@ -1032,6 +1023,55 @@ impl<'g> Matcher<'g> {
             m
         })
     }
+}
+
+/// The 2-D parameters of a MaxPool node the NHWC pooling steps run: floor output size, no
+/// Indices output, explicit pads (or VALID).
+fn pool_params(n: &Node) -> Why<ConvParams> {
+    let attr = |e: quantkit_graph::OpError| e.to_string();
+    if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
+        return Err("the Indices output is used".into());
+    }
+    if n.attr_int("ceil_mode", 0).map_err(attr)? != 0 {
+        return Err("ceil_mode = 1".into());
+    }
+    let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
+    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
+        return Err(format!("auto_pad {auto_pad} needs the input size"));
+    }
+    let k = n
+        .attr_ints("kernel_shape")
+        .map_err(attr)?
+        .unwrap_or_default();
+    if k.len() != 2 || k.iter().any(|&v| v < 1) {
+        return Err(format!("kernel_shape {k:?}: the kernel is 2-D"));
+    }
+    let two = |name: &str| -> Why<[usize; 2]> {
+        match n.attr_ints(name).map_err(attr)? {
+            None => Ok([1; 2]),
+            Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
+                Ok([v[0] as usize, v[1] as usize])
+            }
+            Some(v) => Err(format!("{name} {v:?} not supported")),
+        }
+    };
+    let pads = match n.attr_ints("pads").map_err(attr)? {
+        Some(p) if auto_pad != "VALID" => {
+            if p.len() != 4 || p.iter().any(|&x| x < 0) {
+                return Err(format!("pads {p:?} not supported"));
+            }
+            [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
+        }
+        _ => [0; 4],
+    };
+    let params = ConvParams {
+        kernel: [k[0] as usize, k[1] as usize],
+        stride: two("strides")?,
+        dilation: two("dilations")?,
+        pads,
+        groups: 1,
+    };
+    Ok(params)
 }
 
 /// The 2-D convolution parameters of a Conv or ConvInteger node with weight shape `wshape`

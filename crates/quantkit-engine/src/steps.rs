@@ -437,6 +437,10 @@ pub(crate) struct DynamicStep {
     pub w_scale: Vec<f32>,
     /// Bias, one entry or one per output channel.
     pub bias: Option<Vec<f32>>,
+    /// A following float `Relu` (`max(y, 0)`, as the graph's operator computes it).
+    pub relu: bool,
+    /// A following float `MaxPool` (conv only), on the NHWC result.
+    pub pool: Option<ConvParams>,
     /// Largest rank of the scale and bias constants: the broadcast output has at least this
     /// rank (leading 1s), as in the graph's `Mul`/`Add`.
     pub min_rank: usize,
@@ -445,16 +449,87 @@ pub(crate) struct DynamicStep {
 
 /// `DynamicQuantizeLinear` exactly as `quantkit_graph::ops::dynamic_quantize_linear`:
 /// returns the codes (same order as `v`), the scale and the zero point.
+///
+/// Two passes: min and max in eight lanes (`f32::max`/`min` ignore
+/// NaN and are associative on the rest, so the lane split gives the same extremes; only the
+/// sign of a zero extreme can differ, and a ±0 bound yields the same scale and zero point),
+/// then the codes, with round-half-even as `(v + 1.5·2²³) − 1.5·2²³` instead of the libm
+/// call `round_ties_even` is on baseline x86-64. The two agree for |v| < 2²²; here
+/// |x / scale| ≤ 255 for every finite x (the range contains x), and for larger magnitudes
+/// or NaN both round to values the clamp to [0, 255] maps to the same code.
 pub(crate) fn dynamic_quantize(v: &[f32]) -> (Vec<u8>, f32, i32) {
-    let maxx = v.iter().copied().fold(0f32, f32::max);
-    let minx = v.iter().copied().fold(0f32, f32::min);
+    let (mut hi, mut lo) = ([0f32; 8], [0f32; 8]);
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..8 {
+            // `f32::max`/`min` as selects (a NaN `c[j]` compares false and is skipped, the
+            // lanes start at 0 and never become NaN), which compile to `maxps`/`minps`.
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+        }
+    }
+    let maxx = hi.iter().chain(rest).copied().fold(0f32, f32::max);
+    let minx = lo.iter().chain(rest).copied().fold(0f32, f32::min);
     let scale = if maxx == minx { 1.0 } else { maxx - minx } / 255.0;
     let zp = (0.0 - minx / scale).clamp(0.0, 255.0).round_ties_even();
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
     let q = v
         .iter()
-        .map(|&t| ((t / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8)
+        .map(|&t| ((((t / scale) + MAGIC) - MAGIC) + zp).clamp(0.0, 255.0) as u8)
         .collect();
     (q, scale, zp as i32)
+}
+
+/// 2-D max pool of an NHWC f32 tensor with the graph's `MaxPool` rule: taps in row-major
+/// window order, padding taps skipped, the first valid tap starts the window and a later tap
+/// replaces it only if `v > best` (so a NaN only survives in the first position, exactly as
+/// in `quantkit_graph::ops::max_pool`); a window without a valid tap is −∞.
+pub(crate) fn max_pool_nhwc_f32(
+    x: &[f32],
+    shape: [usize; 4],
+    p: &ConvParams,
+) -> std::result::Result<(Vec<f32>, [usize; 4]), quantkit_kernels::KernelError> {
+    let [n, h, w, c] = shape;
+    let [oh, ow] = p.output_size(h, w)?;
+    let mut y = vec![0f32; n * oh * ow * c];
+    if c == 0 {
+        return Ok((y, [n, oh, ow, c]));
+    }
+    let valid = |o: usize, i: usize, len: usize| -> Vec<usize> {
+        (0..p.kernel[i])
+            .map(|k| (o * p.stride[i] + k * p.dilation[i]) as isize - p.pads[i] as isize)
+            .filter(|&v| v >= 0 && (v as usize) < len)
+            .map(|v| v as usize)
+            .collect()
+    };
+    let cols: Vec<Vec<usize>> = (0..ow).map(|ox| valid(ox, 1, w)).collect();
+    for (b, yb) in y.chunks_exact_mut(oh * ow * c).enumerate() {
+        let xb = &x[b * h * w * c..(b + 1) * h * w * c];
+        for (oy, yrow) in yb.chunks_exact_mut(ow * c).enumerate() {
+            let rows = valid(oy, 0, h);
+            for (ox, out) in yrow.chunks_exact_mut(c).enumerate() {
+                let mut first = true;
+                for &iy in &rows {
+                    for &ix in &cols[ox] {
+                        let px = &xb[(iy * w + ix) * c..(iy * w + ix + 1) * c];
+                        if first {
+                            out.copy_from_slice(px);
+                            first = false;
+                        } else {
+                            for (o, &v) in out.iter_mut().zip(px) {
+                                *o = if v > *o { v } else { *o };
+                            }
+                        }
+                    }
+                }
+                if first {
+                    out.fill(f32::NEG_INFINITY);
+                }
+            }
+        }
+    }
+    Ok((y, [n, oh, ow, c]))
 }
 
 impl Kernel for DynamicStep {
@@ -518,24 +593,47 @@ impl Kernel for DynamicStep {
             }
         };
         let (acc, x_scale) = acc;
-        // Mul(x_scale, w_scale): the graph's scale product, f32.
-        let sc: Vec<f32> = self.w_scale.iter().map(|&w| x_scale * w).collect();
+        // Mul(x_scale, w_scale): the graph's scale product, f32. Then per element, as the
+        // graph's Cast, Mul, Add and Relu do it: one f32 rounding per operation (Rust does not
+        // contract `a * b + c` into a fused multiply-add).
         let pick = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
+        let sc: Vec<f32> = (0..channels)
+            .map(|c| x_scale * pick(&self.w_scale, c))
+            .collect();
+        let bias: Option<Vec<f32>> = self
+            .bias
+            .as_ref()
+            .map(|b| (0..channels).map(|c| pick(b, c)).collect());
+        let relu = self.relu;
+        // In place: the i32 buffer becomes the f32 one (same size, no second allocation).
+        let mut y: Vec<f32> = acc.into_iter().map(|a| a as f32).collect();
         // Channels are the fastest axis in both layouts used here (NHWC, [.., N]).
-        let y: Vec<f32> = match &self.bias {
-            Some(b) => acc
-                .iter()
-                .enumerate()
-                .map(|(i, &a)| {
-                    let c = i % channels;
-                    (a as f32) * pick(&sc, c) + pick(b, c)
-                })
-                .collect(),
-            None => acc
-                .iter()
-                .enumerate()
-                .map(|(i, &a)| (a as f32) * pick(&sc, i % channels))
-                .collect(),
+        if channels > 0 {
+            for row in y.chunks_exact_mut(channels) {
+                match &bias {
+                    Some(b) => {
+                        for ((v, &s), &b) in row.iter_mut().zip(&sc).zip(b) {
+                            let t = *v * s + b;
+                            *v = if relu { t.max(0.0) } else { t };
+                        }
+                    }
+                    None => {
+                        for (v, &s) in row.iter_mut().zip(&sc) {
+                            let t = *v * s;
+                            *v = if relu { t.max(0.0) } else { t };
+                        }
+                    }
+                }
+            }
+        }
+        let (y, out_shape) = match (&self.pool, nhwc) {
+            (Some(p), true) => {
+                let s = &out_shape;
+                let shape = [s[0], s[1], s[2], s[3]];
+                let (y, shape) = max_pool_nhwc_f32(&y, shape, p).map_err(kernel_err(step))?;
+                (y, shape.to_vec())
+            }
+            _ => (y, out_shape),
         };
         let t =
             Tensor::new(out_shape, Data::F32(y)).map_err(|e| bad(step, "output", e.to_string()))?;
@@ -543,5 +641,112 @@ impl Kernel for DynamicStep {
     }
     fn describe(&self) -> String {
         self.desc.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quantkit_graph::{execute, Graph, ValueInfo};
+
+    /// The graph's DynamicQuantizeLinear (the reference) on `v`.
+    fn reference(v: &[f32]) -> (Vec<u8>, f32, i32) {
+        let g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            inputs: vec![ValueInfo::new("x", DType::F32, &[v.len()])],
+            outputs: vec![
+                ValueInfo::new("q", DType::U8, &[v.len()]),
+                ValueInfo::new("s", DType::F32, &[]),
+                ValueInfo::new("z", DType::U8, &[]),
+            ],
+            nodes: vec![Node::new(
+                "dql",
+                "DynamicQuantizeLinear",
+                &["x"],
+                &["q", "s", "z"],
+            )],
+            ..Default::default()
+        };
+        let out = execute(
+            &g,
+            vec![("x".into(), Tensor::from_f32(&[v.len()], v.to_vec()))],
+        )
+        .expect("DynamicQuantizeLinear runs");
+        let Data::U8(q) = &out[0].1.data else {
+            panic!("u8 codes expected")
+        };
+        (
+            q.clone(),
+            out[1].1.as_f32().expect("f32 scale")[0],
+            out[2].1.to_i64_vec()[0] as i32,
+        )
+    }
+
+    #[test]
+    fn dynamic_quantize_equals_the_graph_operator_bit_for_bit() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let mut cases: Vec<Vec<f32>> = Vec::new();
+        for (len, lo, hi) in [
+            (1, -1.0, 1.0),
+            (7, 0.5, 3.0),
+            (8, -3.0, -0.5),
+            (9, -1e-3, 2e-3),
+            (100, -5.0, 5.0),
+            (1001, -1e30, 1e30),
+            (33, -1e-40, 1e-40), // subnormal range: the scale underflows
+        ] {
+            cases.push((0..len).map(|_| lo + (hi - lo) * next()).collect());
+        }
+        // Exact halves of the scale (ties), signed zeros, infinities and NaN.
+        cases.push((0..=510).map(|i| i as f32 * 0.5 - 127.5).collect());
+        cases.push(vec![-0.0, 0.0, -0.0, 1.0, 0.0, -0.0, 0.0, -0.0, 2.0]);
+        cases.push(vec![0.0; 17]);
+        cases.push(vec![
+            1.0,
+            f32::NAN,
+            -2.0,
+            3.0,
+            0.5,
+            0.25,
+            -1.0,
+            4.0,
+            f32::NAN,
+            7.0,
+        ]);
+        cases.push(vec![
+            1.0,
+            f32::INFINITY,
+            -2.0,
+            3.0,
+            0.5,
+            0.25,
+            -1.0,
+            4.0,
+            9.0,
+        ]);
+        cases.push(vec![
+            1.0,
+            f32::NEG_INFINITY,
+            -2.0,
+            3.0,
+            0.5,
+            0.25,
+            -1.0,
+            4.0,
+            9.0,
+        ]);
+        for v in cases {
+            let (q, s, z) = dynamic_quantize(&v);
+            let (rq, rs, rz) = reference(&v);
+            assert_eq!(s.to_bits(), rs.to_bits(), "scale of {v:?}");
+            assert_eq!(z, rz, "zero point of {v:?}");
+            assert_eq!(q, rq, "codes of {v:?}");
+        }
     }
 }

@@ -133,6 +133,61 @@ fn dynamic_conv_is_one_step_and_bit_equal_to_the_graph() {
     }
 }
 
+/// x[N,3,11,11] → Conv(8, 3x3, pad 1, bias) → Relu → MaxPool(2x2/2) → Conv(6, 3x3, no
+/// bias) → MaxPool(3x3/2, pads 1, dilation-free) → y: each conv's step absorbs its float
+/// Relu and MaxPool (odd sizes: the 2x2 pool drops the last row/column, the 3x3 pool has
+/// padding taps at the borders).
+fn conv_pool_graph(rng: &mut Lcg) -> Graph {
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        inputs: vec![ValueInfo::new("x", DType::F32, &[2, 3, 11, 11])],
+        outputs: vec![ValueInfo::new("y", DType::F32, &[2, 6, 2, 2])],
+        ..Default::default()
+    };
+    g.initializers
+        .insert("w1".into(), random(rng, &[8, 3, 3, 3], -0.5, 0.5));
+    g.initializers
+        .insert("b1".into(), random(rng, &[8], -0.2, 0.2));
+    g.initializers
+        .insert("w2".into(), random(rng, &[6, 8, 3, 3], -0.3, 0.3));
+    let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+    g.nodes = vec![
+        Node::new("conv1", "Conv", &["x", "w1", "b1"], &["c1"])
+            .with_attr("pads", ints(&[1, 1, 1, 1])),
+        Node::new("relu", "Relu", &["c1"], &["r1"]),
+        Node::new("pool1", "MaxPool", &["r1"], &["p1"])
+            .with_attr("kernel_shape", ints(&[2, 2]))
+            .with_attr("strides", ints(&[2, 2])),
+        Node::new("conv2", "Conv", &["p1", "w2"], &["c2"]),
+        Node::new("pool2", "MaxPool", &["c2"], &["y"])
+            .with_attr("kernel_shape", ints(&[3, 3]))
+            .with_attr("strides", ints(&[2, 2]))
+            .with_attr("pads", ints(&[1, 1, 1, 1])),
+    ];
+    g
+}
+
+#[test]
+fn dynamic_conv_absorbs_relu_and_max_pool_bit_equal_to_the_graph() {
+    let mut rng = Lcg(11);
+    for per_channel in [true, false] {
+        let g = dynamic(conv_pool_graph(&mut rng), per_channel);
+        assert_all_fused(&g);
+        let plan = compile(&g, &EngineOptions::default()).unwrap();
+        for n in plan.report() {
+            if matches!(n.op_type.as_str(), "Relu" | "MaxPool") {
+                assert!(n.is_integer(), "{} is {:?}", n.node, n.placement);
+            }
+        }
+        let inputs = vec![
+            random(&mut rng, &[2, 3, 11, 11], -1.0, 2.0),
+            random(&mut rng, &[2, 3, 11, 11], -4.0, -0.5),
+            Tensor::from_f32(&[2, 3, 11, 11], vec![0.0; 2 * 3 * 121]),
+        ];
+        assert_bit_equal(&g, inputs);
+    }
+}
+
 /// x[4,20] → Gemm(transB, bias) → Relu → MatMul([.., 12]×[12,5]) on a 3-D reshape-free input.
 fn gemm_graph(rng: &mut Lcg) -> Graph {
     let mut g = Graph {
