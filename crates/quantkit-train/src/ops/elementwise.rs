@@ -11,31 +11,26 @@ use crate::tensor::Tensor;
 /// Elements per rayon task: large enough that scheduling costs nothing next to the work.
 const PAR_CHUNK: usize = 1 << 14;
 
-fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
-    let mut y = vec![0.0f32; x.len()];
-    y.par_chunks_mut(PAR_CHUNK)
-        .zip(x.data().par_chunks(PAR_CHUNK))
-        .for_each(|(yc, xc)| {
-            for (a, b) in yc.iter_mut().zip(xc) {
-                *a = f(*b);
-            }
-        });
+// Both collect straight into the output vector: a zero-filled buffer overwritten in place
+// would cost an extra memset pass over every activation and gradient.
+fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync + Send) -> Result<Tensor> {
+    let y: Vec<f32> = x
+        .data()
+        .par_iter()
+        .with_min_len(PAR_CHUNK)
+        .map(|&v| f(v))
+        .collect();
     Tensor::new(x.shape(), y)
 }
 
-fn map2(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32 + Sync) -> Result<Tensor> {
-    let mut y = vec![0.0f32; a.len()];
-    y.par_chunks_mut(PAR_CHUNK)
-        .zip(
-            a.data()
-                .par_chunks(PAR_CHUNK)
-                .zip(b.data().par_chunks(PAR_CHUNK)),
-        )
-        .for_each(|(yc, (ac, bc))| {
-            for ((y, a), b) in yc.iter_mut().zip(ac).zip(bc) {
-                *y = f(*a, *b);
-            }
-        });
+fn map2(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32 + Sync + Send) -> Result<Tensor> {
+    let y: Vec<f32> = a
+        .data()
+        .par_iter()
+        .zip(b.data().par_iter())
+        .with_min_len(PAR_CHUNK)
+        .map(|(&x, &g)| f(x, g))
+        .collect();
     Tensor::new(a.shape(), y)
 }
 
