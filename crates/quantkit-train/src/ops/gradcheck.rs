@@ -381,10 +381,21 @@ fn losses() {
 
 #[test]
 fn parameter_gradients_do_not_depend_on_thread_count() {
+    // A small conv and one the size of LeNet's second (batch 8): its batch-wide GEMMs are
+    // large enough for the GEMM crate to split them over threads.
+    for (xs, ws, stride) in [
+        ([13, 3, 8, 8], [5, 3, 3, 3], 2),
+        ([8, 32, 14, 14], [64, 32, 3, 3], 1),
+    ] {
+        gradients_equal_on_1_and_3_threads(&xs, &ws, stride);
+    }
+}
+
+fn gradients_equal_on_1_and_3_threads(xs: &[usize], ws: &[usize], stride: usize) {
     let mut rng = Rng::new(10);
-    let x = randn(&mut rng, &[13, 3, 8, 8]);
-    let w = randn(&mut rng, &[5, 3, 3, 3]);
-    let b = randn(&mut rng, &[5]);
+    let x = randn(&mut rng, xs);
+    let w = randn(&mut rng, ws);
+    let b = randn(&mut rng, &[ws[0]]);
     let run = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -396,7 +407,7 @@ fn parameter_gradients_do_not_depend_on_thread_count() {
             let wv = tape.variable(w.clone());
             let bv = tape.variable(b.clone());
             let y = tape
-                .apply(Conv2d::new(ConvAttrs::new(2, 1)), &[xv, wv, bv])
+                .apply(Conv2d::new(ConvAttrs::new(stride, 1)), &[xv, wv, bv])
                 .unwrap();
             let l = tape
                 .apply(WeightedSum(vec![0.5; tape.value(y).len()]), &[y])
