@@ -235,16 +235,22 @@ pub(crate) fn conv_forward(
                         };
                         let a =
                             MatRef::row_major(&w[gi * s.mpg * k..(gi + 1) * s.mpg * k], s.mpg, k);
-                        sgemm(
-                            &mut yn[gi * s.mpg * ohw..(gi + 1) * s.mpg * ohw],
-                            a,
-                            b,
-                            false,
-                            Par::Seq,
-                        );
+                        let yg = &mut yn[gi * s.mpg * ohw..(gi + 1) * s.mpg * ohw];
+                        // The bias is written first and the product accumulated onto it: no
+                        // zero fill and no second pass over the output.
+                        match bias {
+                            Some(bv) => {
+                                for (mi, plane) in yg.chunks_exact_mut(ohw).enumerate() {
+                                    plane.fill(bv[gi * s.mpg + mi]);
+                                }
+                            }
+                            None => yg.fill(0.0),
+                        }
+                        sgemm(yg, a, b, true, Par::Seq);
                     }
                 },
             );
+        return;
     }
     if let Some(b) = bias {
         y.par_chunks_mut(ohw).enumerate().for_each(|(i, plane)| {
