@@ -274,7 +274,7 @@ pub(crate) fn matmul_acc(
     } else {
         match layout {
             BLayout::Batched => bq.max_dev_by(zb, |i| i % n),
-            BLayout::Transposed => bq.max_dev_by(zb, |i| (i / k) % n),
+            BLayout::Transposed => bq.max_dev_by(zb, |i| i / k),
         }
     };
     if !accumulators_fit_i32(k, aq.max_dev(za), max_b) {
