@@ -34,6 +34,8 @@ pub struct ConvGeom {
     pub dilations: Vec<usize>,
     /// Padding at the start of each axis.
     pub pad_begin: Vec<usize>,
+    /// Padding at the end of each axis.
+    pub pad_end: Vec<usize>,
 }
 
 impl ConvGeom {
@@ -102,6 +104,7 @@ impl ConvGeom {
             strides,
             dilations,
             pad_begin: pb,
+            pad_end: pe,
         })
     }
     /// Output positions per image.

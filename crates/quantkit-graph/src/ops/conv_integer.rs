@@ -3,7 +3,8 @@
 //! x_zero_point). `w_zero_point` may be per output channel.
 
 use super::conv::ConvGeom;
-use super::{input, make, opt_input, OpCtx};
+use super::int_kernels::{self, IntPath};
+use super::{first_i64, input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 
@@ -68,20 +69,55 @@ pub fn shift_weights(w: &Tensor, zp: Option<&Tensor>) -> Result<Vec<i64>, OpErro
     Ok(wv)
 }
 
-/// Evaluates `ConvInteger`.
+/// Evaluates `ConvInteger`, on the `quantkit_kernels` convolution when the case is eligible
+/// (see [`super::int_kernels`]), with the i64 reference otherwise.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, true).map(|(y, _)| y)
+}
+
+/// Evaluates `ConvInteger` with the i64 reference [`conv_i64`] only.
+pub fn eval_reference(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false).map(|(y, _)| y)
+}
+
+/// Evaluates `ConvInteger`, on the kernels when `use_kernels` is set and the case is
+/// eligible, and reports which path computed the result.
+pub fn eval_with(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    use_kernels: bool,
+) -> Result<(Vec<Tensor>, IntPath), OpError> {
     let x = input(inputs, 0)?;
     let w = input(inputs, 1)?;
     let g = ConvGeom::new(ctx, &x.shape, &w.shape)?;
-    let xz = opt_input(inputs, 2).map(|z| z.to_i64_vec()[0]).unwrap_or(0);
+    let xz = match opt_input(inputs, 2) {
+        Some(z) => first_i64(z, 2)?,
+        None => 0,
+    };
+    let wz = match opt_input(inputs, 3) {
+        Some(z) => z.to_i64_vec(),
+        None => vec![0],
+    };
+    let mut shape = vec![g.n, g.m];
+    shape.extend_from_slice(&g.out_sp);
+    let single_xz = opt_input(inputs, 2).is_none_or(|z| z.len() == 1);
+    if use_kernels && single_xz {
+        if let Some(y) = int_kernels::conv_acc(&g, x, xz, w, &wz) {
+            return Ok((
+                vec![make(DType::I32, shape, Data::I32(y))?],
+                IntPath::Kernel,
+            ));
+        }
+    }
     let xv: Vec<i64> = x.to_i64_vec().iter().map(|v| v - xz).collect();
     let wv = shift_weights(w, opt_input(inputs, 3))?;
     let y = conv_i64(&g, &xv, &wv, None);
-    let mut shape = vec![g.n, g.m];
-    shape.extend_from_slice(&g.out_sp);
-    Ok(vec![make(
-        DType::I32,
-        shape,
-        Data::I32(y.iter().map(|&v| v as i32).collect()),
-    )?])
+    Ok((
+        vec![make(
+            DType::I32,
+            shape,
+            Data::I32(y.iter().map(|&v| v as i32).collect()),
+        )?],
+        IntPath::Reference,
+    ))
 }

@@ -2,6 +2,7 @@
 //! broadcasting; `a_zero_point` is per-tensor or per-row of A, `b_zero_point` per-tensor or
 //! per-column of B (ONNX spec). Exact i64 accumulation, checked to fit i32.
 
+use super::int_kernels::{self, IntPath};
 use super::mat_mul::matmul_shapes;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
@@ -44,10 +45,43 @@ pub fn matmul_i64(
     Ok((out, y))
 }
 
-/// Evaluates `MatMulInteger`.
-pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+/// Evaluates `MatMulInteger`, on the `quantkit_kernels` GEMM when the case is eligible
+/// (see [`super::int_kernels`]), with the i64 reference otherwise.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, true).map(|(y, _)| y)
+}
+
+/// Evaluates `MatMulInteger` with the i64 reference [`matmul_i64`] only.
+pub fn eval_reference(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false).map(|(y, _)| y)
+}
+
+/// Evaluates `MatMulInteger`, on the kernels when `use_kernels` is set and the case is
+/// eligible (per-tensor `a_zero_point`), and reports which path computed the result.
+pub fn eval_with(
+    _ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    use_kernels: bool,
+) -> Result<(Vec<Tensor>, IntPath), OpError> {
     let a = input(inputs, 0)?;
     let b = input(inputs, 1)?;
+    if use_kernels {
+        let za = opt_input(inputs, 2).map(|z| z.to_i64_vec());
+        let zb = opt_input(inputs, 3).map_or_else(|| vec![0], |z| z.to_i64_vec());
+        if let Some(za) = za
+            .as_deref()
+            .map_or(Some(0), |z| (z.len() == 1).then(|| z[0]))
+        {
+            if let Some((shape, y)) =
+                int_kernels::matmul_acc(a, za, b, &zb, int_kernels::BLayout::Batched)
+            {
+                return Ok((
+                    vec![make(DType::I32, shape, Data::I32(y))?],
+                    IntPath::Kernel,
+                ));
+            }
+        }
+    }
     let mut av = a.to_i64_vec();
     let mut bv = b.to_i64_vec();
     if let Some(z) = opt_input(inputs, 2) {
@@ -88,9 +122,12 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
     {
         return Err(OpError::Invalid("int32 accumulator overflow".into()));
     }
-    Ok(vec![make(
-        DType::I32,
-        shape,
-        Data::I32(y.iter().map(|&v| v as i32).collect()),
-    )?])
+    Ok((
+        vec![make(
+            DType::I32,
+            shape,
+            Data::I32(y.iter().map(|&v| v as i32).collect()),
+        )?],
+        IntPath::Reference,
+    ))
 }

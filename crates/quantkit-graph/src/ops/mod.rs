@@ -33,6 +33,7 @@ pub mod global_max_pool;
 pub mod hard_sigmoid;
 pub mod hard_swish;
 pub mod identity;
+pub mod int_kernels;
 pub mod layer_normalization;
 pub mod leaky_relu;
 pub mod mat_mul;
@@ -189,6 +190,15 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
         )));
     }
     Ok(a as usize)
+}
+
+/// The first element of input `index` as an integer (a per-tensor zero point), or an error
+/// if the tensor is empty.
+pub fn first_i64(t: &Tensor, index: usize) -> Result<i64, OpError> {
+    t.to_i64_vec()
+        .first()
+        .copied()
+        .ok_or_else(|| OpError::shape(format!("a non-empty tensor at input {index}"), &t.shape))
 }
 
 /// Integer values of a 1-D (or scalar) "shape-like" input (axes, pads, shape...).

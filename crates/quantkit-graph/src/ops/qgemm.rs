@@ -10,12 +10,30 @@
 //! can differ by one step where `acc · m` lands within f32 rounding of a half.
 
 use super::binary::broadcast;
-use super::{input, make, opt_input, OpCtx};
+use super::int_kernels::{self, IntPath};
+use super::{first_i64, input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Evaluates `QGemm`.
+/// Evaluates `QGemm`, with the accumulators from the `quantkit_kernels` GEMM when the case is
+/// eligible (see [`super::int_kernels`]) and from the i64 reference loop otherwise; the
+/// epilogue is the same either way.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, true).map(|(y, _)| y)
+}
+
+/// Evaluates `QGemm` with the i64 reference loop only.
+pub fn eval_reference(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false).map(|(y, _)| y)
+}
+
+/// Evaluates `QGemm`, with the accumulators from the kernels when `use_kernels` is set and
+/// the case is eligible, and reports which path computed them.
+pub fn eval_with(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    use_kernels: bool,
+) -> Result<(Vec<Tensor>, IntPath), OpError> {
     let a = input(inputs, 0)?;
     let a_s = input(inputs, 1)?;
     let a_zp = input(inputs, 2)?;
@@ -65,27 +83,30 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     };
     per_col(b_s, "b_scale")?;
     per_col(b_zp, "b_zero_point")?;
-    let az = a_zp.to_i64_vec()[0];
+    let az = first_i64(a_zp, 2)?;
     let bz = b_zp.to_i64_vec();
-    let av = a.to_i64_vec();
-    let bv = b.to_i64_vec();
-    let a_at = |i: usize, p: usize| if ta { av[p * m + i] } else { av[i * k + p] } - az;
-    let b_at = |p: usize, j: usize| {
-        let z = bz[if bz.len() == 1 { 0 } else { j }];
-        (if tb { bv[j * k + p] } else { bv[p * nn + j] }) - z
+    // The kernels take A as rows `[M, K]`: transA is a copy of A transposed; transB is a
+    // weight layout the packing reads directly.
+    let transposed = (use_kernels && ta)
+        .then(|| int_kernels::transposed_2d(a))
+        .flatten();
+    let a_rows = if ta { transposed.as_ref() } else { Some(a) };
+    let layout = if tb {
+        int_kernels::BLayout::Transposed
+    } else {
+        int_kernels::BLayout::Batched
     };
-    let mut acc = vec![0i64; m * nn];
-    for i in 0..m {
-        for p in 0..k {
-            let x = a_at(i, p);
-            if x == 0 {
-                continue;
-            }
-            for j in 0..nn {
-                acc[i * nn + j] += x * b_at(p, j);
-            }
-        }
-    }
+    let kernel_acc = match a_rows {
+        Some(a_rows) if use_kernels => int_kernels::matmul_acc(a_rows, az, b, &bz, layout),
+        _ => None,
+    };
+    let (mut acc, path) = match kernel_acc {
+        Some((_, acc)) => (acc.into_iter().map(i64::from).collect(), IntPath::Kernel),
+        None => (
+            gemm_i64(&a.to_i64_vec(), az, ta, b, &bz, tb, m, k, nn),
+            IntPath::Reference,
+        ),
+    };
     if let Some(c) = c {
         if c.dtype != DType::I32 {
             return Err(OpError::DType {
@@ -109,11 +130,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let shape = vec![m, nn];
     match (y_s, y_zp) {
         (Some(y_s), Some(y_zp)) => {
-            let ys = y_s.to_f32_vec()[0];
+            let ys = *y_s
+                .to_f32_vec()
+                .first()
+                .ok_or_else(|| OpError::shape("a non-empty y_scale", &y_s.shape))?;
             let mults: Vec<f64> = (0..nn)
                 .map(|j| f64::from(alpha * (a_sv * col_scale(j)) / ys))
                 .collect();
-            let yz = y_zp.to_i64_vec()[0] as f64;
+            let yz = first_i64(y_zp, 8)? as f64;
             let (lo, hi) = y_zp
                 .dtype
                 .int_range()
@@ -125,7 +149,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                     ((v as f64 * mults[i % nn] + yz).round_ties_even() as i64).clamp(lo, hi)
                 })
                 .collect();
-            Ok(vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)])
+            Ok((
+                vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)],
+                path,
+            ))
         }
         (None, _) => {
             let y: Vec<f32> = acc
@@ -133,8 +160,42 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                 .enumerate()
                 .map(|(i, &v)| (v as f64 * f64::from(alpha * a_sv * col_scale(i % nn))) as f32)
                 .collect();
-            Ok(vec![make(DType::F32, shape, Data::F32(y))?])
+            Ok((vec![make(DType::F32, shape, Data::F32(y))?], path))
         }
         (Some(_), None) => Err(OpError::MissingInput { index: 8 }),
     }
+}
+
+/// The reference accumulators `(op(A) − az) · (op(B) − bz[j])` in i64, `[M, N]`, for `av`
+/// the elements of A and `b` stored `[K, N]` (or `[N, K]` when `tb`).
+fn gemm_i64(
+    av: &[i64],
+    az: i64,
+    ta: bool,
+    b: &Tensor,
+    bz: &[i64],
+    tb: bool,
+    m: usize,
+    k: usize,
+    nn: usize,
+) -> Vec<i64> {
+    let bv = b.to_i64_vec();
+    let a_at = |i: usize, p: usize| if ta { av[p * m + i] } else { av[i * k + p] } - az;
+    let b_at = |p: usize, j: usize| {
+        let z = bz[if bz.len() == 1 { 0 } else { j }];
+        (if tb { bv[j * k + p] } else { bv[p * nn + j] }) - z
+    };
+    let mut acc = vec![0i64; m * nn];
+    for i in 0..m {
+        for p in 0..k {
+            let x = a_at(i, p);
+            if x == 0 {
+                continue;
+            }
+            for j in 0..nn {
+                acc[i * nn + j] += x * b_at(p, j);
+            }
+        }
+    }
+    acc
 }

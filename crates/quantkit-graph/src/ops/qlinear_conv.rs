@@ -4,13 +4,31 @@
 
 use super::conv::ConvGeom;
 use super::conv_integer::{conv_i64, shift_weights};
+use super::int_kernels::{self, IntPath};
 use super::qlinear_mat_mul::multiplier;
-use super::{input, make, opt_input, OpCtx};
+use super::{first_i64, input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Evaluates `QLinearConv`.
+/// Evaluates `QLinearConv`, with the accumulators from the `quantkit_kernels` convolution
+/// when the case is eligible (see [`super::int_kernels`]) and from the i64 reference
+/// otherwise; the epilogue is the same either way.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, true).map(|(y, _)| y)
+}
+
+/// Evaluates `QLinearConv` with the i64 reference [`conv_i64`] only.
+pub fn eval_reference(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false).map(|(y, _)| y)
+}
+
+/// Evaluates `QLinearConv`, with the accumulators from the kernels when `use_kernels` is set
+/// and the case is eligible, and reports which path computed them.
+pub fn eval_with(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    use_kernels: bool,
+) -> Result<(Vec<Tensor>, IntPath), OpError> {
     let x = input(inputs, 0)?;
     let x_s = input(inputs, 1)?;
     let x_zp = input(inputs, 2)?;
@@ -19,17 +37,23 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let w_zp = input(inputs, 5)?;
     let y_s = input(inputs, 6)?;
     let y_zp = input(inputs, 7)?;
+    for (i, t) in [(1, x_s), (6, y_s)] {
+        if t.is_empty() {
+            return Err(OpError::shape(
+                format!("a non-empty tensor at input {i}"),
+                &t.shape,
+            ));
+        }
+    }
     let g = ConvGeom::new(ctx, &x.shape, &w.shape)?;
-    let xz = x_zp.to_i64_vec()[0];
-    let xv: Vec<i64> = x.to_i64_vec().iter().map(|v| v - xz).collect();
-    let wv = shift_weights(w, Some(w_zp))?;
+    let xz = first_i64(x_zp, 2)?;
+    let yz = first_i64(y_zp, 7)? as f64;
     let bias = opt_input(inputs, 8).map(|b| b.to_i64_vec());
     if let Some(b) = &bias {
         if b.len() != g.m {
             return Err(OpError::shape(format!("bias of {} elements", g.m), b.len()));
         }
     }
-    let acc = conv_i64(&g, &xv, &wv, bias.as_deref());
     let ws = w_s.to_f32_vec();
     if ws.len() != 1 && ws.len() != g.m {
         return Err(OpError::shape(
@@ -37,11 +61,31 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             &w_s.shape,
         ));
     }
+    // The bias is added in i64 after the kernel (not folded into its i32 accumulators), so
+    // the overflow guard only has to bound the convolution itself.
+    let kernel_acc = (use_kernels && x_zp.len() == 1)
+        .then(|| int_kernels::conv_acc(&g, x, xz, w, &w_zp.to_i64_vec()))
+        .flatten();
+    let (acc, path) = match kernel_acc {
+        Some(acc32) => {
+            let p = g.out_len().max(1);
+            let acc = acc32
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| i64::from(v) + bias.as_ref().map_or(0, |b| b[(i / p) % g.m]))
+                .collect();
+            (acc, IntPath::Kernel)
+        }
+        None => {
+            let xv: Vec<i64> = x.to_i64_vec().iter().map(|v| v - xz).collect();
+            let wv = shift_weights(w, Some(w_zp))?;
+            (conv_i64(&g, &xv, &wv, bias.as_deref()), IntPath::Reference)
+        }
+    };
     let mults: Vec<f64> = ws
         .iter()
         .map(|&s| multiplier(x_s, s, y_s, w_s.dtype)[0])
         .collect();
-    let yz = y_zp.to_i64_vec()[0] as f64;
     let (lo, hi) = y_zp
         .dtype
         .int_range()
@@ -61,5 +105,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .collect();
     let mut shape = vec![g.n, g.m];
     shape.extend_from_slice(&g.out_sp);
-    Ok(vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)])
+    Ok((
+        vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)],
+        path,
+    ))
 }

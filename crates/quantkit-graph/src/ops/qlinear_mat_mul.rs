@@ -4,8 +4,9 @@
 //! 2-D `b`. The multiplier is formed in the scales' own precision (f32, or f16 with rounding
 //! after each operation) and applied in f64, as the ONNX reference implementation does.
 
+use super::int_kernels::{self, IntPath};
 use super::mat_mul_integer::matmul_i64;
-use super::{input, make, OpCtx};
+use super::{first_i64, input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 use half::f16;
@@ -27,8 +28,25 @@ pub fn multiplier(a: &Tensor, b: f32, c: &Tensor, b_dtype: DType) -> Vec<f64> {
         .collect()
 }
 
-/// Evaluates `QLinearMatMul`.
-pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+/// Evaluates `QLinearMatMul`, with the accumulators from the `quantkit_kernels` GEMM when the
+/// case is eligible (see [`super::int_kernels`]) and from the i64 reference otherwise; the
+/// epilogue is the same either way.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, true).map(|(y, _)| y)
+}
+
+/// Evaluates `QLinearMatMul` with the i64 reference [`matmul_i64`] only.
+pub fn eval_reference(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false).map(|(y, _)| y)
+}
+
+/// Evaluates `QLinearMatMul`, with the accumulators from the kernels when `use_kernels` is
+/// set and the case is eligible, and reports which path computed them.
+pub fn eval_with(
+    _ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    use_kernels: bool,
+) -> Result<(Vec<Tensor>, IntPath), OpError> {
     let a = input(inputs, 0)?;
     let a_s = input(inputs, 1)?;
     let a_zp = input(inputs, 2)?;
@@ -53,22 +71,35 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
             ));
         }
     }
-    let az = a_zp.to_i64_vec()[0];
+    let az = first_i64(a_zp, 2)?;
     let bz = b_zp.to_i64_vec();
-    let av: Vec<i64> = a.to_i64_vec().iter().map(|v| v - az).collect();
-    let bv: Vec<i64> = b
-        .to_i64_vec()
-        .iter()
-        .enumerate()
-        .map(|(i, v)| v - bz[if bz.len() == 1 { 0 } else { i % n }])
-        .collect();
-    let (shape, acc) = matmul_i64(&av, &a.shape, &bv, &b.shape)?;
+    let kernel_acc = use_kernels
+        .then(|| int_kernels::matmul_acc(a, az, b, &bz, int_kernels::BLayout::Batched))
+        .flatten();
+    let (shape, acc, path) = match kernel_acc {
+        Some((shape, acc)) => (
+            shape,
+            acc.into_iter().map(i64::from).collect(),
+            IntPath::Kernel,
+        ),
+        None => {
+            let av: Vec<i64> = a.to_i64_vec().iter().map(|v| v - az).collect();
+            let bv: Vec<i64> = b
+                .to_i64_vec()
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v - bz[if bz.len() == 1 { 0 } else { i % n }])
+                .collect();
+            let (shape, acc) = matmul_i64(&av, &a.shape, &bv, &b.shape)?;
+            (shape, acc, IntPath::Reference)
+        }
+    };
     let mults: Vec<f64> = b_s
         .to_f32_vec()
         .iter()
         .map(|&s| multiplier(a_s, s, y_s, b_s.dtype)[0])
         .collect();
-    let yz = y_zp.to_i64_vec()[0] as f64;
+    let yz = first_i64(y_zp, 7)? as f64;
     let (lo, hi) = y_zp
         .dtype
         .int_range()
@@ -81,5 +112,8 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
             ((v as f64 * m + yz).round_ties_even() as i64).clamp(lo, hi)
         })
         .collect();
-    Ok(vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)])
+    Ok((
+        vec![make(DType::I64, shape, Data::I64(y))?.cast(y_zp.dtype)],
+        path,
+    ))
 }
