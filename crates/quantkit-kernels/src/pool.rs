@@ -3,6 +3,7 @@
 use crate::conv::ConvParams;
 use crate::error::{KernelError, Result};
 use crate::output::QuantType;
+use rayon::prelude::*;
 
 fn check(op: &'static str, len: usize, shape: [usize; 4], p: &ConvParams) -> Result<[usize; 2]> {
     let [n, h, w, c] = shape;
@@ -36,36 +37,50 @@ pub fn max_pool<T: QuantType>(
             got: out.len(),
         });
     }
-    for b in 0..n {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let o = &mut out[((b * oh + oy) * ow + ox) * c..][..c];
-                let mut best = vec![i32::MIN; c];
-                for ky in 0..p.kernel[0] {
-                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
-                    if iy < 0 || iy >= h as isize {
-                        continue;
-                    }
-                    for kx in 0..p.kernel[1] {
-                        let ix =
-                            (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pads[1] as isize;
-                        if ix < 0 || ix >= w as isize {
+    if out.is_empty() || c == 0 {
+        return Ok([n, oh, ow, c]);
+    }
+    // Images in parallel; each output pixel starts as a copy of its first valid tap and takes
+    // the element-wise maximum of the others (a select per channel, which the compiler
+    // vectorises), with no per-pixel allocation.
+    out.par_chunks_mut(oh * ow * c)
+        .enumerate()
+        .for_each(|(b, img)| {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let o = &mut img[(oy * ow + ox) * c..][..c];
+                    let mut first = true;
+                    for ky in 0..p.kernel[0] {
+                        let iy =
+                            (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
+                        if iy < 0 || iy >= h as isize {
                             continue;
                         }
-                        let src = &x[((b * h + iy as usize) * w + ix as usize) * c..][..c];
-                        for (m, v) in best.iter_mut().zip(src) {
-                            *m = (*m).max(v.to_i32());
+                        for kx in 0..p.kernel[1] {
+                            let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
+                                - p.pads[1] as isize;
+                            if ix < 0 || ix >= w as isize {
+                                continue;
+                            }
+                            let src = &x[((b * h + iy as usize) * w + ix as usize) * c..][..c];
+                            if first {
+                                o.copy_from_slice(src);
+                                first = false;
+                            } else {
+                                for (m, &v) in o.iter_mut().zip(src) {
+                                    *m = if v.to_i32() > m.to_i32() { v } else { *m };
+                                }
+                            }
                         }
                     }
-                }
-                for (dst, m) in o.iter_mut().zip(best) {
-                    // A window entirely in the padding cannot happen: output_size requires
-                    // the kernel to overlap the input; fall back to T::MIN defensively.
-                    *dst = T::from_clamped(m.max(T::MIN));
+                    if first {
+                        // A window entirely in the padding cannot happen (output_size
+                        // requires the kernel to overlap the input); defensively T::MIN.
+                        o.fill(T::from_clamped(T::MIN));
+                    }
                 }
             }
-        }
-    }
+        });
     Ok([n, oh, ow, c])
 }
 

@@ -69,6 +69,21 @@ fn pools_match_references() {
         let [oh, ow] = p.output_size(7, 6).unwrap();
         let mut mx = vec![0i8; 2 * oh * ow * 3];
         max_pool(&x, shape, &p, &mut mx).unwrap();
+        // u8 codes (the same bytes read as unsigned): the maximum of the unsigned values.
+        let xu: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+        let mut mu = vec![0u8; 2 * oh * ow * 3];
+        max_pool(&xu, shape, &p, &mut mu).unwrap();
+        for b in 0..2 {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for ch in 0..3 {
+                        let win = window(&x, shape, &p, b, oy, ox, ch);
+                        let want = win.iter().flatten().map(|&v| v as i8 as u8).max().unwrap();
+                        assert_eq!(mu[((b * oh + oy) * ow + ox) * 3 + ch], want);
+                    }
+                }
+            }
+        }
         for include_pad in [false, true] {
             let mut av = vec![0i8; 2 * oh * ow * 3];
             avg_pool(&x, shape, z, &p, include_pad, &mut av).unwrap();
