@@ -29,7 +29,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let axis = ctx.node.attr_int("axis", 1)?;
     let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
-    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
     let zpv = zp
         .map(|z| z.to_i64_vec())
         .unwrap_or_else(|| vec![0; s.len()]);
@@ -40,6 +39,20 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         ));
     }
     let sv = s.to_f32_vec();
+    if sv.len() == 1 && block == 0 && s.dtype == DType::F32 {
+        // Per tensor: one pass over the codes, no index or i64 buffers; the same
+        // `(q − zp) as f32 · s` (the difference of two 8-/16-bit codes is exact in f32).
+        let (z, sc) = (zpv[0], sv[0]);
+        let y: Option<Vec<f32>> = match &x.data {
+            Data::U8(q) => Some(q.iter().map(|&q| (q as i64 - z) as f32 * sc).collect()),
+            Data::I8(q) => Some(q.iter().map(|&q| (q as i64 - z) as f32 * sc).collect()),
+            _ => None,
+        };
+        if let Some(y) = y {
+            return Ok(vec![make(DType::F32, x.shape.clone(), Data::F32(y))?]);
+        }
+    }
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
     let y: Vec<f32> = x
         .to_i64_vec()
         .iter()

@@ -79,6 +79,16 @@ pub fn quant_dtype(code: i32) -> Result<DType, OpError> {
 
 /// Evaluates `QuantizeLinear`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_with(ctx, inputs, false)
+}
+
+/// [`eval`], with `generic = true` forcing the element-by-element i64 path that handles
+/// every type and layout (the reference the per-tensor 8-bit fast path is tested against).
+pub fn eval_with(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    generic: bool,
+) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
     let s = input(inputs, 1)?;
     let zp = opt_input(inputs, 2);
@@ -91,7 +101,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let (lo, hi) = out_dtype
         .int_range()
         .ok_or_else(|| OpError::Unsupported(format!("quantized type {out_dtype}")))?;
-    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
     let zpv = match zp {
         Some(z) => {
             if z.shape != s.shape && z.len() != s.len() {
@@ -104,6 +113,12 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
         None => vec![0; s.len()],
     };
+    if !generic {
+        if let Some(t) = per_tensor_8bit(x, s, &zpv, out_dtype, block)? {
+            return Ok(vec![t]);
+        }
+    }
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
     let both_f16 = x.dtype == DType::F16 && s.dtype == DType::F16;
     let xv = x.to_f32_vec();
     let sv = s.to_f32_vec();
@@ -123,4 +138,36 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .collect();
     let t = make(DType::I64, x.shape.clone(), Data::I64(q))?;
     Ok(vec![t.cast(out_dtype)])
+}
+
+/// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
+/// or i8 output. Same arithmetic as the generic path: `x / s` in f32, round half to even
+/// (`(d + 1.5·2²³) − 1.5·2²³`, equal to `round_ties_even` for |d| < 2²²; larger |d| saturate
+/// to the same end of the range either way), NaN → 0, `+ zp`, saturate.
+fn per_tensor_8bit(
+    x: &Tensor,
+    s: &Tensor,
+    zpv: &[i64],
+    out: DType,
+    block: usize,
+) -> Result<Option<Tensor>, OpError> {
+    let (Data::F32(xv), Data::F32(sv)) = (&x.data, &s.data) else {
+        return Ok(None);
+    };
+    if sv.len() != 1 || block != 0 || !matches!(out, DType::U8 | DType::I8) {
+        return Ok(None);
+    }
+    let (lo, hi) = out.int_range().expect("8-bit range");
+    let (sc, zp) = (sv[0], zpv[0] as f32);
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    let code = |v: f32| -> i32 {
+        let d = v / sc;
+        let r = if d.is_nan() { 0.0 } else { (d + MAGIC) - MAGIC };
+        (r + zp).clamp(lo as f32, hi as f32) as i32
+    };
+    let data = match out {
+        DType::U8 => Data::U8(xv.iter().map(|&v| code(v) as u8).collect()),
+        _ => Data::I8(xv.iter().map(|&v| code(v) as i8).collect()),
+    };
+    make(out, x.shape.clone(), data).map(Some)
 }

@@ -1,0 +1,87 @@
+//! The per-tensor 8-bit QuantizeLinear fast path against the generic element-by-element
+//! path, on values that exercise rounding ties, saturation, infinities and NaN; and the
+//! per-tensor DequantizeLinear fast path against the spec formula.
+
+use quantkit_graph::ops::{dequantize_linear, quantize_linear, OpCtx};
+use quantkit_graph::{Data, Node, Tensor};
+
+#[test]
+fn per_tensor_quantize_fast_path_equals_generic_path() {
+    let node = Node::new("q", "QuantizeLinear", &["x", "s", "z"], &["y"]);
+    let ctx = OpCtx {
+        node: &node,
+        opset: 19,
+    };
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut x: Vec<f32> = (0..4000).map(|_| (next() - 0.5) * 600.0).collect();
+    // Exact halves (ties) at scale 0.5 and 1, huge and special values.
+    x.extend((-600..600).map(|i| i as f32 * 0.25));
+    x.extend([
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        1e30,
+        -1e30,
+        4_194_304.5,
+        -8_388_607.0,
+        f32::MIN_POSITIVE,
+    ]);
+    let xt = Tensor::from_f32(&[x.len()], x.clone());
+    for scale in [0.5f32, 1.0, 0.0123, 3.7, 1e-30] {
+        let s = Tensor::scalar_f32(scale);
+        for z in [
+            Tensor::new(vec![], Data::U8(vec![0])).unwrap(),
+            Tensor::new(vec![], Data::U8(vec![128])).unwrap(),
+            Tensor::new(vec![], Data::U8(vec![255])).unwrap(),
+            Tensor::new(vec![], Data::I8(vec![0])).unwrap(),
+            Tensor::new(vec![], Data::I8(vec![-128])).unwrap(),
+            Tensor::new(vec![], Data::I8(vec![77])).unwrap(),
+        ] {
+            let ins = [Some(&xt), Some(&s), Some(&z)];
+            let fast = quantize_linear::eval_with(&ctx, &ins, false).unwrap();
+            let generic = quantize_linear::eval_with(&ctx, &ins, true).unwrap();
+            assert_eq!(fast[0].dtype, generic[0].dtype);
+            assert_eq!(
+                fast[0].to_i64_vec(),
+                generic[0].to_i64_vec(),
+                "scale {scale}, zero point {:?}",
+                z.to_i64_vec()
+            );
+        }
+    }
+}
+
+#[test]
+fn per_tensor_dequantize_is_the_spec_formula() {
+    let node = Node::new("dq", "DequantizeLinear", &["x", "s", "z"], &["y"]);
+    let ctx = OpCtx {
+        node: &node,
+        opset: 19,
+    };
+    let s = Tensor::scalar_f32(0.037);
+    let codes: Vec<u8> = (0..=255).collect();
+    let xt = Tensor::new(vec![256], Data::U8(codes.clone())).unwrap();
+    let z = Tensor::new(vec![], Data::U8(vec![131])).unwrap();
+    let y = dequantize_linear::eval(&ctx, &[Some(&xt), Some(&s), Some(&z)]).unwrap();
+    let want: Vec<f32> = codes.iter().map(|&q| (q as f32 - 131.0) * 0.037).collect();
+    assert_eq!(y[0].as_f32().unwrap(), want.as_slice());
+    let xi = Tensor::new(
+        vec![256],
+        Data::I8(codes.iter().map(|&q| q as i8).collect()),
+    )
+    .unwrap();
+    let zi = Tensor::new(vec![], Data::I8(vec![-5])).unwrap();
+    let y = dequantize_linear::eval(&ctx, &[Some(&xi), Some(&s), Some(&zi)]).unwrap();
+    let want: Vec<f32> = codes
+        .iter()
+        .map(|&q| (q as i8 as f32 + 5.0) * 0.037)
+        .collect();
+    assert_eq!(y[0].as_f32().unwrap(), want.as_slice());
+}
