@@ -15,8 +15,8 @@ use crate::gemm::MR;
 /// zero-extended to sixteen u16 (exactly the eight words of that row), the 8×8 word block
 /// (rows 6 and 7 zero) is transposed with unpack/permute, and each group's six words are
 /// stored with one 32-byte store whose two spare lanes land on the next group's first two
-/// words, rewritten by the next store (so the loop stops a group short of the end and the
-/// scalar tail finishes).
+/// words, rewritten by the next store (so the loop stops a group short of the end); the
+/// last ≤ 16 bytes of each row go through a zero-padded buffer and exact six-word stores.
 ///
 /// # Safety
 /// The CPU must support AVX2; `bytes.len() ≥ rows·k`, `dst.len() ≥ ⌈k/2⌉·MR`,
@@ -54,54 +54,72 @@ pub unsafe fn avx2_pack_a_pairs(
             sad[r] = _mm_add_epi64(sad[r], _mm_sad_epu8(x, zero));
             v[r] = _mm256_cvtepu8_epi16(x);
         }
-        let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
-        let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-        let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
-        let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-        let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
-        let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-        let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
-        let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-        let u0 = _mm256_unpacklo_epi64(t0, t2);
-        let u1 = _mm256_unpackhi_epi64(t0, t2);
-        let u2 = _mm256_unpacklo_epi64(t1, t3);
-        let u3 = _mm256_unpackhi_epi64(t1, t3);
-        let u4 = _mm256_unpacklo_epi64(t4, t6);
-        let u5 = _mm256_unpackhi_epi64(t4, t6);
-        let u6 = _mm256_unpacklo_epi64(t5, t7);
-        let u7 = _mm256_unpackhi_epi64(t5, t7);
-        let cols = [
-            _mm256_permute2x128_si256::<0x20>(u0, u4),
-            _mm256_permute2x128_si256::<0x20>(u1, u5),
-            _mm256_permute2x128_si256::<0x20>(u2, u6),
-            _mm256_permute2x128_si256::<0x20>(u3, u7),
-            _mm256_permute2x128_si256::<0x31>(u0, u4),
-            _mm256_permute2x128_si256::<0x31>(u1, u5),
-            _mm256_permute2x128_si256::<0x31>(u2, u6),
-            _mm256_permute2x128_si256::<0x31>(u3, u7),
-        ];
+        let cols = transpose8(&v);
         for (j, c) in cols.iter().enumerate() {
             let g = 8 * b + j;
             // SAFETY: g + 1 < kgroups, so words [6g, 6g + 8) are inside dst.
             unsafe { _mm256_storeu_si256(dp.add(g * MR) as *mut __m256i, *c) };
         }
     }
+    // The tail (at most 16 bytes per row, see the loop bound): each row's bytes, flipped,
+    // in a zeroed 16-byte buffer (so an odd k leaves the last high half zero), through the
+    // same transpose; each remaining group's six words are stored exactly.
+    let tail = k - 16 * blocks;
+    debug_assert!(tail <= 16);
+    if tail > 0 {
+        let mut v = [_mm256_setzero_si256(); 8];
+        for r in 0..rows {
+            let mut buf = [0u8; 16];
+            for (d, &b) in buf.iter_mut().zip(&bytes[r * k + 16 * blocks..(r + 1) * k]) {
+                *d = b ^ flip;
+            }
+            // SAFETY: `buf` is 16 bytes.
+            let x = unsafe { _mm_loadu_si128(buf.as_ptr() as *const __m128i) };
+            sad[r] = _mm_add_epi64(sad[r], _mm_sad_epu8(x, zero));
+            v[r] = _mm256_cvtepu8_epi16(x);
+        }
+        let cols = transpose8(&v);
+        for (j, c) in cols.iter().enumerate().take(tail.div_ceil(2)) {
+            let mut words = [0u32; 8];
+            // SAFETY: `words` is 32 bytes.
+            unsafe { _mm256_storeu_si256(words.as_mut_ptr() as *mut __m256i, *c) };
+            let g = 8 * blocks + j;
+            dst[g * MR..(g + 1) * MR].copy_from_slice(&words[..MR]);
+        }
+    }
     for (r, sum) in sums.iter_mut().enumerate().take(rows) {
         let s = sad[r];
-        let mut total = (_mm_cvtsi128_si64(s) + _mm_extract_epi64::<1>(s)) as i32;
-        let row = &bytes[r * k..(r + 1) * k];
-        let mut g = 8 * blocks;
-        let mut pairs = row[16 * blocks..].chunks_exact(2);
-        for c in pairs.by_ref() {
-            let (lo, hi) = (c[0] ^ flip, c[1] ^ flip);
-            total += lo as i32 + hi as i32;
-            dst[g * MR + r] = lo as u32 | (hi as u32) << 16;
-            g += 1;
-        }
-        if let [v] = pairs.remainder() {
-            total += (v ^ flip) as i32;
-            dst[g * MR + r] = (v ^ flip) as u32;
-        }
-        *sum = total;
+        *sum = (_mm_cvtsi128_si64(s) + _mm_extract_epi64::<1>(s)) as i32;
     }
+}
+
+/// Transposes an 8×8 block of 32-bit words: `out[j]` lane `i` = `v[i]` lane `j`.
+#[target_feature(enable = "avx2")]
+fn transpose8(v: &[__m256i; 8]) -> [__m256i; 8] {
+    let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+    let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+    let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+    let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+    let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    let u0 = _mm256_unpacklo_epi64(t0, t2);
+    let u1 = _mm256_unpackhi_epi64(t0, t2);
+    let u2 = _mm256_unpacklo_epi64(t1, t3);
+    let u3 = _mm256_unpackhi_epi64(t1, t3);
+    let u4 = _mm256_unpacklo_epi64(t4, t6);
+    let u5 = _mm256_unpackhi_epi64(t4, t6);
+    let u6 = _mm256_unpacklo_epi64(t5, t7);
+    let u7 = _mm256_unpackhi_epi64(t5, t7);
+    [
+        _mm256_permute2x128_si256::<0x20>(u0, u4),
+        _mm256_permute2x128_si256::<0x20>(u1, u5),
+        _mm256_permute2x128_si256::<0x20>(u2, u6),
+        _mm256_permute2x128_si256::<0x20>(u3, u7),
+        _mm256_permute2x128_si256::<0x31>(u0, u4),
+        _mm256_permute2x128_si256::<0x31>(u1, u5),
+        _mm256_permute2x128_si256::<0x31>(u2, u6),
+        _mm256_permute2x128_si256::<0x31>(u3, u7),
+    ]
 }
