@@ -1,6 +1,7 @@
-//! `quantkit run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--json]`: runs a model
-//! with the float executor; inputs are `.npy` or ONNX `TensorProto` `.pb` files and each
-//! output is written as `<name>.npy`.
+//! `quantkit run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--engine int8] [--json]`:
+//! runs a model with the float executor (or, with `--engine int8`, the integer engine);
+//! inputs are `.npy` or ONNX `TensorProto` `.pb` files and each output is written as
+//! `<name>.npy`.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -32,6 +33,11 @@ pub struct Args {
     /// process also pays for page faults and thread start-up).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// Executor: `float` (the float executor, the reference: Q/DQ simulated exactly) or
+    /// `int8` (the integer engine: Q/DQ patterns compiled into integer kernels, float islands
+    /// for the rest).
+    #[arg(long, value_parser = ["float", "int8"], default_value = "float")]
+    pub engine: String,
 }
 
 /// Time per operator type, from the executor's observer calls: the time between one node's
@@ -156,6 +162,19 @@ pub fn run(args: Args) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    let plan = if args.engine == "int8" {
+        if args.profile {
+            bail!("--profile times the float executor's operators; it does not apply to --engine int8");
+        }
+        Some(
+            quantkit_engine::compile(&graph, &quantkit_engine::EngineOptions::default())
+                .with_context(|| {
+                    format!("compiling {} for the integer engine", args.model.display())
+                })?,
+        )
+    } else {
+        None
+    };
     let mut run_s = f64::INFINITY;
     let mut outputs = Vec::new();
     let mut profile_rows = Vec::new();
@@ -163,7 +182,9 @@ pub fn run(args: Args) -> Result<()> {
         let inputs = inputs.clone();
         let mut profile = Profile::new(&graph);
         let t1 = Instant::now();
-        outputs = if args.profile {
+        outputs = if let Some(plan) = &plan {
+            plan.run(inputs)?
+        } else if args.profile {
             execute_with(&graph, inputs, |name, _| profile.observe(name))?
         } else {
             execute(&graph, inputs)?

@@ -1,0 +1,132 @@
+//! Integration tests of `quantkit run`: the float executor and, with `--engine int8`, the
+//! integer engine on a quantized LeNet; bad input gives an error and writes nothing.
+
+use quantkit_data::npy::{read_npy, write_npy, NpyArray, NpyData};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quantkit-run-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn quantkit(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .args(args)
+        .output()
+        .expect("run quantkit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn f32s(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let a = read_npy(path).unwrap();
+    match a.data {
+        NpyData::F32(v) => (a.shape, v),
+        _ => panic!("{} is not f32", path.display()),
+    }
+}
+
+/// The first 64 sample images as the model's float input `[64, 1, 28, 28]` holding
+/// pixel/255.
+fn input_npy(file: &str) -> PathBuf {
+    let a = read_npy(repo().join("data/fashion-mnist-sample/images.npy")).unwrap();
+    let NpyData::U8(px) = a.data else {
+        panic!("u8 images expected")
+    };
+    let x: Vec<f32> = px[..64 * 784].iter().map(|&v| v as f32 / 255.0).collect();
+    let p = tmp(file);
+    write_npy(&p, &NpyArray::new(vec![64, 1, 28, 28], NpyData::F32(x)).unwrap()).unwrap();
+    p
+}
+
+#[test]
+fn engine_int8_runs_a_quantized_model_like_the_float_executor() {
+    let q = tmp("lenet.int8.onnx");
+    let lenet = repo().join("models/lenet.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let (ok, _, err) = quantkit(&[
+        "quantize",
+        lenet.to_str().unwrap(),
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "128",
+        "-o",
+        q.to_str().unwrap(),
+    ]);
+    assert!(ok, "quantize failed: {err}");
+    let x = input_npy("x-engine.npy");
+    let (dir_f, dir_i) = (tmp("out-float"), tmp("out-int8"));
+    for (dir, engine) in [(&dir_f, "float"), (&dir_i, "int8")] {
+        let (ok, out, err) = quantkit(&[
+            "run",
+            q.to_str().unwrap(),
+            "--input",
+            x.to_str().unwrap(),
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--engine",
+            engine,
+        ]);
+        assert!(ok, "run --engine {engine} failed: {err}");
+        assert!(out.contains("run "), "{out}");
+    }
+    let name = std::fs::read_dir(&dir_f)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let (sf, yf) = f32s(&dir_f.join(&name));
+    let (si, yi) = f32s(&dir_i.join(&name));
+    assert_eq!(sf, vec![64, 10]);
+    assert_eq!(sf, si);
+    // The engine requantizes in f32 where the float executor simulates Q/DQ in f64: a code
+    // may differ now and then (on this sample none does), the predictions must agree.
+    let argmax = |v: &[f32]| -> Vec<usize> {
+        v.chunks(10)
+            .map(|r| (0..10).max_by(|&a, &b| r[a].total_cmp(&r[b])).unwrap())
+            .collect()
+    };
+    let (pf, pi) = (argmax(&yf), argmax(&yi));
+    let agree = pf.iter().zip(&pi).filter(|(a, b)| a == b).count();
+    assert_eq!(agree, 64, "top-1 agreement {agree}/64");
+    let max_diff = yf
+        .iter()
+        .zip(&yi)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let range = yf.iter().fold(0f32, |m, v| m.max(v.abs()));
+    eprintln!("max |float - int8| {max_diff} of max |logit| {range}");
+    assert!(max_diff <= 0.01 * range, "max |diff| {max_diff} of {range}");
+}
+
+#[test]
+fn profile_with_the_engine_is_a_clear_error() {
+    let lenet = repo().join("models/lenet.onnx");
+    let x = input_npy("x-profile.npy");
+    let dir = tmp("out-profile");
+    let (ok, _, err) = quantkit(&[
+        "run",
+        lenet.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--engine",
+        "int8",
+        "--profile",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--profile"), "{err}");
+    assert!(!dir.exists(), "nothing may be written on an error");
+}
