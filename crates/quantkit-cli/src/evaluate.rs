@@ -57,13 +57,16 @@ impl Backend {
         }
     }
 
-    /// The default for a model: the engine when it has Q/DQ nodes (a quantized model),
-    /// the float executor otherwise.
+    /// The default for a model: the engine when it is quantized — Q/DQ nodes (QDQ, and the
+    /// edges of a QOperator model) or QOperator nodes (`QLinearConv`, `QLinearMatMul`,
+    /// `QGemm`, also when the model takes and returns codes) — the float executor otherwise.
     pub fn for_graph(graph: &Graph) -> Backend {
-        let quantized = graph
-            .nodes
-            .iter()
-            .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear");
+        let quantized = graph.nodes.iter().any(|n| {
+            matches!(
+                n.op_type.as_str(),
+                "QuantizeLinear" | "DequantizeLinear" | "QLinearConv" | "QLinearMatMul" | "QGemm"
+            )
+        });
         if quantized {
             Backend::Engine
         } else {

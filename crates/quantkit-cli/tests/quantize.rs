@@ -70,6 +70,46 @@ fn qoperator_summary_names_the_qlinear_ops() {
     std::fs::remove_file(&out).ok();
 }
 
+/// A QOperator model is evaluated on the integer engine by default (its QLinearConv/QGemm
+/// compiled into integer steps), and agrees with the float executor's exact integer
+/// operators on the same file.
+#[test]
+fn eval_runs_a_qoperator_model_on_the_integer_engine() {
+    let out = tmp("lenet.qop-eval.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let (ok, _, err) = quantize(&[
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "100",
+        "--format",
+        "qoperator",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let run = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("eval")
+        .arg(&out)
+        .args(["--data", calib.to_str().unwrap(), "--limit", "200"])
+        .arg("--reference")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .expect("run quantkit eval");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["runner"], "integer engine", "{v}");
+    assert_eq!(v["samples"], 200, "{v}");
+    let agreement = v["agreement"].as_f64().unwrap();
+    assert!(
+        agreement >= 0.995,
+        "engine vs executor agreement {agreement}: {v}"
+    );
+    std::fs::remove_file(&out).ok();
+}
+
 #[test]
 fn dynamic_needs_no_calibration_and_static_does() {
     let out = tmp("lenet.dyn.onnx");

@@ -1,5 +1,6 @@
-//! Pattern matching of the QDQ layout into integer steps; everything unmatched becomes a
-//! step running the graph crate's operator (a float island or a Q/DQ conversion).
+//! Pattern matching of the QDQ layout (and of QOperator nodes, `qoperator`) into integer
+//! steps; everything unmatched becomes a step running the graph crate's operator (a float
+//! island or a Q/DQ conversion).
 
 use crate::error::{EngineError, Result};
 use crate::steps::{
@@ -14,6 +15,8 @@ use quantkit_kernels::conv::{ConvParams, ConvWeights};
 use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
 use quantkit_kernels::output::OutputStage;
 use std::collections::{HashMap, HashSet};
+
+mod qoperator;
 
 /// Per-tensor quantization parameters of an 8-bit activation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -154,9 +157,15 @@ impl<'g> Matcher<'g> {
 
     /// Constant per-tensor scale and 8-bit zero point of a Q or DQ node.
     fn qparams(&self, n: &Node) -> Why<Qp> {
+        self.qparams_at(n, 1, 2)
+    }
+
+    /// Constant per-tensor scale (input `si`) and 8-bit zero point (input `zi`) of `n`.
+    fn qparams_at(&self, n: &Node, si: usize, zi: usize) -> Why<Qp> {
         let s = n
             .inputs
-            .get(1)
+            .get(si)
+            .filter(|s| !s.is_empty())
             .and_then(|s| self.init(s))
             .ok_or_else(|| format!("`{}`: scale is not a constant", n.name))?;
         if s.dtype != DType::F32 || s.len() != 1 {
@@ -171,7 +180,7 @@ impl<'g> Matcher<'g> {
         }
         let z = n
             .inputs
-            .get(2)
+            .get(zi)
             .filter(|z| !z.is_empty())
             .and_then(|z| self.init(z))
             .ok_or_else(|| format!("`{}`: zero point is absent or not a constant", n.name))?;
@@ -370,6 +379,10 @@ impl<'g> Matcher<'g> {
         Ok((i, bv.clone()))
     }
 
+    /// The output stage `(acc + bias[c]) · alpha·s_x·s_w[c]/s_y + z_y`, clamped. `alpha` is
+    /// QGemm's attribute (1 everywhere else): in float mode the multiplier is the f32
+    /// `alpha·(s_x·s_w)/s_y`, the same f32 value QGemm's reference forms (for `alpha = 1` it
+    /// is exactly `(s_x·s_w)/s_y`); in fixed-point mode the real multiplier is taken in f64.
     fn stage(
         &self,
         s_x: f32,
@@ -377,14 +390,25 @@ impl<'g> Matcher<'g> {
         out: Qp,
         clamp: (i32, i32),
         bias: Option<Vec<i32>>,
+        alpha: f32,
     ) -> Why<OutputStage> {
         let stage = match self.opts.requant {
-            RequantMode::Float => {
-                OutputStage::float(s_w.iter().map(|&w| (s_x * w) / out.scale).collect(), out.zp)
-            }
+            RequantMode::Float => OutputStage::float(
+                s_w.iter().map(|&w| alpha * (s_x * w) / out.scale).collect(),
+                out.zp,
+            ),
             RequantMode::FixedPoint => OutputStage::fixed_point(
                 s_w.iter()
-                    .map(|&w| QuantizedMultiplier::from_scales(s_x, w, out.scale))
+                    .map(|&w| {
+                        if alpha == 1.0 {
+                            QuantizedMultiplier::from_scales(s_x, w, out.scale)
+                        } else {
+                            QuantizedMultiplier::from_f64(
+                                f64::from(alpha) * f64::from(s_x) * f64::from(w)
+                                    / f64::from(out.scale),
+                            )
+                        }
+                    })
                     .collect::<std::result::Result<_, _>>()
                     .map_err(|e| format!("fixed-point multiplier: {e}"))?,
                 FixedPointRounding::DoubleRounding,
@@ -433,7 +457,7 @@ impl<'g> Matcher<'g> {
             q: qi,
             qp: qy,
         } = self.tail(&n.outputs[0])?;
-        let stage = self.stage(qx.scale, &s_w, qy, clamp, bias)?;
+        let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
         let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
         let kind = if weights.is_depthwise() {
@@ -523,7 +547,7 @@ impl<'g> Matcher<'g> {
             q: qi,
             qp: qy,
         } = self.tail(&n.outputs[0])?;
-        let stage = self.stage(qx.scale, &s_w, qy, clamp, bias)?;
+        let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
         let weights = PackedWeights::from_i8(&w, k, nn, layout, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
         let desc = format!(
@@ -1003,19 +1027,35 @@ impl<'g> Matcher<'g> {
     /// Tries the integer pattern anchored at node `ni`.
     fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
         let n = &self.g.nodes[ni];
-        if !is_default_domain(n) {
-            return None;
-        }
         let op = n.op_type.as_str();
-        let m = match op {
-            "Conv" => self.conv(ni),
-            "Gemm" | "MatMul" => self.gemm(ni),
-            "MaxPool" => self.max_pool(ni),
-            "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
-            "Add" => self.add(ni),
-            _ if LAYOUT_OPS.contains(&op) => self.codes(ni, true),
-            _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
-            _ => return None,
+        // Codes straight from another step (QOperator models): MaxPool and layout ops.
+        let codes = || n.inputs.first().and_then(|x| self.code_dtype(x));
+        let m = if n.domain == qoperator::MS_DOMAIN {
+            match op {
+                "QGemm" => self.qgemm(ni),
+                _ => return None,
+            }
+        } else if !is_default_domain(n) {
+            return None;
+        } else {
+            match op {
+                "Conv" => self.conv(ni),
+                "Gemm" | "MatMul" => self.gemm(ni),
+                "QLinearConv" => self.qlinear_conv(ni),
+                "QLinearMatMul" => self.qlinear_matmul(ni),
+                "MaxPool" => match codes() {
+                    Some(dt) => self.max_pool_codes(ni, dt),
+                    None => self.max_pool(ni),
+                },
+                "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
+                "Add" => self.add(ni),
+                _ if LAYOUT_OPS.contains(&op) => match codes() {
+                    Some(dt) => self.layout_codes(ni, dt),
+                    None => self.codes(ni, true),
+                },
+                _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
+                _ => return None,
+            }
         };
         Some(if self.opts.keep_float.iter().any(|k| k == &n.name) {
             Err("kept in float by EngineOptions::keep_float".into())

@@ -1,5 +1,5 @@
-//! The integer-only inference engine: compiles a QDQ graph (what `quantkit-ptq` and ONNX
-//! Runtime's quantizer emit) into a [`Plan`] of integer kernel steps from
+//! The integer-only inference engine: compiles a QDQ or QOperator graph (what `quantkit-ptq`
+//! and ONNX Runtime's quantizer emit) into a [`Plan`] of integer kernel steps from
 //! `quantkit-kernels`, and runs it.
 //!
 //! `DequantizeLinear → Conv/Gemm/MatMul (int8 weights, int32 bias) [→ Relu | Clip] →
@@ -7,7 +7,10 @@
 //! (QLinearAdd); MaxPool, unary
 //! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
 //! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
-//! composes DQ → op → Q exactly). Everything else is a *float island*: the graph crate's
+//! composes DQ → op → Q exactly). QOperator nodes (`QLinearConv`, `QLinearMatMul`,
+//! com.microsoft `QGemm`), which read and write the codes themselves, become the same conv and
+//! GEMM steps, and MaxPool/layout ops reading their codes run on the codes.
+//! Everything else is a *float island*: the graph crate's
 //! own operator on dequantized values, so the engine runs every model the float executor
 //! runs. 4-D integer tensors are NHWC inside the plan; inputs and outputs are ONNX (NCHW)
 //! tensors, as for [`quantkit_graph::execute`].

@@ -152,7 +152,7 @@ pub(crate) struct GemmStep {
     pub x_dtype: DType,
     pub x_zp: i32,
     pub y_dtype: DType,
-    /// Gemm takes exactly 2-D A; MatMul any rank ≥ 2 (leading axes are rows).
+    /// Gemm takes exactly 2-D A; MatMul any rank ≥ 1 (leading axes are rows).
     pub exactly_2d: bool,
     pub desc: String,
 }
@@ -163,10 +163,11 @@ impl Kernel for GemmStep {
         check_dtype(step, x, self.x_dtype)?;
         let x = x.to_nchw();
         let k = self.weights.k();
+        // MatMul of a 1-D A is a row vector times B with that axis dropped again.
         let rank_ok = if self.exactly_2d {
             x.rank() == 2
         } else {
-            x.rank() >= 2
+            x.rank() >= 1
         };
         if !rank_ok || x.shape.last() != Some(&k) {
             return Err(bad(
@@ -175,9 +176,9 @@ impl Kernel for GemmStep {
                 format!("expected [.., {k}] (2-D for Gemm), got {:?}", x.shape),
             ));
         }
-        let m = x.len() / k.max(1);
+        let m: usize = x.shape[..x.rank() - 1].iter().product();
         let mut out_shape = x.shape.clone();
-        *out_shape.last_mut().expect("rank ≥ 2") = self.weights.n();
+        *out_shape.last_mut().expect("rank ≥ 1") = self.weights.n();
         let len = m * self.weights.n();
         let zp = self.x_zp;
         macro_rules! go {
