@@ -59,12 +59,21 @@ impl Backend {
 
     /// The default for a model: the engine when it is quantized — Q/DQ nodes (QDQ, and the
     /// edges of a QOperator model) or QOperator nodes (`QLinearConv`, `QLinearMatMul`,
-    /// `QGemm`, also when the model takes and returns codes) — the float executor otherwise.
+    /// `QGemm`, also when the model takes and returns codes) or dynamic quantization
+    /// (`DynamicQuantizeLinear`, `ConvInteger`, `MatMulInteger`) — the float executor
+    /// otherwise.
     pub fn for_graph(graph: &Graph) -> Backend {
         let quantized = graph.nodes.iter().any(|n| {
             matches!(
                 n.op_type.as_str(),
-                "QuantizeLinear" | "DequantizeLinear" | "QLinearConv" | "QLinearMatMul" | "QGemm"
+                "QuantizeLinear"
+                    | "DequantizeLinear"
+                    | "QLinearConv"
+                    | "QLinearMatMul"
+                    | "QGemm"
+                    | "DynamicQuantizeLinear"
+                    | "ConvInteger"
+                    | "MatMulInteger"
             )
         });
         if quantized {

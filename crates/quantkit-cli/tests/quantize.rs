@@ -110,6 +110,32 @@ fn eval_runs_a_qoperator_model_on_the_integer_engine() {
     std::fs::remove_file(&out).ok();
 }
 
+/// A `--dynamic` model is evaluated on the integer engine by default, whose dynamic step is
+/// bit-equal to the float executor: the two agree on every sample.
+#[test]
+fn eval_runs_a_dynamic_model_on_the_integer_engine() {
+    let out = tmp("lenet.dyn-eval.onnx");
+    let data = repo().join("data/fashion-mnist-sample");
+    let (ok, _, err) = quantize(&["--dynamic", "-o", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let run = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("eval")
+        .arg(&out)
+        .args(["--data", data.to_str().unwrap(), "--limit", "200"])
+        .arg("--reference")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .expect("run quantkit eval");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["runner"], "integer engine", "{v}");
+    assert_eq!(v["samples"], 200, "{v}");
+    assert_eq!(v["agreement"].as_f64(), Some(1.0), "{v}");
+    std::fs::remove_file(&out).ok();
+}
+
 #[test]
 fn dynamic_needs_no_calibration_and_static_does() {
     let out = tmp("lenet.dyn.onnx");

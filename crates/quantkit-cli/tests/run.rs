@@ -44,7 +44,11 @@ fn input_npy(file: &str) -> PathBuf {
     };
     let x: Vec<f32> = px[..64 * 784].iter().map(|&v| v as f32 / 255.0).collect();
     let p = tmp(file);
-    write_npy(&p, &NpyArray::new(vec![64, 1, 28, 28], NpyData::F32(x)).unwrap()).unwrap();
+    write_npy(
+        &p,
+        &NpyArray::new(vec![64, 1, 28, 28], NpyData::F32(x)).unwrap(),
+    )
+    .unwrap();
     p
 }
 
