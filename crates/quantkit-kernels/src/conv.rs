@@ -76,17 +76,30 @@ impl ConvParams {
 
 /// An 8-bit activation element type (u8 or i8) for the conv entry points.
 pub trait ActElem: QuantType {
+    /// True for i8.
+    const SIGNED: bool;
     /// Wraps a `[m, k]` matrix of this type as GEMM activations.
     fn activations(data: &[Self], m: usize, k: usize, zero_point: i32) -> Activations<'_>;
+    /// The values' bytes (u8 as is, i8 as bit patterns).
+    fn as_bytes(data: &[Self]) -> &[u8];
 }
 impl ActElem for u8 {
+    const SIGNED: bool = false;
     fn activations(data: &[u8], m: usize, k: usize, zero_point: i32) -> Activations<'_> {
         Activations::u8(data, m, k, zero_point)
     }
+    fn as_bytes(data: &[u8]) -> &[u8] {
+        data
+    }
 }
 impl ActElem for i8 {
+    const SIGNED: bool = true;
     fn activations(data: &[i8], m: usize, k: usize, zero_point: i32) -> Activations<'_> {
         Activations::i8(data, m, k, zero_point)
+    }
+    fn as_bytes(data: &[i8]) -> &[u8] {
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, data.len()) }
     }
 }
 
@@ -252,73 +265,97 @@ fn check<T>(x: &NhwcInput<'_, T>, w: &ConvWeights, out_len: usize) -> Result<[us
     Ok(os)
 }
 
-/// im2col of group `gi`: rows `(n, oy, ox)`, columns `(ky, kx, ci)`, padding = zero point.
-///
-/// Images in parallel. Without dilation and with one group, the `kx` taps of a kernel row
-/// read adjacent input pixels, so their valid run is one copy of `run·C` bytes (a 3×3 conv
-/// over 3 channels copies 9 bytes three times per pixel instead of 3 bytes nine times).
-fn im2col<T: ActElem>(
-    x: &NhwcInput<'_, T>,
-    p: &ConvParams,
+/// The implicit im2col of group `gi`: row `(n, oy, ox)` holds columns `(ky, kx, ci)` of the
+/// NHWC input, the zero point where a tap falls in the padding. The GEMM calls it for one
+/// panel of rows at a time right before packing them (so the `[M, K]` matrix never exists:
+/// no buffer the size of the batch's patches to fill and stream back). Without dilation and
+/// with one group, the `kx` taps of a kernel row read adjacent pixels, so their valid run is
+/// one copy of `run·C` bytes.
+struct Im2col<'a> {
+    x: &'a [u8],
+    shape: [usize; 4],
+    p: &'a ConvParams,
     gi: usize,
     cin_g: usize,
     oh: usize,
     ow: usize,
-) -> Vec<T> {
-    let [n, h, wd, c] = x.shape;
-    let [kh, kw] = p.kernel;
-    let k = kh * kw * cin_g;
-    let pad = T::from_clamped(x.zero_point.clamp(T::MIN, T::MAX));
-    let mut buf = vec![pad; n * oh * ow * k];
-    if buf.is_empty() {
-        return buf;
+    pad: u8,
+    /// Valid kx range of every output column.
+    cols: Vec<(usize, usize)>,
+}
+
+impl<'a> Im2col<'a> {
+    fn new<T: ActElem>(
+        x: &'a NhwcInput<'a, T>,
+        p: &'a ConvParams,
+        gi: usize,
+        cin_g: usize,
+        oh: usize,
+        ow: usize,
+    ) -> Self {
+        let wd = x.shape[2];
+        let kw = p.kernel[1];
+        let pad = T::from_clamped(x.zero_point.clamp(T::MIN, T::MAX));
+        let cols = (0..ow)
+            .map(|ox| {
+                let base = (ox * p.stride[1]) as isize - p.pads[1] as isize;
+                let d = p.dilation[1] as isize;
+                let lo = (0..kw)
+                    .find(|&kx| base + kx as isize * d >= 0)
+                    .unwrap_or(kw);
+                let hi = (lo..kw)
+                    .take_while(|&kx| base + (kx as isize) * d < wd as isize)
+                    .last()
+                    .map_or(lo, |kx| kx + 1);
+                (lo, hi)
+            })
+            .collect();
+        Im2col {
+            x: T::as_bytes(x.data),
+            shape: x.shape,
+            p,
+            gi,
+            cin_g,
+            oh,
+            ow,
+            pad: T::as_bytes(std::slice::from_ref(&pad))[0],
+            cols,
+        }
     }
-    let contiguous = p.dilation[1] == 1 && cin_g == c;
-    // Valid kx range of output column ox: taps kx with 0 ≤ ox·s + kx·d − pad_left < W.
-    let kx_range = |ox: usize| -> (usize, usize) {
-        let base = (ox * p.stride[1]) as isize - p.pads[1] as isize;
-        let d = p.dilation[1] as isize;
-        let lo = (0..kw)
-            .find(|&kx| base + kx as isize * d >= 0)
-            .unwrap_or(kw);
-        let hi = (lo..kw)
-            .take_while(|&kx| base + (kx as isize) * d < wd as isize)
-            .last()
-            .map_or(lo, |kx| kx + 1);
-        (lo, hi)
-    };
-    let cols: Vec<(usize, usize)> = (0..ow).map(kx_range).collect();
-    let per_image = oh * ow * k;
-    buf.par_chunks_mut(per_image)
-        .enumerate()
-        .for_each(|(b, img)| {
-            for oy in 0..oh {
-                for (ox, &(kx_lo, kx_hi)) in cols.iter().enumerate() {
-                    let row = &mut img[(oy * ow + ox) * k..][..k];
-                    for ky in 0..kh {
-                        let iy =
-                            (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
-                        if iy < 0 || iy >= h as isize || kx_lo >= kx_hi {
-                            continue;
-                        }
-                        let ix0 = ox * p.stride[1] + kx_lo * p.dilation[1] - p.pads[1];
-                        let src0 = ((b * h + iy as usize) * wd + ix0) * c + gi * cin_g;
-                        let dst0 = (ky * kw + kx_lo) * cin_g;
-                        if contiguous {
-                            let len = (kx_hi - kx_lo) * c;
-                            row[dst0..dst0 + len].copy_from_slice(&x.data[src0..src0 + len]);
-                        } else {
-                            for t in 0..kx_hi - kx_lo {
-                                let src = src0 + t * p.dilation[1] * c;
-                                row[dst0 + t * cin_g..][..cin_g]
-                                    .copy_from_slice(&x.data[src..src + cin_g]);
-                            }
-                        }
-                    }
+
+    /// Writes row `pixel` (`(n·oh + oy)·ow + ox`) into `row` (`kh·kw·cin_g` bytes).
+    fn row(&self, pixel: usize, row: &mut [u8]) {
+        let [_, h, wd, c] = self.shape;
+        let (p, cin_g) = (self.p, self.cin_g);
+        let [kh, kw] = p.kernel;
+        let ox = pixel % self.ow;
+        let oy = (pixel / self.ow) % self.oh;
+        let b = pixel / (self.ow * self.oh);
+        row.fill(self.pad);
+        let (kx_lo, kx_hi) = self.cols[ox];
+        if kx_lo >= kx_hi {
+            return;
+        }
+        let contiguous = p.dilation[1] == 1 && cin_g == c;
+        for ky in 0..kh {
+            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            let ix0 = ox * p.stride[1] + kx_lo * p.dilation[1] - p.pads[1];
+            let src0 = ((b * h + iy as usize) * wd + ix0) * c + self.gi * cin_g;
+            let dst0 = (ky * kw + kx_lo) * cin_g;
+            if contiguous {
+                let len = (kx_hi - kx_lo) * c;
+                row[dst0..dst0 + len].copy_from_slice(&self.x[src0..src0 + len]);
+            } else {
+                for t in 0..kx_hi - kx_lo {
+                    let src = src0 + t * p.dilation[1] * c;
+                    row[dst0 + t * cin_g..][..cin_g].copy_from_slice(&self.x[src..src + cin_g]);
                 }
             }
-        });
-    buf
+        }
+    }
 }
 
 fn group_stage(stage: &OutputStage, lo: usize, len: usize) -> OutputStage {
@@ -393,14 +430,15 @@ fn conv_impl<T: ActElem, O: QuantType>(
             let (cin_g, cout_g) = (w.c_in / g, c_out / g);
             let direct = g == 1 && p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
             for (gi, pw) in packs.iter().enumerate() {
-                let col;
-                let a_data: &[T] = if direct {
-                    x.data
+                let gather;
+                let gather_fn;
+                let a = if direct {
+                    T::activations(x.data, m, pw.k(), x.zero_point)
                 } else {
-                    col = im2col(x, p, gi, cin_g, oh, ow);
-                    &col
+                    gather = Im2col::new(x, p, gi, cin_g, oh, ow);
+                    gather_fn = |pixel: usize, row: &mut [u8]| gather.row(pixel, row);
+                    Activations::gather(&gather_fn, T::SIGNED, m, pw.k(), x.zero_point)
                 };
-                let a = T::activations(a_data, m, pw.k(), x.zero_point);
                 let off = gi * cout_g;
                 match stage {
                     None => {

@@ -356,10 +356,32 @@ pub struct Activations<'a> {
     zero_point: i32,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 enum ActData<'a> {
     U8(&'a [u8]),
     I8(&'a [i8]),
+    /// Rows produced on demand (`f(row, out)` writes row `row`'s `k` bytes: u8 values, or
+    /// the bit patterns of i8 values when `signed`): an implicit im2col, gathered panel by
+    /// panel right before packing instead of materialising `[M, K]`.
+    Gather {
+        f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
+        signed: bool,
+    },
+}
+
+impl std::fmt::Debug for ActData<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActData::U8(d) => write!(f, "U8({} values)", d.len()),
+            ActData::I8(d) => write!(f, "I8({} values)", d.len()),
+            ActData::Gather { signed, .. } => write!(f, "Gather {{ signed: {signed} }}"),
+        }
+    }
+}
+
+thread_local! {
+    /// Rows of one gathered panel (see [`ActData::Gather`]), reused across calls.
+    static GATHERED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl<'a> Activations<'a> {
@@ -383,6 +405,25 @@ impl<'a> Activations<'a> {
         }
     }
 
+    /// Activations `[m, k]` whose rows `f(row, out)` writes on demand (u8 values, or the
+    /// bit patterns of i8 values when `signed`), with zero point `zero_point` in the value
+    /// domain. The GEMM gathers each panel of rows right before packing it, so `[m, k]` is
+    /// never materialised (the convolution's implicit im2col).
+    pub(crate) fn gather(
+        f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
+        signed: bool,
+        m: usize,
+        k: usize,
+        zero_point: i32,
+    ) -> Self {
+        Activations {
+            data: ActData::Gather { f, signed },
+            m,
+            k,
+            zero_point,
+        }
+    }
+
     /// Number of rows M.
     pub fn m(&self) -> usize {
         self.m
@@ -392,14 +433,15 @@ impl<'a> Activations<'a> {
         match self.data {
             ActData::U8(d) => d.len(),
             ActData::I8(d) => d.len(),
+            ActData::Gather { .. } => self.m * self.k,
         }
     }
 
     /// Zero point in the stored (u8) domain.
     fn stored_zero_point(&self) -> i32 {
         match self.data {
-            ActData::U8(_) => self.zero_point,
-            ActData::I8(_) => self.zero_point + 128,
+            ActData::U8(_) | ActData::Gather { signed: false, .. } => self.zero_point,
+            ActData::I8(_) | ActData::Gather { signed: true, .. } => self.zero_point + 128,
         }
     }
 }
@@ -466,7 +508,7 @@ pub(crate) fn pack_a_panel(
     dst: &mut [u32],
     sums: &mut [i32],
 ) {
-    let PanelGeometry { mr, kgroup, .. } = geom;
+    let rows = geom.mr.min(a.m - p * geom.mr);
     let k = a.k;
     let (bytes, flip): (&[u8], u8) = match a.data {
         ActData::U8(d) => (d, 0),
@@ -475,8 +517,44 @@ pub(crate) fn pack_a_panel(
             unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len()) },
             0x80,
         ),
+        ActData::Gather { f, signed } => {
+            GATHERED.with_borrow_mut(|buf| {
+                buf.resize(rows * k, 0);
+                for (r, row) in buf.chunks_exact_mut(k.max(1)).enumerate().take(rows) {
+                    f(p * geom.mr + r, row);
+                }
+                pack_rows(
+                    &buf[..rows * k],
+                    rows,
+                    k,
+                    if signed { 0x80 } else { 0 },
+                    isa,
+                    geom,
+                    dst,
+                    sums,
+                )
+            });
+            return;
+        }
     };
-    let rows = mr.min(a.m - p * mr);
+    let panel = &bytes[p * geom.mr * k..(p * geom.mr + rows) * k];
+    pack_rows(panel, rows, k, flip, isa, geom, dst, sums);
+}
+
+/// Packs `rows ≤ mr` rows of `k` stored bytes (`panel[r·k..]`, XORed with `flip`) into a
+/// panel: the body of [`pack_a_panel`].
+#[allow(clippy::too_many_arguments)]
+fn pack_rows(
+    panel: &[u8],
+    rows: usize,
+    k: usize,
+    flip: u8,
+    isa: Isa,
+    geom: PanelGeometry,
+    dst: &mut [u32],
+    sums: &mut [i32],
+) {
+    let PanelGeometry { mr, kgroup, .. } = geom;
     // A reused buffer holds the previous block's values: clear the padding rows.
     if rows < mr {
         for g in 0..dst.len() / mr {
@@ -486,7 +564,6 @@ pub(crate) fn pack_a_panel(
     }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && kgroup == 2 && mr == MR {
-        let panel = &bytes[p * mr * k..(p * mr + rows) * k];
         // SAFETY: Isa::Avx2 is only selected when the CPU has AVX2; the panel holds `rows`
         // rows of k bytes, dst `⌈k/2⌉·MR` words and sums MR entries.
         unsafe { crate::x86_64::avx2::pack::avx2_pack_a_pairs(panel, k, rows, flip, dst, sums) };
@@ -495,7 +572,7 @@ pub(crate) fn pack_a_panel(
     #[cfg(not(target_arch = "x86_64"))]
     let _ = isa;
     for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-        let row = &bytes[(p * mr + r) * k..(p * mr + r + 1) * k];
+        let row = &panel[r * k..(r + 1) * k];
         *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
         if kgroup == 4 {
             let flip4 = u32::from_ne_bytes([flip; 4]);
