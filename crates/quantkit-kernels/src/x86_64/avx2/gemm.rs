@@ -123,6 +123,8 @@ pub unsafe fn avx2_epilogue_float<T: QuantType>(
     out: *mut T,
     ldc: usize,
 ) {
+    // The packed 8-byte stores below assume one-byte codes (u8/i8, the only QuantTypes).
+    const { assert!(std::mem::size_of::<T>() == 1) };
     let lo_f = _mm256_set1_ps((lo as i64 - z as i64) as f32);
     let hi_f = _mm256_set1_ps((hi as i64 - z as i64) as f32);
     let zv = _mm256_set1_epi32(z);
@@ -138,11 +140,26 @@ pub unsafe fn avx2_epilogue_float<T: QuantType>(
                 let f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
                 let f = _mm256_min_ps(_mm256_max_ps(f, lo_f), hi_f);
                 let q = _mm256_add_epi32(_mm256_cvtps_epi32(f), zv);
-                let mut tmp = [0i32; 8];
-                _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, q);
                 let dst = out.add(r * ldc + c0 + cc);
-                for (i, &t) in tmp.iter().enumerate().take((cols - cc).min(8)) {
-                    *dst.add(i) = T::from_clamped(t);
+                if cols - cc >= 8 {
+                    // Eight codes already in [lo, hi] ⊆ T's range: narrow i32 → i16 → 8-bit
+                    // with saturating packs (exact on in-range values) and one 8-byte store.
+                    let w = _mm_packs_epi32(
+                        _mm256_castsi256_si128(q),
+                        _mm256_extracti128_si256::<1>(q),
+                    );
+                    let b = if T::MIN < 0 {
+                        _mm_packs_epi16(w, w)
+                    } else {
+                        _mm_packus_epi16(w, w)
+                    };
+                    _mm_storel_epi64(dst as *mut __m128i, b);
+                } else {
+                    let mut tmp = [0i32; 8];
+                    _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, q);
+                    for (i, &t) in tmp.iter().enumerate().take(cols - cc) {
+                        *dst.add(i) = T::from_clamped(t);
+                    }
                 }
             }
         }
