@@ -533,6 +533,48 @@ pub(crate) fn max_pool_nhwc_f32(
     Ok((y, [n, oh, ow, c]))
 }
 
+/// Accumulators per chunk of images of a dynamic conv (4 MiB of i32): the conv, its float
+/// epilogue and the pool run chunk by chunk, so the data stays in cache between them and no
+/// batch-sized i32 buffer is allocated (at 32 MiB and more glibc maps fresh pages for it on
+/// every run, and page faults then cost as much as the conv).
+const DYN_CHUNK_ACC: usize = 1 << 20;
+
+impl DynamicStep {
+    /// The graph's `Cast`, `Mul(x_scale · w_scale)`, `Add(bias)` and `Relu` on `acc`
+    /// (channels fastest), written to `out`: one f32 rounding per operation, in the graph's
+    /// order (Rust does not contract `a * b + c` into a fused multiply-add).
+    fn epilogue(&self, acc: &[i32], x_scale: f32, channels: usize, out: &mut [f32]) {
+        if channels == 0 {
+            return;
+        }
+        let pick = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
+        let sc: Vec<f32> = (0..channels)
+            .map(|c| x_scale * pick(&self.w_scale, c))
+            .collect();
+        let bias: Vec<f32> = match &self.bias {
+            Some(b) => (0..channels).map(|c| pick(b, c)).collect(),
+            None => Vec::new(),
+        };
+        let relu = self.relu;
+        for (a, y) in acc
+            .chunks_exact(channels)
+            .zip(out.chunks_exact_mut(channels))
+        {
+            if bias.is_empty() {
+                for ((y, &a), &s) in y.iter_mut().zip(a).zip(&sc) {
+                    let t = a as f32 * s;
+                    *y = if relu { t.max(0.0) } else { t };
+                }
+            } else {
+                for (((y, &a), &s), &b) in y.iter_mut().zip(a).zip(&sc).zip(&bias) {
+                    let t = a as f32 * s + b;
+                    *y = if relu { t.max(0.0) } else { t };
+                }
+            }
+        }
+    }
+}
+
 impl Kernel for DynamicStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
@@ -543,7 +585,7 @@ impl Kernel for DynamicStep {
                 format!("expected f32, got {}", x.tensor.dtype),
             ));
         }
-        let (acc, out_shape, channels, nhwc) = match &self.op {
+        let (y, out_shape, nhwc) = match &self.op {
             DynOp::Conv(w) => {
                 let x = x.to_nhwc().ok_or_else(|| {
                     bad(
@@ -555,18 +597,40 @@ impl Kernel for DynamicStep {
                 let Data::F32(v) = &x.data else {
                     return Err(bad(step, "input 0", "not f32 data".into()));
                 };
+                // One scale and zero point for the whole tensor, as the graph computes them.
                 let (q, x_scale, zp) = dynamic_quantize(v);
                 let s = &x.shape;
                 let shape = [s[0], s[1], s[2], s[3]];
-                let out_shape = conv2d_output_shape(shape, w).map_err(kernel_err(step))?;
-                let mut acc = vec![0i32; out_shape.iter().product()];
-                let input = NhwcInput {
-                    data: &q[..],
-                    shape,
-                    zero_point: zp,
+                let [n, oh, ow, co] = conv2d_output_shape(shape, w).map_err(kernel_err(step))?;
+                let [fh, fw] = match &self.pool {
+                    Some(p) => p.output_size(oh, ow).map_err(kernel_err(step))?,
+                    None => [oh, ow],
                 };
-                conv2d_i32(&input, w, &mut acc).map_err(kernel_err(step))?;
-                ((acc, x_scale), out_shape.to_vec(), w.c_out(), true)
+                let (per_in, per_acc) = (shape[1] * shape[2] * shape[3], oh * ow * co);
+                let chunk = (DYN_CHUNK_ACC / per_acc.max(1)).clamp(1, n.max(1));
+                let mut acc = vec![0i32; chunk * per_acc];
+                let mut yc = vec![0f32; chunk * per_acc];
+                let mut y = Vec::with_capacity(n * fh * fw * co);
+                for b0 in (0..n).step_by(chunk) {
+                    let nb = chunk.min(n - b0);
+                    let input = NhwcInput {
+                        data: &q[b0 * per_in..(b0 + nb) * per_in],
+                        shape: [nb, shape[1], shape[2], shape[3]],
+                        zero_point: zp,
+                    };
+                    let (a, yb) = (&mut acc[..nb * per_acc], &mut yc[..nb * per_acc]);
+                    conv2d_i32(&input, w, a).map_err(kernel_err(step))?;
+                    self.epilogue(a, x_scale, co, yb);
+                    match &self.pool {
+                        Some(p) => {
+                            let (pooled, _) = max_pool_nhwc_f32(yb, [nb, oh, ow, co], p)
+                                .map_err(kernel_err(step))?;
+                            y.extend_from_slice(&pooled);
+                        }
+                        None => y.extend_from_slice(yb),
+                    }
+                }
+                (y, vec![n, fh, fw, co], true)
             }
             DynOp::Gemm(w) => {
                 let x = x.to_nchw();
@@ -590,51 +654,10 @@ impl Kernel for DynamicStep {
                 }
                 let mut acc = vec![0i32; m * n];
                 gemm_i32(&Activations::u8(&q, m, k, zp), w, &mut acc).map_err(kernel_err(step))?;
-                ((acc, x_scale), out_shape, n, false)
+                let mut y = vec![0f32; m * n];
+                self.epilogue(&acc, x_scale, n, &mut y);
+                (y, out_shape, false)
             }
-        };
-        let (acc, x_scale) = acc;
-        // Mul(x_scale, w_scale): the graph's scale product, f32. Then per element, as the
-        // graph's Cast, Mul, Add and Relu do it: one f32 rounding per operation (Rust does not
-        // contract `a * b + c` into a fused multiply-add).
-        let pick = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
-        let sc: Vec<f32> = (0..channels)
-            .map(|c| x_scale * pick(&self.w_scale, c))
-            .collect();
-        let bias: Option<Vec<f32>> = self
-            .bias
-            .as_ref()
-            .map(|b| (0..channels).map(|c| pick(b, c)).collect());
-        let relu = self.relu;
-        // In place: the i32 buffer becomes the f32 one (same size, no second allocation).
-        let mut y: Vec<f32> = acc.into_iter().map(|a| a as f32).collect();
-        // Channels are the fastest axis in both layouts used here (NHWC, [.., N]).
-        if channels > 0 {
-            for row in y.chunks_exact_mut(channels) {
-                match &bias {
-                    Some(b) => {
-                        for ((v, &s), &b) in row.iter_mut().zip(&sc).zip(b) {
-                            let t = *v * s + b;
-                            *v = if relu { t.max(0.0) } else { t };
-                        }
-                    }
-                    None => {
-                        for (v, &s) in row.iter_mut().zip(&sc) {
-                            let t = *v * s;
-                            *v = if relu { t.max(0.0) } else { t };
-                        }
-                    }
-                }
-            }
-        }
-        let (y, out_shape) = match (&self.pool, nhwc) {
-            (Some(p), true) => {
-                let s = &out_shape;
-                let shape = [s[0], s[1], s[2], s[3]];
-                let (y, shape) = max_pool_nhwc_f32(&y, shape, p).map_err(kernel_err(step))?;
-                (y, shape.to_vec())
-            }
-            _ => (y, out_shape),
         };
         let t =
             Tensor::new(out_shape, Data::F32(y)).map_err(|e| bad(step, "output", e.to_string()))?;

@@ -188,6 +188,35 @@ fn dynamic_conv_absorbs_relu_and_max_pool_bit_equal_to_the_graph() {
     }
 }
 
+/// A batch larger than the dynamic step's chunk of images (64 output channels of 32×32 are
+/// 16 images per 4 MiB chunk; 37 images make chunks of 16, 16 and 5): the chunked conv,
+/// epilogue and pool give the graph's bits.
+#[test]
+fn dynamic_conv_over_several_image_chunks_is_bit_equal_to_the_graph() {
+    let mut rng = Lcg(23);
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        inputs: vec![ValueInfo::new("x", DType::F32, &[37, 3, 32, 32])],
+        outputs: vec![ValueInfo::new("y", DType::F32, &[37, 64, 16, 16])],
+        ..Default::default()
+    };
+    g.initializers
+        .insert("w".into(), random(&mut rng, &[64, 3, 3, 3], -0.5, 0.5));
+    g.initializers
+        .insert("b".into(), random(&mut rng, &[64], -0.2, 0.2));
+    let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+    g.nodes = vec![
+        Node::new("conv", "Conv", &["x", "w", "b"], &["c"]).with_attr("pads", ints(&[1, 1, 1, 1])),
+        Node::new("relu", "Relu", &["c"], &["r"]),
+        Node::new("pool", "MaxPool", &["r"], &["y"])
+            .with_attr("kernel_shape", ints(&[2, 2]))
+            .with_attr("strides", ints(&[2, 2])),
+    ];
+    let g = dynamic(g, true);
+    assert_all_fused(&g);
+    assert_bit_equal(&g, vec![random(&mut rng, &[37, 3, 32, 32], -1.0, 2.0)]);
+}
+
 /// x[4,20] → Gemm(transB, bias) → Relu → MatMul([.., 12]×[12,5]) on a 3-D reshape-free input.
 fn gemm_graph(rng: &mut Lcg) -> Graph {
     let mut g = Graph {
