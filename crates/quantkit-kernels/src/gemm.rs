@@ -360,9 +360,10 @@ pub struct Activations<'a> {
 enum ActData<'a> {
     U8(&'a [u8]),
     I8(&'a [i8]),
-    /// Rows produced on demand (`f(row, out)` writes row `row`'s `k` bytes: u8 values, or
-    /// the bit patterns of i8 values when `signed`): an implicit im2col, gathered panel by
-    /// panel right before packing instead of materialising `[M, K]`.
+    /// Rows produced on demand (`f(first, out)` writes rows `first..first + out.len() / k`,
+    /// `k` bytes each: u8 values, or the bit patterns of i8 values when `signed`): an
+    /// implicit im2col, gathered panel by panel right before packing instead of
+    /// materialising `[M, K]`.
     Gather {
         f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
         signed: bool,
@@ -405,9 +406,9 @@ impl<'a> Activations<'a> {
         }
     }
 
-    /// Activations `[m, k]` whose rows `f(row, out)` writes on demand (u8 values, or the
-    /// bit patterns of i8 values when `signed`), with zero point `zero_point` in the value
-    /// domain. The GEMM gathers each panel of rows right before packing it, so `[m, k]` is
+    /// Activations `[m, k]` whose rows `f(first, out)` writes on demand (rows
+    /// `first..first + out.len() / k`; u8 values, or the bit patterns of i8 values when
+    /// `signed`), with zero point `zero_point` in the value domain. The GEMM gathers each panel of rows right before packing it, so `[m, k]` is
     /// never materialised (the convolution's implicit im2col).
     pub(crate) fn gather(
         f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
@@ -520,9 +521,7 @@ pub(crate) fn pack_a_panel(
         ActData::Gather { f, signed } => {
             GATHERED.with_borrow_mut(|buf| {
                 buf.resize(rows * k, 0);
-                for (r, row) in buf.chunks_exact_mut(k.max(1)).enumerate().take(rows) {
-                    f(p * geom.mr + r, row);
-                }
+                f(p * geom.mr, &mut buf[..rows * k]);
                 pack_rows(
                     &buf[..rows * k],
                     rows,
