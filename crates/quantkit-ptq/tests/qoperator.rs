@@ -196,9 +196,27 @@ fn every_rewritten_op_gets_ort_qlinear_form_and_runs_in_ort() {
     }) {
         assert_eq!(n.domain, "com.microsoft", "{}", n.op_type);
     }
-    // quantkit's executor has no QLinearAdd...; it says which op it lacks.
-    let e = quantkit_graph::plan(&q).unwrap_err();
-    assert!(e.to_string().contains("com.microsoft"), "{e}");
+    // quantkit's executor runs every one of them (com.microsoft ops of the graph crate)
+    // and agrees with the QDQ model it was rewritten from.
+    let x = sample_batch(300);
+    let qdq_q = quantize_static(
+        mixed_model(),
+        &mut sample_data(),
+        &PtqConfig {
+            calib_samples: Some(200),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap()
+    .0;
+    let (ours, ours_qdq) = (
+        run(&q, "x", &x).to_f32_vec(),
+        run(&qdq_q, "x", &x).to_f32_vec(),
+    );
+    let a = agreement(&argmax_rows(&ours, 10), &argmax_rows(&ours_qdq, 10));
+    eprintln!("mixed model in quantkit: QOperator vs QDQ top-1 agreement {a:.4}");
+    assert!(a >= 0.95, "quantkit QOperator vs QDQ agreement {a}");
     if !have_ort() {
         return;
     }
@@ -218,7 +236,6 @@ fn every_rewritten_op_gets_ort_qlinear_form_and_runs_in_ort() {
     .unwrap();
     let pd = dir.join("mixed.qdq.onnx");
     quantkit_graph::save_model(&qdq, &pd).unwrap();
-    let x = sample_batch(300);
     let (yq, yd, yf) = (
         run_ort(&pq, "x", &x),
         run_ort(&pd, "x", &x),
@@ -229,6 +246,9 @@ fn every_rewritten_op_gets_ort_qlinear_form_and_runs_in_ort() {
     eprintln!("mixed model in ORT: QOperator vs QDQ top-1 agreement {a:.4}; cosine to float: QOperator {cq:.5}, QDQ {cd:.5}");
     assert!(a >= 0.95, "agreement {a}");
     assert!(cq >= 0.99 && cq >= cd - 0.01, "cosine {cq} (QDQ {cd})");
+    let b = agreement(&argmax_rows(&ours, 10), &argmax_rows(&yq, 10));
+    eprintln!("mixed model: quantkit vs ORT on the QOperator file, top-1 agreement {b:.4}");
+    assert!(b >= 0.95, "quantkit vs ORT on the QOperator file {b}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -374,4 +394,65 @@ fn matmul_mlp_runs_per_column_qlinear_matmul_in_quantkit_and_ort() {
     // checked in numpy), so only a loose bound holds against the exact executor.
     assert!(b >= 0.9, "quantkit vs ORT {b}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The zoo's ResNet-8 (residual `QLinearAdd`, `QLinearGlobalAveragePool`) and MobileNet
+/// (`QLinearGlobalAveragePool`; HardSwish stays float between DQ and Q) in QOperator form,
+/// calibrated on 100 sample images, run in quantkit's executor and on the integer engine
+/// (the contrib ops as graph-op float islands), and agree in top-1 with the float model on
+/// 64 images.
+#[test]
+fn zoo_resnet8_and_mobilenet_qoperator_run_in_the_executor_and_the_engine() {
+    let x = sample_batch(64);
+    for model in ["resnet8", "mobilenet"] {
+        let g = quantkit_graph::load_model(repo().join(format!("models/{model}.onnx"))).unwrap();
+        let input = g.inputs[0].name.clone();
+        let float = run(&g, &input, &x).to_f32_vec();
+        let config = PtqConfig {
+            format: Format::QOperator,
+            calib_samples: Some(100),
+            ..Default::default()
+        };
+        let (q, s) = quantize_static(g, &mut sample_data(), &config, &mut |_, _| {}).unwrap();
+        let r = s.qoperator.as_ref().unwrap();
+        let contrib: Vec<&str> = q
+            .nodes
+            .iter()
+            .filter(|n| n.domain == "com.microsoft")
+            .map(|n| n.op_type.as_str())
+            .collect();
+        assert!(
+            contrib.contains(&"QLinearGlobalAveragePool"),
+            "{model}: {contrib:?}"
+        );
+        if model == "resnet8" {
+            assert!(contrib.contains(&"QLinearAdd"), "{model}: {contrib:?}");
+        }
+        eprintln!(
+            "{model}: {} nodes converted, contrib ops {contrib:?}",
+            r.converted.len()
+        );
+        let top = argmax_rows(&float, 10);
+        let ours = run(&q, &input, &x).to_f32_vec();
+        let a = agreement(&top, &argmax_rows(&ours, 10));
+        let plan = quantkit_engine::compile(&q, &quantkit_engine::EngineOptions::default())
+            .unwrap_or_else(|e| panic!("{model}: the engine rejects the QOperator model: {e}"));
+        let islands: Vec<String> = plan
+            .report()
+            .iter()
+            .filter(|n| !n.is_integer() && contrib.iter().any(|&c| c == n.op_type))
+            .map(|n| n.op_type.clone())
+            .collect();
+        let eng = plan.run(vec![(input.as_str(), x.clone())]).unwrap()[0]
+            .1
+            .to_f32_vec();
+        let b = agreement(&top, &argmax_rows(&eng, 10));
+        let c = agreement(&argmax_rows(&ours, 10), &argmax_rows(&eng, 10));
+        eprintln!(
+            "{model} QOperator top-1 agreement with float on 64 images: executor {a:.4}, \
+             engine {b:.4} (executor vs engine {c:.4}); engine float islands {islands:?}"
+        );
+        assert!(a >= 0.95, "{model}: executor vs float {a}");
+        assert!(b >= 0.95, "{model}: engine vs float {b}");
+    }
 }

@@ -45,8 +45,16 @@ pub mod pool;
 pub mod pow;
 pub mod prelu;
 pub mod qgemm;
+pub mod qlinear;
+pub mod qlinear_add;
+pub mod qlinear_average_pool;
+pub mod qlinear_concat;
 pub mod qlinear_conv;
+pub mod qlinear_global_average_pool;
+pub mod qlinear_leaky_relu;
 pub mod qlinear_mat_mul;
+pub mod qlinear_mul;
+pub mod qlinear_sigmoid;
 pub mod quantize_linear;
 pub mod reduce_mean;
 pub mod relu;
@@ -81,6 +89,13 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<EvalFn> {
         // ONNX Runtime's contrib operators, only those its quantizer writes.
         return match op_type {
             "QGemm" => Some(qgemm::eval),
+            "QLinearAdd" => Some(qlinear_add::eval),
+            "QLinearAveragePool" => Some(qlinear_average_pool::eval),
+            "QLinearConcat" => Some(qlinear_concat::eval),
+            "QLinearGlobalAveragePool" => Some(qlinear_global_average_pool::eval),
+            "QLinearLeakyRelu" => Some(qlinear_leaky_relu::eval),
+            "QLinearMul" => Some(qlinear_mul::eval),
+            "QLinearSigmoid" => Some(qlinear_sigmoid::eval),
             _ => None,
         };
     }
