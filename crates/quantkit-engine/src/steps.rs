@@ -36,6 +36,17 @@ fn kernel_err(step: &Step) -> impl FnOnce(quantkit_kernels::KernelError) -> Engi
     }
 }
 
+/// The 4-D input `x` in NHWC order (transposed if it is NCHW), or an error naming the step.
+fn nhwc_input<'a>(step: &Step, x: &'a Val) -> Result<std::borrow::Cow<'a, Tensor>> {
+    x.to_nhwc().ok_or_else(|| {
+        bad(
+            step,
+            "input 0",
+            format!("expected 4-D, got {:?}", x.tensor.shape),
+        )
+    })
+}
+
 fn first<'a>(step: &Step, inputs: &[Option<&'a Val>]) -> Result<&'a Val> {
     inputs
         .first()
@@ -103,13 +114,7 @@ impl Kernel for ConvStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
-        let x = x.to_nhwc().ok_or_else(|| {
-            bad(
-                step,
-                "input 0",
-                format!("expected 4-D, got {:?}", x.tensor.shape),
-            )
-        })?;
+        let x = nhwc_input(step, x)?;
         let s = &x.shape;
         let shape = [s[0], s[1], s[2], s[3]];
         let out_shape = conv2d_output_shape(shape, &self.weights).map_err(kernel_err(step))?;
@@ -241,13 +246,7 @@ impl Kernel for MaxPoolStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
-        let x = x.to_nhwc().ok_or_else(|| {
-            bad(
-                step,
-                "input 0",
-                format!("expected 4-D, got {:?}", x.tensor.shape),
-            )
-        })?;
+        let x = nhwc_input(step, x)?;
         let s = &x.shape;
         let shape = [s[0], s[1], s[2], s[3]];
         let [oh, ow] = self
@@ -587,13 +586,7 @@ impl Kernel for DynamicStep {
         }
         let (y, out_shape, nhwc) = match &self.op {
             DynOp::Conv(w) => {
-                let x = x.to_nhwc().ok_or_else(|| {
-                    bad(
-                        step,
-                        "input 0",
-                        format!("expected 4-D, got {:?}", x.tensor.shape),
-                    )
-                })?;
+                let x = nhwc_input(step, x)?;
                 let Data::F32(v) = &x.data else {
                     return Err(bad(step, "input 0", "not f32 data".into()));
                 };
