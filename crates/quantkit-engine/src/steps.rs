@@ -447,89 +447,11 @@ pub(crate) struct DynamicStep {
     pub desc: String,
 }
 
-/// `DynamicQuantizeLinear` exactly as `quantkit_graph::ops::dynamic_quantize_linear`:
-/// returns the codes (same order as `v`), the scale and the zero point.
-///
-/// Two passes: min and max in eight lanes (`f32::max`/`min` ignore
-/// NaN and are associative on the rest, so the lane split gives the same extremes; only the
-/// sign of a zero extreme can differ, and a ±0 bound yields the same scale and zero point),
-/// then the codes, with round-half-even as `(v + 1.5·2²³) − 1.5·2²³` instead of the libm
-/// call `round_ties_even` is on baseline x86-64. The two agree for |v| < 2²²; here
-/// |x / scale| ≤ 255 for every finite x (the range contains x), and for larger magnitudes
-/// or NaN both round to values the clamp to [0, 255] maps to the same code.
-pub(crate) fn dynamic_quantize(v: &[f32]) -> (Vec<u8>, f32, i32) {
-    let (mut hi, mut lo) = ([0f32; 8], [0f32; 8]);
-    let chunks = v.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for j in 0..8 {
-            // `f32::max`/`min` as selects (a NaN `c[j]` compares false and is skipped, the
-            // lanes start at 0 and never become NaN), which compile to `maxps`/`minps`.
-            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
-            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
-        }
-    }
-    let maxx = hi.iter().chain(rest).copied().fold(0f32, f32::max);
-    let minx = lo.iter().chain(rest).copied().fold(0f32, f32::min);
-    let scale = if maxx == minx { 1.0 } else { maxx - minx } / 255.0;
-    let zp = (0.0 - minx / scale).clamp(0.0, 255.0).round_ties_even();
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    let q = v
-        .iter()
-        .map(|&t| ((((t / scale) + MAGIC) - MAGIC) + zp).clamp(0.0, 255.0) as u8)
-        .collect();
+/// `DynamicQuantizeLinear` with the graph operator's own arithmetic: the codes (same order
+/// as `v`), the scale and the zero point.
+fn dynamic_quantize(v: &[f32]) -> (Vec<u8>, f32, i32) {
+    let (q, scale, zp) = quantkit_graph::ops::dynamic_quantize_linear::quantize(v);
     (q, scale, zp as i32)
-}
-
-/// 2-D max pool of an NHWC f32 tensor with the graph's `MaxPool` rule: taps in row-major
-/// window order, padding taps skipped, the first valid tap starts the window and a later tap
-/// replaces it only if `v > best` (so a NaN only survives in the first position, exactly as
-/// in `quantkit_graph::ops::max_pool`); a window without a valid tap is −∞.
-pub(crate) fn max_pool_nhwc_f32(
-    x: &[f32],
-    shape: [usize; 4],
-    p: &ConvParams,
-) -> std::result::Result<(Vec<f32>, [usize; 4]), quantkit_kernels::KernelError> {
-    let [n, h, w, c] = shape;
-    let [oh, ow] = p.output_size(h, w)?;
-    let mut y = vec![0f32; n * oh * ow * c];
-    if c == 0 {
-        return Ok((y, [n, oh, ow, c]));
-    }
-    let valid = |o: usize, i: usize, len: usize| -> Vec<usize> {
-        (0..p.kernel[i])
-            .map(|k| (o * p.stride[i] + k * p.dilation[i]) as isize - p.pads[i] as isize)
-            .filter(|&v| v >= 0 && (v as usize) < len)
-            .map(|v| v as usize)
-            .collect()
-    };
-    let cols: Vec<Vec<usize>> = (0..ow).map(|ox| valid(ox, 1, w)).collect();
-    for (b, yb) in y.chunks_exact_mut(oh * ow * c).enumerate() {
-        let xb = &x[b * h * w * c..(b + 1) * h * w * c];
-        for (oy, yrow) in yb.chunks_exact_mut(ow * c).enumerate() {
-            let rows = valid(oy, 0, h);
-            for (ox, out) in yrow.chunks_exact_mut(c).enumerate() {
-                let mut first = true;
-                for &iy in &rows {
-                    for &ix in &cols[ox] {
-                        let px = &xb[(iy * w + ix) * c..(iy * w + ix + 1) * c];
-                        if first {
-                            out.copy_from_slice(px);
-                            first = false;
-                        } else {
-                            for (o, &v) in out.iter_mut().zip(px) {
-                                *o = if v > *o { v } else { *o };
-                            }
-                        }
-                    }
-                }
-                if first {
-                    out.fill(f32::NEG_INFINITY);
-                }
-            }
-        }
-    }
-    Ok((y, [n, oh, ow, c]))
 }
 
 /// Accumulators per chunk of images of a dynamic conv (4 MiB of i32): the conv, its float
@@ -601,9 +523,18 @@ impl Kernel for DynamicStep {
                 };
                 let (per_in, per_acc) = (shape[1] * shape[2] * shape[3], oh * ow * co);
                 let chunk = (DYN_CHUNK_ACC / per_acc.max(1)).clamp(1, n.max(1));
+                let per_y = fh * fw * co;
                 let mut acc = vec![0i32; chunk * per_acc];
-                let mut yc = vec![0f32; chunk * per_acc];
-                let mut y = Vec::with_capacity(n * fh * fw * co);
+                // The float result before pooling, per chunk (only needed with a pool).
+                let mut yc = vec![
+                    0f32;
+                    if self.pool.is_some() {
+                        chunk * per_acc
+                    } else {
+                        0
+                    }
+                ];
+                let mut y = vec![0f32; n * per_y];
                 for b0 in (0..n).step_by(chunk) {
                     let nb = chunk.min(n - b0);
                     let input = NhwcInput {
@@ -611,16 +542,16 @@ impl Kernel for DynamicStep {
                         shape: [nb, shape[1], shape[2], shape[3]],
                         zero_point: zp,
                     };
-                    let (a, yb) = (&mut acc[..nb * per_acc], &mut yc[..nb * per_acc]);
+                    let a = &mut acc[..nb * per_acc];
                     conv2d_i32(&input, w, a).map_err(kernel_err(step))?;
-                    self.epilogue(a, x_scale, co, yb);
+                    let yb = &mut y[b0 * per_y..(b0 + nb) * per_y];
                     match &self.pool {
                         Some(p) => {
-                            let (pooled, _) = max_pool_nhwc_f32(yb, [nb, oh, ow, co], p)
-                                .map_err(kernel_err(step))?;
-                            y.extend_from_slice(&pooled);
+                            let yc = &mut yc[..nb * per_acc];
+                            self.epilogue(a, x_scale, co, yc);
+                            max_pool(yc, [nb, oh, ow, co], p, yb).map_err(kernel_err(step))?;
                         }
-                        None => y.extend_from_slice(yb),
+                        None => self.epilogue(a, x_scale, co, yb),
                     }
                 }
                 (y, vec![n, fh, fw, co], true)
@@ -658,112 +589,5 @@ impl Kernel for DynamicStep {
     }
     fn describe(&self) -> String {
         self.desc.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use quantkit_graph::{execute, Graph, ValueInfo};
-
-    /// The graph's DynamicQuantizeLinear (the reference) on `v`.
-    fn reference(v: &[f32]) -> (Vec<u8>, f32, i32) {
-        let g = Graph {
-            opset_imports: vec![(String::new(), 17)],
-            inputs: vec![ValueInfo::new("x", DType::F32, &[v.len()])],
-            outputs: vec![
-                ValueInfo::new("q", DType::U8, &[v.len()]),
-                ValueInfo::new("s", DType::F32, &[]),
-                ValueInfo::new("z", DType::U8, &[]),
-            ],
-            nodes: vec![Node::new(
-                "dql",
-                "DynamicQuantizeLinear",
-                &["x"],
-                &["q", "s", "z"],
-            )],
-            ..Default::default()
-        };
-        let out = execute(
-            &g,
-            vec![("x".into(), Tensor::from_f32(&[v.len()], v.to_vec()))],
-        )
-        .expect("DynamicQuantizeLinear runs");
-        let Data::U8(q) = &out[0].1.data else {
-            panic!("u8 codes expected")
-        };
-        (
-            q.clone(),
-            out[1].1.as_f32().expect("f32 scale")[0],
-            out[2].1.to_i64_vec()[0] as i32,
-        )
-    }
-
-    #[test]
-    fn dynamic_quantize_equals_the_graph_operator_bit_for_bit() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32
-        };
-        let mut cases: Vec<Vec<f32>> = Vec::new();
-        for (len, lo, hi) in [
-            (1, -1.0, 1.0),
-            (7, 0.5, 3.0),
-            (8, -3.0, -0.5),
-            (9, -1e-3, 2e-3),
-            (100, -5.0, 5.0),
-            (1001, -1e30, 1e30),
-            (33, -1e-40, 1e-40), // subnormal range: the scale underflows
-        ] {
-            cases.push((0..len).map(|_| lo + (hi - lo) * next()).collect());
-        }
-        // Exact halves of the scale (ties), signed zeros, infinities and NaN.
-        cases.push((0..=510).map(|i| i as f32 * 0.5 - 127.5).collect());
-        cases.push(vec![-0.0, 0.0, -0.0, 1.0, 0.0, -0.0, 0.0, -0.0, 2.0]);
-        cases.push(vec![0.0; 17]);
-        cases.push(vec![
-            1.0,
-            f32::NAN,
-            -2.0,
-            3.0,
-            0.5,
-            0.25,
-            -1.0,
-            4.0,
-            f32::NAN,
-            7.0,
-        ]);
-        cases.push(vec![
-            1.0,
-            f32::INFINITY,
-            -2.0,
-            3.0,
-            0.5,
-            0.25,
-            -1.0,
-            4.0,
-            9.0,
-        ]);
-        cases.push(vec![
-            1.0,
-            f32::NEG_INFINITY,
-            -2.0,
-            3.0,
-            0.5,
-            0.25,
-            -1.0,
-            4.0,
-            9.0,
-        ]);
-        for v in cases {
-            let (q, s, z) = dynamic_quantize(&v);
-            let (rq, rs, rz) = reference(&v);
-            assert_eq!(s.to_bits(), rs.to_bits(), "scale of {v:?}");
-            assert_eq!(z, rz, "zero point of {v:?}");
-            assert_eq!(q, rq, "codes of {v:?}");
-        }
     }
 }

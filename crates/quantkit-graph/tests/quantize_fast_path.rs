@@ -85,3 +85,85 @@ fn per_tensor_dequantize_is_the_spec_formula() {
         .collect();
     assert_eq!(y[0].as_f32().unwrap(), want.as_slice());
 }
+
+/// DynamicQuantizeLinear's vectorised arithmetic against the ONNX spec written out plainly
+/// (sequential min/max folds, `round_ties_even`), on ties, signed zeros, subnormal ranges,
+/// huge ranges, lengths around the eight-lane split, infinities and NaN.
+#[test]
+fn dynamic_quantize_equals_the_spec_formula() {
+    use quantkit_graph::ops::dynamic_quantize_linear::quantize;
+    let spec = |v: &[f32]| -> (Vec<u8>, f32, u8) {
+        let maxx = v.iter().copied().fold(0f32, f32::max);
+        let minx = v.iter().copied().fold(0f32, f32::min);
+        let scale = if maxx == minx { 1.0 } else { maxx - minx } / 255.0;
+        let zp = (0.0 - minx / scale).clamp(0.0, 255.0).round_ties_even();
+        let q = v
+            .iter()
+            .map(|&t| ((t / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8)
+            .collect();
+        (q, scale, zp as u8)
+    };
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for (len, lo, hi) in [
+        (1, -1.0, 1.0),
+        (7, 0.5, 3.0),
+        (8, -3.0, -0.5),
+        (9, -1e-3, 2e-3),
+        (100, -5.0, 5.0),
+        (1001, -1e30, 1e30),
+        (33, -1e-40, 1e-40), // subnormal range: the scale underflows
+    ] {
+        cases.push((0..len).map(|_| lo + (hi - lo) * next()).collect());
+    }
+    cases.push((0..=510).map(|i| i as f32 * 0.5 - 127.5).collect()); // exact ties
+    cases.push(vec![-0.0, 0.0, -0.0, 1.0, 0.0, -0.0, 0.0, -0.0, 2.0]);
+    cases.push(vec![0.0; 17]);
+    cases.push(vec![
+        1.0,
+        f32::NAN,
+        -2.0,
+        3.0,
+        0.5,
+        0.25,
+        -1.0,
+        4.0,
+        f32::NAN,
+        7.0,
+    ]);
+    cases.push(vec![
+        1.0,
+        f32::INFINITY,
+        -2.0,
+        3.0,
+        0.5,
+        0.25,
+        -1.0,
+        4.0,
+        9.0,
+    ]);
+    cases.push(vec![
+        1.0,
+        f32::NEG_INFINITY,
+        -2.0,
+        3.0,
+        0.5,
+        0.25,
+        -1.0,
+        4.0,
+        9.0,
+    ]);
+    for v in cases {
+        let (q, s, z) = quantize(&v);
+        let (rq, rs, rz) = spec(&v);
+        assert_eq!(s.to_bits(), rs.to_bits(), "scale of {v:?}");
+        assert_eq!(z, rz, "zero point of {v:?}");
+        assert_eq!(q, rq, "codes of {v:?}");
+    }
+}

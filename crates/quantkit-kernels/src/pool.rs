@@ -1,4 +1,5 @@
-//! Pooling on NHWC int8 tensors (scalar; the same code on every ISA).
+//! Pooling on NHWC int8 tensors (scalar; the same code on every ISA). Max pool also takes
+//! f32 (the engine's dynamic-quantization step pools its float result).
 
 use crate::conv::ConvParams;
 use crate::error::{KernelError, Result};
@@ -18,10 +19,41 @@ fn check(op: &'static str, len: usize, shape: [usize; 4], p: &ConvParams) -> Res
     p.output_size(h, w)
 }
 
+/// An element [`max_pool`] takes: 8-bit codes, or f32.
+pub trait PoolElem: Copy + Send + Sync {
+    /// The output of a window without a valid tap (cannot happen for valid parameters).
+    const LOWEST: Self;
+    /// `self > other` (for f32 a NaN compares false, so only a first tap can be NaN).
+    fn gt(self, other: Self) -> bool;
+}
+
+impl PoolElem for u8 {
+    const LOWEST: Self = u8::MIN;
+    fn gt(self, other: Self) -> bool {
+        self > other
+    }
+}
+
+impl PoolElem for i8 {
+    const LOWEST: Self = i8::MIN;
+    fn gt(self, other: Self) -> bool {
+        self > other
+    }
+}
+
+impl PoolElem for f32 {
+    const LOWEST: Self = f32::NEG_INFINITY;
+    fn gt(self, other: Self) -> bool {
+        self > other
+    }
+}
+
 /// Max pool (ONNX MaxPool, NHWC): padded positions are ignored. The output has the input's
 /// quantization parameters (max commutes with a monotone affine map), so no requantization.
-/// `p.groups` is ignored.
-pub fn max_pool<T: QuantType>(
+/// `p.groups` is ignored. Taps are visited in row-major window order; the first valid one
+/// starts the window and a later one replaces it only if greater — the rule of the graph
+/// crate's float MaxPool, so f32 results equal it bit for bit (NaN included).
+pub fn max_pool<T: PoolElem>(
     x: &[T],
     shape: [usize; 4],
     p: &ConvParams,
@@ -68,15 +100,15 @@ pub fn max_pool<T: QuantType>(
                                 first = false;
                             } else {
                                 for (m, &v) in o.iter_mut().zip(src) {
-                                    *m = if v.to_i32() > m.to_i32() { v } else { *m };
+                                    *m = if v.gt(*m) { v } else { *m };
                                 }
                             }
                         }
                     }
                     if first {
                         // A window entirely in the padding cannot happen (output_size
-                        // requires the kernel to overlap the input); defensively T::MIN.
-                        o.fill(T::from_clamped(T::MIN));
+                        // requires the kernel to overlap the input); defensively LOWEST.
+                        o.fill(T::LOWEST);
                     }
                 }
             }

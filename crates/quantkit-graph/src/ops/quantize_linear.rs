@@ -140,10 +140,21 @@ pub fn eval_with(
     Ok(vec![t.cast(out_dtype)])
 }
 
+/// Round half to even as `(d + 1.5·2²³) − 1.5·2²³` (the FPU's round-to-nearest-even; Rust
+/// never enables fast-math, so the pair is not folded): equal to `round_ties_even` for
+/// |d| < 2²², and for larger |d| a value of the same sign and at least 2²² − 1 in magnitude —
+/// so for any result that is then saturated to a 16-bit or narrower range it is
+/// interchangeable with `round_ties_even`, which is a libm call on baseline x86-64 and
+/// keeps loops from vectorising. NaN stays NaN.
+#[inline(always)]
+pub fn round_half_even_saturating(d: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    (d + MAGIC) - MAGIC
+}
+
 /// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
 /// or i8 output. Same arithmetic as the generic path: `x / s` in f32, round half to even
-/// (`(d + 1.5·2²³) − 1.5·2²³`, equal to `round_ties_even` for |d| < 2²²; larger |d| saturate
-/// to the same end of the range either way), NaN → 0, `+ zp`, saturate.
+/// ([`round_half_even_saturating`]), NaN → 0, `+ zp`, saturate.
 fn per_tensor_8bit(
     x: &Tensor,
     s: &Tensor,
@@ -159,10 +170,13 @@ fn per_tensor_8bit(
     }
     let (lo, hi) = out.int_range().expect("8-bit range");
     let (sc, zp) = (sv[0], zpv[0] as f32);
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
     let code = |v: f32| -> i32 {
         let d = v / sc;
-        let r = if d.is_nan() { 0.0 } else { (d + MAGIC) - MAGIC };
+        let r = if d.is_nan() {
+            0.0
+        } else {
+            round_half_even_saturating(d)
+        };
         (r + zp).clamp(lo as f32, hi as f32) as i32
     };
     let data = match out {
