@@ -1,7 +1,7 @@
 //! Integration tests of `quantkit quantize --format` and `--dynamic`, running the built
 //! binary on the committed LeNet and sample.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
@@ -88,20 +88,7 @@ fn eval_runs_a_qoperator_model_on_the_integer_engine() {
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    let run = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("eval")
-        .arg(&out)
-        .args(["--data", calib.to_str().unwrap(), "--limit", "200"])
-        .arg("--reference")
-        .arg(&out)
-        .arg("--json")
-        .output()
-        .expect("run quantkit eval");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(v["runner"], "integer engine", "{v}");
-    assert_eq!(v["samples"], 200, "{v}");
+    let v = eval_against_itself(&out);
     let agreement = v["agreement"].as_f64().unwrap();
     assert!(
         agreement >= 0.995,
@@ -110,20 +97,17 @@ fn eval_runs_a_qoperator_model_on_the_integer_engine() {
     std::fs::remove_file(&out).ok();
 }
 
-/// A `--dynamic` model is evaluated on the integer engine by default, whose dynamic step is
-/// bit-equal to the float executor: the two agree on every sample.
-#[test]
-fn eval_runs_a_dynamic_model_on_the_integer_engine() {
-    let out = tmp("lenet.dyn-eval.onnx");
+/// `quantkit eval MODEL --data SAMPLE --limit 200 --reference MODEL --json`: the model with
+/// its default executor against the same file on the float executor; asserts the default
+/// was the integer engine and all 200 samples were scored.
+fn eval_against_itself(model: &Path) -> serde_json::Value {
     let data = repo().join("data/fashion-mnist-sample");
-    let (ok, _, err) = quantize(&["--dynamic", "-o", out.to_str().unwrap()]);
-    assert!(ok, "{err}");
     let run = Command::new(env!("CARGO_BIN_EXE_quantkit"))
         .arg("eval")
-        .arg(&out)
+        .arg(model)
         .args(["--data", data.to_str().unwrap(), "--limit", "200"])
         .arg("--reference")
-        .arg(&out)
+        .arg(model)
         .arg("--json")
         .output()
         .expect("run quantkit eval");
@@ -132,6 +116,17 @@ fn eval_runs_a_dynamic_model_on_the_integer_engine() {
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(v["runner"], "integer engine", "{v}");
     assert_eq!(v["samples"], 200, "{v}");
+    v
+}
+
+/// A `--dynamic` model is evaluated on the integer engine by default, whose dynamic step is
+/// bit-equal to the float executor: the two agree on every sample.
+#[test]
+fn eval_runs_a_dynamic_model_on_the_integer_engine() {
+    let out = tmp("lenet.dyn-eval.onnx");
+    let (ok, _, err) = quantize(&["--dynamic", "-o", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v = eval_against_itself(&out);
     assert_eq!(v["agreement"].as_f64(), Some(1.0), "{v}");
     std::fs::remove_file(&out).ok();
 }
