@@ -29,6 +29,7 @@ pub trait PoolElem: Copy + Send + Sync {
 
 impl PoolElem for u8 {
     const LOWEST: Self = u8::MIN;
+    #[inline(always)]
     fn gt(self, other: Self) -> bool {
         self > other
     }
@@ -36,6 +37,7 @@ impl PoolElem for u8 {
 
 impl PoolElem for i8 {
     const LOWEST: Self = i8::MIN;
+    #[inline(always)]
     fn gt(self, other: Self) -> bool {
         self > other
     }
@@ -43,6 +45,7 @@ impl PoolElem for i8 {
 
 impl PoolElem for f32 {
     const LOWEST: Self = f32::NEG_INFINITY;
+    #[inline(always)]
     fn gt(self, other: Self) -> bool {
         self > other
     }
