@@ -19,8 +19,9 @@
 
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
-use crate::gemm::{gemm_strided, Activations, PackedWeights};
+use crate::gemm::{gemm_strided, Activations, PackedWeights, TileWriter};
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
+use crate::winograd::{self, WinogradConv, WinogradWeights};
 use rayon::prelude::*;
 
 /// Geometry of a 2-D convolution (ONNX attribute names).
@@ -116,11 +117,24 @@ pub struct NhwcInput<'a, T> {
 
 enum Kind {
     Gemm(Vec<PackedWeights>),
+    Winograd(WinogradWeights),
     Depthwise {
         /// `[ky][kx][co]` of `w − zw`.
         taps: Vec<i32>,
         multiplier: usize,
     },
+}
+
+/// How a convolution that is not depthwise is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvAlgorithm {
+    /// Winograd F(2×2, 3×3) for 3×3 stride-1 undilated single-group convs with at least
+    /// 8 input channels whose exactness bound holds ([`crate::winograd`]); im2col + GEMM
+    /// otherwise.
+    #[default]
+    Auto,
+    /// Always im2col + GEMM (the reference path Winograd is tested against).
+    Im2col,
 }
 
 /// Convolution weights packed once for [`conv2d_i32`] / [`conv2d_quant`].
@@ -140,6 +154,26 @@ impl ConvWeights {
         c_in: usize,
         params: ConvParams,
         zero_points: &[i32],
+    ) -> Result<Self> {
+        Self::with_algorithm(
+            weights,
+            c_out,
+            c_in,
+            params,
+            zero_points,
+            ConvAlgorithm::Auto,
+        )
+    }
+
+    /// [`ConvWeights::new`] with an explicit choice of algorithm (every choice gives the
+    /// same, exact result).
+    pub fn with_algorithm(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        algorithm: ConvAlgorithm,
     ) -> Result<Self> {
         const OP: &str = "conv2d";
         let g = params.groups;
@@ -179,7 +213,19 @@ impl ConvWeights {
         };
         let widx =
             |co: usize, ci: usize, ky: usize, kx: usize| ((co * cin_g + ci) * kh + ky) * kw + kx;
-        let kind = if cin_g == 1 && g == c_in && g > 1 {
+        let winograd_shape = g == 1
+            && params.kernel == [3, 3]
+            && params.stride == [1, 1]
+            && params.dilation == [1, 1]
+            && c_in >= winograd::MIN_C_IN;
+        let winograd = if algorithm == ConvAlgorithm::Auto && winograd_shape {
+            WinogradWeights::new(weights, c_out, c_in, zp)
+        } else {
+            None
+        };
+        let kind = if let Some(ww) = winograd {
+            Kind::Winograd(ww)
+        } else if cin_g == 1 && g == c_in && g > 1 {
             let mut taps = vec![0i32; kh * kw * c_out];
             for co in 0..c_out {
                 for ky in 0..kh {
@@ -226,6 +272,15 @@ impl ConvWeights {
     /// Whether the dedicated depthwise kernel is used.
     pub fn is_depthwise(&self) -> bool {
         matches!(self.kind, Kind::Depthwise { .. })
+    }
+
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"` or `"gemm"`.
+    pub fn method(&self) -> &'static str {
+        match self.kind {
+            Kind::Depthwise { .. } => "depthwise",
+            Kind::Winograd(_) => "winograd",
+            Kind::Gemm(_) => "gemm",
+        }
     }
 }
 
@@ -409,6 +464,10 @@ fn group_stage(stage: &OutputStage, lo: usize, len: usize) -> OutputStage {
     s
 }
 
+/// Tiles per parallel chunk of the Winograd path: enough 6-row blocks to amortise the
+/// 16 weight panels, few enough that the transformed input (`16·tiles·C_in` i16) stays in L2.
+const WINOGRAD_TILES: usize = 48;
+
 /// Shared driver: `emit(pixel_row, co, acc)` for the depthwise path, GEMM otherwise.
 fn conv_impl<T: ActElem, O: QuantType>(
     isa: Isa,
@@ -458,6 +517,24 @@ fn conv_impl<T: ActElem, O: QuantType>(
                     },
                 );
             }
+        }
+        Kind::Winograd(ww) => {
+            if !isa.is_supported() {
+                return Err(KernelError::UnsupportedIsa { isa: isa.name() });
+            }
+            let wc = WinogradConv::new(x, ww, p.pads, oh, ow);
+            let writer = TileWriter::new(isa, c_out, stage, out_i32, out_q);
+            // Chunks of whole bands, about WINOGRAD_TILES tiles each, in parallel.
+            let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
+            let bands = wc.band_count();
+            (0..bands.div_ceil(per_chunk))
+                .into_par_iter()
+                .for_each_init(winograd::Scratch::default, |s, c| {
+                    let range = c * per_chunk..((c + 1) * per_chunk).min(bands);
+                    // SAFETY: the writer writes the checked `n·oh·ow·c_out` output, and the
+                    // chunks' band ranges (hence their pixels) are disjoint.
+                    unsafe { wc.bands(isa, range, s, &writer) }
+                });
         }
         Kind::Gemm(packs) => {
             let g = p.groups;

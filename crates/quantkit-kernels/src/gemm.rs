@@ -813,6 +813,92 @@ fn write_tile<T: QuantType>(
     }
 }
 
+/// The GEMM's output stage for callers that compute exact sums `Σ (a − za)(w − zw)`
+/// themselves (the Winograd conv): adds the bias, requantizes and stores raw tiles with
+/// the same epilogue code as the GEMM (no zero-point corrections).
+pub(crate) struct TileWriter<'a, T> {
+    isa: Isa,
+    colterm: Vec<i32>,
+    sink: Sink<'a, T>,
+}
+
+impl<'a, T: QuantType> TileWriter<'a, T> {
+    /// A writer of `n` output columns into `out_i32` (raw sums; `stage` is `None`) or
+    /// `out_q` (through `stage`, already validated for `n` channels).
+    pub(crate) fn new(
+        isa: Isa,
+        n: usize,
+        stage: Option<&'a OutputStage>,
+        out_i32: Option<&'a mut [i32]>,
+        out_q: Option<&'a mut [T]>,
+    ) -> Self {
+        let npad = n.div_ceil(NR) * NR;
+        let mut colterm = vec![0i32; npad];
+        if let Some(b) = stage.and_then(|s| s.bias.as_deref()) {
+            colterm[..n].copy_from_slice(b);
+        }
+        let sink = match (stage, out_i32, out_q) {
+            (None, Some(o), _) => Sink::I32(OutPtr(o.as_mut_ptr())),
+            (Some(stage), _, Some(o)) => match &stage.requant {
+                Requant::Float(s) => Sink::Float {
+                    scales: (0..npad)
+                        .map(|j| if s.len() == 1 { s[0] } else { s[j.min(n - 1)] })
+                        .collect(),
+                    stage,
+                    out: OutPtr(o.as_mut_ptr()),
+                },
+                Requant::FixedPoint { .. } => Sink::Generic {
+                    stage,
+                    out: OutPtr(o.as_mut_ptr()),
+                },
+            },
+            _ => unreachable!("TileWriter needs an i32 output, or a stage and a quantized output"),
+        };
+        TileWriter { isa, colterm, sink }
+    }
+
+    /// Writes rows `0..rows` and columns `0..cols` of `tile` (row stride [`NR`]) to output
+    /// rows `r0..r0+rows` (row stride `ldc`), columns `c0..c0+cols`; `c0` is a multiple of
+    /// [`NR`].
+    ///
+    /// # Safety
+    /// The block must lie inside the output, and no other thread may write it concurrently.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn write(
+        &self,
+        tile: &Tile,
+        rows: usize,
+        r0: usize,
+        c0: usize,
+        cols: usize,
+        ldc: usize,
+    ) {
+        // Up to TILE / NR rows (the whole tile buffer).
+        const ZEROS: [i32; TILE / NR] = [0; TILE / NR];
+        debug_assert!(rows <= TILE / NR);
+        let ep = Epilogue {
+            colterm: &self.colterm,
+            zw: None,
+        };
+        let pos = TilePos {
+            rowsums: &ZEROS,
+            r0,
+            rows,
+            c0,
+            cols,
+            ldc,
+        };
+        // The scalar and AVX2 epilogues read tiles with row stride NR; the AVX-512 ones use
+        // their own tile width, so they are not used here.
+        let isa = if self.isa == Isa::Avx512Vnni {
+            Isa::Avx2
+        } else {
+            self.isa
+        };
+        write_tile(isa, NR, &ep, &self.sink, tile, &pos);
+    }
+}
+
 fn check_isa(isa: Isa) -> Result<()> {
     if isa.is_supported() {
         Ok(())

@@ -2,8 +2,8 @@
 //! quantized result against a float conv on dequantized inputs.
 
 use quantkit_kernels::conv::{
-    conv2d_i32_with, conv2d_output_shape, conv2d_quant_with, ActElem, ConvParams, ConvWeights,
-    NhwcInput,
+    conv2d_i32_with, conv2d_output_shape, conv2d_quant_with, ActElem, ConvAlgorithm, ConvParams,
+    ConvWeights, NhwcInput,
 };
 use quantkit_kernels::output::OutputStage;
 use quantkit_kernels::Isa;
@@ -132,6 +132,28 @@ fn layers() -> Vec<Layer> {
             c_out: 8,
             p: mk(3, 2, 1, [1; 4], 4),
         }, // depthwise ×2, stride 2
+        // Winograd F(2×2, 3×3): odd H, odd C_in and W without padding, asymmetric pads,
+        // several 16-channel blocks and panels, a batch of 3.
+        Layer {
+            shape: [2, 7, 6, 8],
+            c_out: 17,
+            p: mk(3, 1, 1, [1; 4], 1),
+        },
+        Layer {
+            shape: [1, 6, 9, 9],
+            c_out: 16,
+            p: mk(3, 1, 1, [0; 4], 1),
+        },
+        Layer {
+            shape: [1, 5, 5, 33],
+            c_out: 20,
+            p: mk(3, 1, 1, [2, 1, 0, 2], 1),
+        },
+        Layer {
+            shape: [3, 4, 4, 16],
+            c_out: 32,
+            p: mk(3, 1, 1, [1; 4], 1),
+        },
         Layer {
             shape: [1, 4, 5, 3],
             c_out: 5,
@@ -342,5 +364,150 @@ fn wide_depthwise_every_isa_equals_scalar_with_clamp_and_fixed_point() {
                 "{isa} {shape:?} fixed point"
             );
         }
+    }
+}
+
+/// Which convs take the Winograd path, and that it agrees with im2col + GEMM bit for bit
+/// (raw sums and fused output stage with a ReLU clamp) on every ISA, also with 2 threads.
+#[test]
+fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
+    let mut rng = Rng(29);
+    let p = ConvParams {
+        pads: [1; 4],
+        ..ConvParams::new(3, 3)
+    };
+    let (c_in, c_out) = (24, 40);
+    let w: Vec<i8> = (0..c_out * c_in * 9)
+        .map(|_| rng.range(-128, 127) as i8)
+        .collect();
+    let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-20, 20)).collect();
+    let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+    assert_eq!(wino.method(), "winograd");
+    let gemm = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
+    assert_eq!(gemm.method(), "gemm");
+    // Not Winograd: stride 2, dilation 2, groups, 5×5, fewer than 8 input channels.
+    let not = |q: ConvParams, ci: usize, co: usize| {
+        let n = co * (ci / q.groups) * q.kernel[0] * q.kernel[1];
+        ConvWeights::new(&vec![1i8; n], co, ci, q, &[0])
+            .unwrap()
+            .method()
+    };
+    assert_eq!(
+        not(
+            ConvParams {
+                stride: [2, 2],
+                ..p
+            },
+            16,
+            16
+        ),
+        "gemm"
+    );
+    assert_eq!(
+        not(
+            ConvParams {
+                dilation: [2, 2],
+                ..p
+            },
+            16,
+            16
+        ),
+        "gemm"
+    );
+    assert_eq!(not(ConvParams { groups: 2, ..p }, 16, 16), "gemm");
+    assert_eq!(not(ConvParams::new(5, 5), 16, 16), "gemm");
+    assert_eq!(not(p, 7, 16), "gemm");
+
+    let shape = [2, 9, 10, c_in];
+    let x: Vec<u8> = (0..shape.iter().product::<usize>())
+        .map(|_| rng.range(0, 255) as u8)
+        .collect();
+    let input = NhwcInput {
+        data: &x,
+        shape,
+        zero_point: 131,
+    };
+    let total = conv2d_output_shape(shape, &wino).unwrap().iter().product();
+    let scales: Vec<f32> = (0..c_out).map(|i| 1e-4 * (1 + i) as f32).collect();
+    let bias: Vec<i32> = (0..c_out).map(|_| rng.range(-5000, 5000)).collect();
+    let stage = OutputStage::float(scales, 7)
+        .with_bias(bias)
+        .with_clamp(7, 255);
+    let run = |isa: Isa, cw: &ConvWeights| {
+        let mut raw = vec![0i32; total];
+        conv2d_i32_with(isa, &input, cw, &mut raw).unwrap();
+        let mut q = vec![0u8; total];
+        conv2d_quant_with(isa, &input, cw, &stage, &mut q).unwrap();
+        (raw, q)
+    };
+    let want = run(Isa::Scalar, &gemm);
+    for isa in supported() {
+        assert!(
+            run(isa, &wino) == want,
+            "{isa}: winograd differs from im2col"
+        );
+        let two = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        assert!(
+            two.install(|| run(isa, &wino)) == want,
+            "{isa}: winograd on 2 threads differs"
+        );
+    }
+}
+
+/// The exactness bound of `quantkit_kernels::winograd` at its edge: 1,827 channels of
+/// extreme values (|x − za| = 255, |w − zw| = 128, so |4·Y| is within 0.03 % of 2^31) are
+/// exact on the Winograd path, and 1,828 channels are not packed for it.
+#[test]
+fn winograd_is_exact_at_its_bound_and_declines_past_it() {
+    let p = ConvParams::new(3, 3);
+    let c_out = 3;
+    assert_eq!(
+        ConvWeights::new(&vec![-128i8; c_out * 1828 * 9], c_out, 1828, p, &[0])
+            .unwrap()
+            .method(),
+        "gemm"
+    );
+    let c_in = 1827;
+    let mut rng = Rng(5);
+    // Channel 0: all −128 (the largest |Y|, negative); others random extremes.
+    let w: Vec<i8> = (0..c_out * c_in * 9)
+        .map(|i| {
+            if i < c_in * 9 || rng.next().is_multiple_of(2) {
+                -128
+            } else {
+                127
+            }
+        })
+        .collect();
+    let cw = ConvWeights::new(&w, c_out, c_in, p, &[0]).unwrap();
+    assert_eq!(cw.method(), "winograd");
+    let shape = [1, 4, 5, c_in];
+    let xi: Vec<i32> = (0..shape.iter().product::<usize>())
+        .map(|i| {
+            // Columns 0–2 all 255 (output (0, 0) reaches the bound), random extremes after.
+            if (i / c_in) % 5 < 3 || rng.next().is_multiple_of(2) {
+                255
+            } else {
+                0
+            }
+        })
+        .collect();
+    let x: Vec<u8> = xi.iter().map(|&v| v as u8).collect();
+    let input = NhwcInput {
+        data: &x,
+        shape,
+        zero_point: 0,
+    };
+    let wi: Vec<i32> = w.iter().map(|&v| v as i32).collect();
+    let (want, oshape) = reference(&xi, shape, 0, &wi, &[0; 3], c_out, &p);
+    assert!(want.iter().any(|&v| v == -(9 * 255 * 128 * c_in as i64)));
+    for isa in supported() {
+        let mut got = vec![0i32; oshape.iter().product()];
+        conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+        let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
+        assert!(got == want, "{isa}: winograd at the bound is not exact");
     }
 }

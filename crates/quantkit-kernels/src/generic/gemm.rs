@@ -32,3 +32,35 @@ pub fn generic_gemm_u8i8_i32_6x16<const R: usize>(
         out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
     }
 }
+
+/// `generic_gemm_i16_6x16`: raw products of `R ≤ 6` i16 rows with one panel of 16 i16
+/// weight columns, over `kgroups` pairs of k (the Winograd transform domain of
+/// [`crate::winograd`], whose values exceed 8 bits).
+///
+/// Row `r` of A is the `kgroups` words `a[r·lda..]`, each two i16 (low half = even k); `b`
+/// is `[g][16][2]` i16. Writes `out[r·16 + c] = Σ_k a[r][k]·b[k][c]` with wrapping i32
+/// arithmetic, as `vpmaddwd` + `vpaddd` compute it.
+pub fn generic_gemm_i16_6x16<const R: usize>(
+    kgroups: usize,
+    a: &[u32],
+    lda: usize,
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let mut acc = [[0i32; NR]; R];
+    for g in 0..kgroups {
+        let bg = &b[g * NR * 2..(g + 1) * NR * 2];
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let word = a[r * lda + g];
+            let a0 = word as u16 as i16 as i32;
+            let a1 = (word >> 16) as u16 as i16 as i32;
+            for (c, acc_rc) in acc_r.iter_mut().enumerate() {
+                let p = (a0 * bg[c * 2] as i32).wrapping_add(a1 * bg[c * 2 + 1] as i32);
+                *acc_rc = acc_rc.wrapping_add(p);
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
+    }
+}

@@ -1,4 +1,4 @@
-//! `avx2_gemm_u8i8_i32_6x16` and its output epilogue.
+//! `avx2_gemm_u8i8_i32_6x16` and its output epilogue; `avx2_gemm_i16_6x16` for Winograd.
 
 use std::arch::x86_64::*;
 
@@ -38,6 +38,50 @@ pub unsafe fn avx2_gemm_u8i8_i32_6x16<const R: usize>(
     }
     for r in 0..R {
         // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE): two 32-byte stores.
+        unsafe {
+            let row = out.as_mut_ptr().add(r * NR);
+            _mm256_storeu_si256(row as *mut __m256i, acc0[r]);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[r]);
+        }
+    }
+}
+
+/// AVX2 microkernel on i16 operands: `R ≤ 6` rows × 16 columns, same contract as
+/// [`crate::generic::gemm::generic_gemm_i16_6x16`] (A rows of `kgroups` words at stride
+/// `lda` words, B `[g][16][2]` i16 loaded as is, no widening).
+///
+/// # Safety
+/// The CPU must support AVX2; `a` must hold `(R−1)·lda + kgroups` words and `b`
+/// `kgroups·32` values.
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2_gemm_i16_6x16<const R: usize>(
+    kgroups: usize,
+    a: &[u32],
+    lda: usize,
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    debug_assert!(R == 0 || a.len() >= (R - 1) * lda + kgroups);
+    debug_assert!(b.len() >= kgroups * NR * 2);
+    let mut acc0 = [_mm256_setzero_si256(); R];
+    let mut acc1 = [_mm256_setzero_si256(); R];
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    for g in 0..kgroups {
+        // SAFETY: g < kgroups, so values [32g, 32g+32) of `b` and words r·lda + g (r < R) of
+        // `a` are in bounds (asserted above in debug builds, guaranteed by the caller).
+        unsafe {
+            let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
+            let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
+            for r in 0..R {
+                let av = _mm256_set1_epi32(*ap.add(r * lda + g));
+                acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(av, b0));
+                acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(av, b1));
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE).
         unsafe {
             let row = out.as_mut_ptr().add(r * NR);
             _mm256_storeu_si256(row as *mut __m256i, acc0[r]);

@@ -1,0 +1,519 @@
+//! Winograd F(2×2, 3×3) for quantized 3×3 stride-1 convolutions, exact in integers.
+//!
+//! # The algorithm (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)
+//! A 2×2 block of outputs of a 3×3 cross-correlation of a 4×4 input tile `d` with a kernel
+//! `g` is `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, summed over input channels:
+//! ```text
+//!      ⎡1  0 −1  0⎤        ⎡ 1    0    0 ⎤
+//! Bᵀ = ⎢0  1  1  0⎥    G = ⎢1/2  1/2  1/2⎥    Aᵀ = ⎡1  1  1  0⎤
+//!      ⎢0 −1  1  0⎥        ⎢1/2 −1/2  1/2⎥         ⎣0  1 −1 −1⎦
+//!      ⎣0  1  0 −1⎦        ⎣ 0    0    1 ⎦
+//! ```
+//! Four outputs take 16 products instead of 36, so the convolution's multiplies drop by
+//! 2.25×, and they become 16 independent GEMMs `M_ξ = V_ξ · U_ξ` (tiles × C_in by
+//! C_in × C_out), one per position ξ of the 4×4 transform domain. The transforms are
+//! additions only.
+//!
+//! # Exactness
+//! With `d = x − za` (`|d| ≤ 255`; padding is the zero point, so `d = 0` there) and
+//! `g = w − zw` (`|g| ≤ max_g ≤ 255`):
+//! - `V = Bᵀ d B` sums four `±d` per row and per column: `|V| ≤ 4·255 = 1020`, an i16;
+//! - `G' = 2G` is integral with row sums of magnitudes 2, 3, 3, 2, so `U' = G' g G'ᵀ = 4·G g Gᵀ`
+//!   is integral with `|U'| ≤ 9·max_g ≤ 2295`, an i16;
+//! - the GEMMs multiply i16 pairs with `vpmaddwd` (pair sums `≤ 2·1020·2295`, exact) and add
+//!   in wrapping i32, and `Aᵀ M A` (entries ±1) adds in wrapping i32: this is `4·Y` modulo
+//!   2^32. Wrapping arithmetic is exact modulo 2^32, so the i32 result *is* `4·Y` whenever
+//!   `|4·Y| < 2^31`, and then `Y = (4·Y) >> 2` exactly (an arithmetic shift of a multiple of 4).
+//!   `|Y| ≤ 9·C_in·255·max_g`; packing for Winograd declines (the caller falls back to
+//!   im2col) unless `4·9·255·max_g·C_in < 2^31`, i.e. `C_in ≤ 1,828` for i8 weights with zero
+//!   point 0.
+//!
+//! So the result is the direct convolution's `Σ (x − za)(w − zw)`, bit for bit, on every ISA.
+//!
+//! # Layout
+//! Work is split into bands: one image's pair of output rows `(b, ty)`, `⌈OW/2⌉` tiles wide.
+//! A chunk of consecutive bands is transformed into `V` (`[ξ][tile][C_in]` i16, rows padded
+//! to whole pairs), multiplied panel by panel (16 output channels, 6 tiles per register
+//! tile, all 16 ξ), and each 6×16 block is transformed back right away and handed, two
+//! adjacent pixels × 16 channels at a time, to the GEMM's output stage (bias,
+//! requantization, clamp, store). Tiles that run past the output (odd OH/OW) are computed
+//! whole and their outside outputs dropped.
+
+use std::ops::Range;
+
+use crate::conv::{ActElem, NhwcInput};
+use crate::dispatch::Isa;
+use crate::gemm::{Tile, TileWriter, NR, TILE};
+use crate::output::QuantType;
+
+/// Positions of the 4×4 transform domain.
+const XI: usize = 16;
+/// Tile rows per register tile of the i16 kernels.
+const MR: usize = 6;
+// A run of MR tiles is 2·MR output pixels, written from one tile buffer.
+const _: () = assert!(2 * MR * NR <= TILE);
+/// Input channels processed per vector block of the input transform.
+const CB: usize = 16;
+
+/// Smallest input channel count packed for Winograd: below it the transforms cost more than
+/// the saved products (and a single pair of k per GEMM leaves the kernel idle).
+pub(crate) const MIN_C_IN: usize = 8;
+
+/// Whether `Y` stays exact for `c_in` channels and weights with `|w − zw| ≤ max_g` (module
+/// docs: `4·9·255·max_g·C_in < 2^31`).
+pub(crate) fn is_exact(c_in: usize, max_g: u32) -> bool {
+    (4 * 9 * 255u64)
+        .saturating_mul(max_g as u64)
+        .saturating_mul(c_in as u64)
+        < (1u64 << 31)
+}
+
+/// 3×3 weights transformed once (`U' = G' g G'ᵀ`) and packed per ξ in panels of 16 output
+/// channels: value `(ξ, panel p, k-pair g, column c, half h)` at
+/// `((ξ·n_panels + p)·kgroups + g)·32 + 2c + h`, i.e. the pair layout of the GEMM's weight
+/// panels, in i16. Channels past `c_in` / `c_out` are zero.
+#[derive(Debug, Clone)]
+pub(crate) struct WinogradWeights {
+    c_in: usize,
+    c_out: usize,
+    kgroups: usize,
+    n_panels: usize,
+    data: Vec<i16>,
+}
+
+impl WinogradWeights {
+    /// Transforms ONNX-ordered `[c_out, c_in, 3, 3]` weights with per-output-channel zero
+    /// point `zp(co)`, or `None` when the exactness bound does not hold.
+    pub(crate) fn new(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        zp: impl Fn(usize) -> i32,
+    ) -> Option<Self> {
+        debug_assert_eq!(weights.len(), c_out * c_in * 9);
+        let max_g = (0..c_out)
+            .flat_map(|co| {
+                let z = zp(co);
+                weights[co * c_in * 9..(co + 1) * c_in * 9]
+                    .iter()
+                    .map(move |&w| (w as i32 - z).unsigned_abs())
+            })
+            .max()
+            .unwrap_or(0);
+        if max_g > 255 || !is_exact(c_in, max_g) {
+            return None;
+        }
+        let kgroups = c_in.div_ceil(2);
+        let n_panels = c_out.div_ceil(NR);
+        let mut data = vec![0i16; XI * n_panels * kgroups * NR * 2];
+        for co in 0..c_out {
+            let z = zp(co);
+            let (p, c) = (co / NR, co % NR);
+            for ci in 0..c_in {
+                let base = (co * c_in + ci) * 9;
+                let g: [[i32; 3]; 3] = std::array::from_fn(|i| {
+                    std::array::from_fn(|j| weights[base + i * 3 + j] as i32 - z)
+                });
+                let u = transform_weights(&g);
+                let (kg, h) = (ci / 2, ci % 2);
+                for (xi, &v) in u.iter().flatten().enumerate() {
+                    data[((xi * n_panels + p) * kgroups + kg) * NR * 2 + c * 2 + h] = v as i16;
+                }
+            }
+        }
+        Some(WinogradWeights {
+            c_in,
+            c_out,
+            kgroups,
+            n_panels,
+            data,
+        })
+    }
+
+    /// The packed panel `(ξ, p)`.
+    fn panel(&self, xi: usize, p: usize) -> &[i16] {
+        let len = self.kgroups * NR * 2;
+        &self.data[(xi * self.n_panels + p) * len..][..len]
+    }
+}
+
+/// `U' = G' g G'ᵀ` with `G' = 2G = [[2,0,0],[1,1,1],[1,−1,1],[0,0,2]]`.
+fn transform_weights(g: &[[i32; 3]; 3]) -> [[i32; 4]; 4] {
+    let gp = |v: [i32; 3]| [2 * v[0], v[0] + v[1] + v[2], v[0] - v[1] + v[2], 2 * v[2]];
+    // Rows first (G' g), then columns ((G' g) G'ᵀ).
+    let cols: [[i32; 4]; 3] = std::array::from_fn(|j| gp([g[0][j], g[1][j], g[2][j]]));
+    std::array::from_fn(|i| gp([cols[0][i], cols[1][i], cols[2][i]]))
+}
+
+/// One Winograd convolution call: the input, the weights and the output geometry.
+pub(crate) struct WinogradConv<'a, T> {
+    x: &'a NhwcInput<'a, T>,
+    w: &'a WinogradWeights,
+    pad_t: usize,
+    pad_l: usize,
+    oh: usize,
+    ow: usize,
+    /// Tile rows and columns: `⌈oh/2⌉`, `⌈ow/2⌉`.
+    th: usize,
+    tw: usize,
+    /// `c_in` copies of the zero point: the source of taps in the padding (`d = 0`).
+    zero: Vec<T>,
+}
+
+/// Per-thread buffers of [`WinogradConv::bands`].
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// `V`: `[ξ][tile][kgroups]` words of two i16.
+    v: Vec<u32>,
+    /// One 6×16 tile of `M_ξ` per ξ.
+    m: Vec<[i32; TILE]>,
+}
+
+impl<'a, T: ActElem> WinogradConv<'a, T> {
+    /// A call on `x` (already checked against the weights) with output `oh × ow`.
+    pub(crate) fn new(
+        x: &'a NhwcInput<'a, T>,
+        w: &'a WinogradWeights,
+        pads: [usize; 4],
+        oh: usize,
+        ow: usize,
+    ) -> Self {
+        let zp = T::from_clamped(x.zero_point.clamp(T::MIN, T::MAX));
+        WinogradConv {
+            x,
+            w,
+            pad_t: pads[0],
+            pad_l: pads[1],
+            oh,
+            ow,
+            th: oh.div_ceil(2),
+            tw: ow.div_ceil(2),
+            zero: vec![zp; w.c_in],
+        }
+    }
+
+    /// Number of bands (`n · ⌈oh/2⌉`).
+    pub(crate) fn band_count(&self) -> usize {
+        self.x.shape[0] * self.th
+    }
+
+    /// Tiles per band.
+    pub(crate) fn tiles_per_band(&self) -> usize {
+        self.tw
+    }
+
+    /// Computes the output pixels of `bands` and hands each 2-pixel row of a tile, 16
+    /// channels at a time, to `out` (the GEMM's output stage) on `isa` (checked by the
+    /// caller).
+    ///
+    /// # Safety
+    /// `out` must write an output of `n·oh·ow` pixels of `c_out` channels, and no other
+    /// thread may be writing the pixels of `bands`.
+    pub(crate) unsafe fn bands<O: QuantType>(
+        &self,
+        isa: Isa,
+        bands: Range<usize>,
+        s: &mut Scratch,
+        out: &TileWriter<'_, O>,
+    ) {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller checked `isa.is_supported()`; every AVX-512 VNNI CPU has
+            // AVX2 (checked here again). The output contract is the caller's.
+            Isa::Avx2 | Isa::Avx512Vnni if std::arch::is_x86_feature_detected!("avx2") => unsafe {
+                self.bands_avx2(bands, s, out)
+            },
+            // SAFETY: the caller's contract.
+            _ => unsafe { self.bands_body::<false, O>(bands, s, out) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn bands_avx2<O: QuantType>(
+        &self,
+        bands: Range<usize>,
+        s: &mut Scratch,
+        out: &TileWriter<'_, O>,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { self.bands_body::<true, O>(bands, s, out) }
+    }
+
+    /// The one implementation; `AVX2` picks the micro-kernel, and `inline(always)` gives the
+    /// AVX2 wrapper its own vectorised copy of the transforms.
+    #[inline(always)]
+    unsafe fn bands_body<const AVX2: bool, O: QuantType>(
+        &self,
+        bands: Range<usize>,
+        s: &mut Scratch,
+        out: &TileWriter<'_, O>,
+    ) {
+        let w = self.w;
+        let (kgroups, c_out) = (w.kgroups, w.c_out);
+        let tiles = bands.len() * self.tw;
+        let plane = tiles * kgroups;
+        s.v.resize(XI * plane, 0);
+        s.m.resize(XI, [0; TILE]);
+
+        // Input transform, tile by tile.
+        {
+            // SAFETY: u32 has the size of two i16 and a stricter alignment; every bit
+            // pattern is valid for both.
+            let v16: &mut [i16] = unsafe {
+                std::slice::from_raw_parts_mut(s.v.as_mut_ptr() as *mut i16, s.v.len() * 2)
+            };
+            for t in 0..tiles {
+                let bi = bands.start + t / self.tw;
+                let (b, ty, tx) = (bi / self.th, bi % self.th, t % self.tw);
+                self.input_tile::<AVX2>(b, ty, tx, v16, plane * 2, t * kgroups * 2);
+            }
+        }
+
+        // 16 GEMMs per 6×16 block, then the output transform and stage of that block. The
+        // tiles of a block that lie in one band give a run of adjacent pixels in each of
+        // their two output rows: those runs (up to 12 pixels) go to the stage in one call.
+        let mut run = [Tile([0; TILE]), Tile([0; TILE])];
+        for p in 0..w.n_panels {
+            let cols = (c_out - p * NR).min(NR);
+            for rb in (0..tiles).step_by(MR) {
+                let rows = (tiles - rb).min(MR);
+                for xi in 0..XI {
+                    let a = &s.v[xi * plane + rb * kgroups..(xi + 1) * plane];
+                    gemm_i16::<AVX2>(rows, kgroups, a, w.panel(xi, p), &mut s.m[xi]);
+                }
+                let m: &[[i32; TILE]; XI] = s.m[..XI].try_into().expect("16 tiles");
+                let mut r = 0;
+                while r < rows {
+                    // The run: tiles rb+r.. of band `bi`, up to the block's or band's end.
+                    let t = rb + r;
+                    let (bi, tx0) = (bands.start + t / self.tw, t % self.tw);
+                    let len = (rows - r).min(self.tw - tx0);
+                    for k in 0..len {
+                        let y = output_tile(m, r + k);
+                        for (tile, ydy) in run.iter_mut().zip(&y) {
+                            tile.0[2 * k * NR..(2 * k + 1) * NR].copy_from_slice(&ydy[0]);
+                            tile.0[(2 * k + 1) * NR..(2 * k + 2) * NR].copy_from_slice(&ydy[1]);
+                        }
+                    }
+                    let (b, ty) = (bi / self.th, bi % self.th);
+                    let px = (2 * len).min(self.ow - 2 * tx0);
+                    for (dy, tile) in run.iter().enumerate() {
+                        let oy = 2 * ty + dy;
+                        if oy < self.oh {
+                            let pixel = (b * self.oh + oy) * self.ow + 2 * tx0;
+                            // SAFETY: pixels `pixel..pixel+px` of row `oy` belong to band
+                            // `bi` of this call, channels `p·16..p·16+cols` exist; the rest
+                            // is the caller's contract.
+                            unsafe { out.write(tile, px, pixel, p * NR, cols, c_out) };
+                        }
+                    }
+                    r += len;
+                }
+            }
+        }
+    }
+
+    /// `V = Bᵀ d B` of tile `(b, ty, tx)`: value `(ξ, c)` to `v[ξ·plane + off + c]` (i16
+    /// units), with the pair padding channel (odd `c_in`) set to 0.
+    #[inline(always)]
+    fn input_tile<const AVX2: bool>(
+        &self,
+        b: usize,
+        ty: usize,
+        tx: usize,
+        v: &mut [i16],
+        plane: usize,
+        off: usize,
+    ) {
+        let [_, h, wd, c] = self.x.shape;
+        let za = self.x.zero_point;
+        // The 16 source pixels, row-major; taps in the padding read `zero` (d = 0).
+        let mut src: [&[T]; XI] = [&self.zero[..]; XI];
+        for i in 0..4 {
+            let iy = (2 * ty + i) as isize - self.pad_t as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            for j in 0..4 {
+                let ix = (2 * tx + j) as isize - self.pad_l as isize;
+                if ix >= 0 && ix < wd as isize {
+                    src[i * 4 + j] =
+                        &self.x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c];
+                }
+            }
+        }
+        let mut c0 = 0;
+        while c0 < c {
+            let n = (c - c0).min(CB);
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 && n == CB {
+                // SAFETY: `AVX2` is only true inside the AVX2 wrapper; every source slice
+                // holds `c ≥ c0 + 16` values and every destination row `c0 + 16` i16.
+                unsafe { input_block_avx2::<T>(&src, c0, za, v, plane, off) };
+                c0 += n;
+                continue;
+            }
+            let mut d = [[0i16; CB]; XI];
+            for (dk, sk) in d.iter_mut().zip(&src) {
+                for (o, &x) in dk.iter_mut().zip(&sk[c0..c0 + n]) {
+                    *o = (x.to_i32() - za) as i16;
+                }
+            }
+            let vt = transform_input(&d);
+            for (xi, vx) in vt.iter().enumerate() {
+                v[xi * plane + off + c0..][..n].copy_from_slice(&vx[..n]);
+            }
+            c0 += n;
+        }
+        if c % 2 == 1 {
+            for xi in 0..XI {
+                v[xi * plane + off + c] = 0;
+            }
+        }
+    }
+}
+
+/// `Bᵀ d B` on 16 channels at once; `d` and the result are row-major 4×4 (index `4i + j`).
+/// Bᵀ applied to four values is `[d0 − d2, d1 + d2, d2 − d1, d1 − d3]`: first down each
+/// column, then along each row. Written out lane by lane so it vectorises to one register
+/// per value.
+#[inline(always)]
+fn transform_input(d: &[[i16; CB]; XI]) -> [[i16; CB]; XI] {
+    let mut v = [[0i16; CB]; XI];
+    for l in 0..CB {
+        let mut t = [0i16; XI];
+        for j in 0..4 {
+            let (d0, d1, d2, d3) = (d[j][l], d[4 + j][l], d[8 + j][l], d[12 + j][l]);
+            t[j] = d0 - d2;
+            t[4 + j] = d1 + d2;
+            t[8 + j] = d2 - d1;
+            t[12 + j] = d1 - d3;
+        }
+        for i in 0..4 {
+            let (t0, t1, t2, t3) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+            v[4 * i][l] = t0 - t2;
+            v[4 * i + 1][l] = t1 + t2;
+            v[4 * i + 2][l] = t2 - t1;
+            v[4 * i + 3][l] = t1 - t3;
+        }
+    }
+    v
+}
+
+/// [`transform_input`] of channels `c0..c0+16` with AVX2: the 16 source pixels widened to
+/// i16 minus the zero point (one `vpmovzxbw`/`vpmovsxbw` and one `vpsubw` each), the
+/// transform in sixteen registers, sixteen 32-byte stores to `v[ξ·plane + off + c0..]`.
+///
+/// # Safety
+/// AVX2 must be available; every `src[k]` must hold at least `c0 + 16` values and `v` at
+/// least `15·plane + off + c0 + 16`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn input_block_avx2<T: ActElem>(
+    src: &[&[T]; XI],
+    c0: usize,
+    za: i32,
+    v: &mut [i16],
+    plane: usize,
+    off: usize,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(src.iter().all(|s| s.len() >= c0 + CB));
+    debug_assert!(v.len() >= (XI - 1) * plane + off + c0 + CB);
+    // SAFETY: the function contract (AVX2, bounds).
+    unsafe {
+        let zv = _mm256_set1_epi16(za as i16);
+        let mut d = [_mm256_setzero_si256(); XI];
+        for (dk, sk) in d.iter_mut().zip(src) {
+            let raw = _mm_loadu_si128(T::as_bytes(sk).as_ptr().add(c0) as *const __m128i);
+            let wide = if T::SIGNED {
+                _mm256_cvtepi8_epi16(raw)
+            } else {
+                _mm256_cvtepu8_epi16(raw)
+            };
+            *dk = _mm256_sub_epi16(wide, zv);
+        }
+        // Bᵀ down each column j, then along each row i (as in `transform_input`).
+        let mut t = [_mm256_setzero_si256(); XI];
+        for j in 0..4 {
+            let (d0, d1, d2, d3) = (d[j], d[4 + j], d[8 + j], d[12 + j]);
+            t[j] = _mm256_sub_epi16(d0, d2);
+            t[4 + j] = _mm256_add_epi16(d1, d2);
+            t[8 + j] = _mm256_sub_epi16(d2, d1);
+            t[12 + j] = _mm256_sub_epi16(d1, d3);
+        }
+        let p = v.as_mut_ptr().add(off + c0);
+        for i in 0..4 {
+            let (t0, t1, t2, t3) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+            let out = [
+                _mm256_sub_epi16(t0, t2),
+                _mm256_add_epi16(t1, t2),
+                _mm256_sub_epi16(t2, t1),
+                _mm256_sub_epi16(t1, t3),
+            ];
+            for (j, o) in out.into_iter().enumerate() {
+                _mm256_storeu_si256(p.add((4 * i + j) * plane) as *mut __m256i, o);
+            }
+        }
+    }
+}
+
+/// `Aᵀ M A >> 2` of tile row `r` of the 16 `M_ξ` tiles: the 2×2 outputs (`[dy][dx]`), 16
+/// channels each. Aᵀ applied to four values is `[m0 + m1 + m2, m1 − m2 − m3]` (wrapping:
+/// see the module docs), down each column, then along each row.
+#[inline(always)]
+fn output_tile(m: &[[i32; TILE]; XI], r: usize) -> [[[i32; NR]; 2]; 2] {
+    let mut y = [[[0i32; NR]; 2]; 2];
+    let rows: [&[i32; NR]; XI] =
+        std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
+    for l in 0..NR {
+        let mut s = [0i32; 8];
+        for j in 0..4 {
+            let (m0, m1, m2, m3) = (rows[j][l], rows[4 + j][l], rows[8 + j][l], rows[12 + j][l]);
+            s[j] = m0.wrapping_add(m1).wrapping_add(m2);
+            s[4 + j] = m1.wrapping_sub(m2).wrapping_sub(m3);
+        }
+        for a in 0..2 {
+            let (s0, s1, s2, s3) = (s[4 * a], s[4 * a + 1], s[4 * a + 2], s[4 * a + 3]);
+            y[a][0][l] = s0.wrapping_add(s1).wrapping_add(s2) >> 2;
+            y[a][1][l] = s1.wrapping_sub(s2).wrapping_sub(s3) >> 2;
+        }
+    }
+    y
+}
+
+/// One 6×16 (or fewer rows) i16 GEMM tile on the chosen micro-kernel.
+#[inline(always)]
+fn gemm_i16<const AVX2: bool>(
+    rows: usize,
+    kgroups: usize,
+    a: &[u32],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let lda = kgroups;
+    assert!(rows <= MR && a.len() >= (rows - 1) * lda + kgroups && b.len() >= kgroups * NR * 2);
+    macro_rules! call {
+        ($r:literal) => {{
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 {
+                // SAFETY: `AVX2` is only true inside the AVX2 wrapper (the CPU has AVX2), and
+                // the bounds were asserted above.
+                unsafe {
+                    crate::x86_64::avx2::gemm::avx2_gemm_i16_6x16::<$r>(kgroups, a, lda, b, out)
+                };
+                return;
+            }
+            crate::generic::gemm::generic_gemm_i16_6x16::<$r>(kgroups, a, lda, b, out)
+        }};
+    }
+    match rows {
+        1 => call!(1),
+        2 => call!(2),
+        3 => call!(3),
+        4 => call!(4),
+        5 => call!(5),
+        _ => call!(6),
+    }
+}
