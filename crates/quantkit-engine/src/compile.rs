@@ -460,11 +460,7 @@ impl<'g> Matcher<'g> {
         let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
         let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
-        let kind = if weights.is_depthwise() {
-            "depthwise conv2d"
-        } else {
-            "conv2d"
-        };
+        let kind = conv_kind(&weights);
         let desc = format!(
             "{kind} {}→{} {}x{} {}",
             qx.dtype,
@@ -977,11 +973,7 @@ impl<'g> Matcher<'g> {
             let group = params.groups;
             let weights = ConvWeights::new(wv, channels, w.shape[1] * group, params, &wz)
                 .map_err(|e| format!("packing weights: {e}"))?;
-            let kind = if weights.is_depthwise() {
-                "depthwise conv2d"
-            } else {
-                "conv2d"
-            };
+            let kind = conv_kind(&weights);
             (
                 DynOp::Conv(weights),
                 format!("{kind} {}x{}", w.shape[2], w.shape[3]),
@@ -1366,4 +1358,14 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
         last_use,
         report,
     })
+}
+
+/// The step name's kernel family: `depthwise conv2d`, `winograd conv2d` or `conv2d`
+/// (im2col + GEMM).
+pub(crate) fn conv_kind(weights: &ConvWeights) -> &'static str {
+    match weights.method() {
+        "depthwise" => "depthwise conv2d",
+        "winograd" => "winograd conv2d",
+        _ => "conv2d",
+    }
 }

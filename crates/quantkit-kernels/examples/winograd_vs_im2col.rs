@@ -3,7 +3,7 @@
 //! weights packed both ways, alternating calls, best of `REPS`.
 //!
 //! ```text
-//! RAYON_NUM_THREADS=1 cargo run --release -p quantkit-kernels --example winograd_vs_im2col -- [REPS] [BATCH]
+//! RAYON_NUM_THREADS=1 cargo run --release -p quantkit-kernels --example winograd_vs_im2col -- [REPS] [BATCH] [LAYER]
 //! ```
 //! Prints each layer's time on both paths, the throughput in direct-convolution MACs per
 //! second (so the two are comparable), and the im2col / Winograd time ratio. Layers with
@@ -18,7 +18,7 @@ fn main() {
             .nth(i)
             .map_or(default, |s| s.parse().expect("a number"))
     };
-    let (reps, batch) = (arg(1, 20), arg(2, 64));
+    let (reps, batch, only) = (arg(1, 20), arg(2, 64), arg(3, usize::MAX));
     let p = ConvParams {
         pads: [1; 4],
         ..ConvParams::new(3, 3)
@@ -33,13 +33,17 @@ fn main() {
     println!(
         "layer (H×W C_in→C_out)  path       time      GMAC/s   im2col     GMAC/s   im2col/path"
     );
-    for (hw, ci, co) in [
+    let layers = [
         (64, 3, 32),
         (32, 32, 64),
         (16, 64, 128),
         (8, 128, 256),
         (14, 32, 64),
-    ] {
+    ];
+    for (i, &(hw, ci, co)) in layers.iter().enumerate() {
+        if only != usize::MAX && only != i {
+            continue;
+        }
         let w: Vec<i8> = (0..co * ci * 9).map(|_| rnd() as i8).collect();
         let x: Vec<u8> = (0..batch * hw * hw * ci).map(|_| rnd() as u8).collect();
         let input = NhwcInput {

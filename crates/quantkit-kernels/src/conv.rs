@@ -21,6 +21,7 @@ use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
 use crate::gemm::{gemm_strided, Activations, PackedWeights, TileWriter};
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
+use crate::small_cin::{self, SmallCin};
 use crate::winograd::{self, WinogradConv, WinogradWeights};
 use rayon::prelude::*;
 
@@ -118,6 +119,9 @@ pub struct NhwcInput<'a, T> {
 enum Kind {
     Gemm(Vec<PackedWeights>),
     Winograd(WinogradWeights),
+    /// im2col + GEMM with channels padded to pairs and panels packed from widened pixels
+    /// ([`crate::small_cin`]); the weights have `K = kh·kw·cp`.
+    SmallCin(PackedWeights),
     Depthwise {
         /// `[ky][kx][co]` of `w − zw`.
         taps: Vec<i32>,
@@ -129,11 +133,14 @@ enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvAlgorithm {
     /// Winograd F(2×2, 3×3) for 3×3 stride-1 undilated single-group convs with at least
-    /// 8 input channels whose exactness bound holds ([`crate::winograd`]); im2col + GEMM
-    /// otherwise.
+    /// 8 input channels whose exactness bound holds ([`crate::winograd`]); for single-group
+    /// convs with at most 4 input channels (other than 1×1 stride-1 unpadded ones, which
+    /// need no im2col), im2col + GEMM with channels padded to pairs and panels packed
+    /// directly from widened pixels; im2col + GEMM otherwise.
     #[default]
     Auto,
-    /// Always im2col + GEMM (the reference path Winograd is tested against).
+    /// Always the plain im2col + GEMM (the reference path Winograd and the few-channel
+    /// packing are tested against).
     Im2col,
 }
 
@@ -223,8 +230,30 @@ impl ConvWeights {
         } else {
             None
         };
+        let one_by_one =
+            params.kernel == [1, 1] && params.stride == [1, 1] && params.pads == [0; 4];
         let kind = if let Some(ww) = winograd {
             Kind::Winograd(ww)
+        } else if algorithm == ConvAlgorithm::Auto
+            && g == 1
+            && c_in <= small_cin::MAX_C_IN
+            && !one_by_one
+        {
+            let cp = small_cin::padded_channels(c_in);
+            let zps: Vec<i32> = (0..c_out).map(zp).collect();
+            Kind::SmallCin(PackedWeights::from_fn(
+                kh * kw * cp,
+                c_out,
+                &zps,
+                |kk, j| {
+                    let (tap, ci) = (kk / cp, kk % cp);
+                    if ci < c_in {
+                        weights[widx(j, ci, tap / kw, tap % kw)]
+                    } else {
+                        0
+                    }
+                },
+            )?)
         } else if cin_g == 1 && g == c_in && g > 1 {
             let mut taps = vec![0i32; kh * kw * c_out];
             for co in 0..c_out {
@@ -274,11 +303,13 @@ impl ConvWeights {
         matches!(self.kind, Kind::Depthwise { .. })
     }
 
-    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"` or `"gemm"`.
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"gemm-pairs"`
+    /// (im2col + GEMM over channels padded to pairs, for C_in ≤ 4) or `"gemm"`.
     pub fn method(&self) -> &'static str {
         match self.kind {
             Kind::Depthwise { .. } => "depthwise",
             Kind::Winograd(_) => "winograd",
+            Kind::SmallCin(_) => "gemm-pairs",
             Kind::Gemm(_) => "gemm",
         }
     }
@@ -535,6 +566,22 @@ fn conv_impl<T: ActElem, O: QuantType>(
                     // chunks' band ranges (hence their pixels) are disjoint.
                     unsafe { wc.bands(isa, range, s, &writer) }
                 });
+        }
+        Kind::SmallCin(pw) => {
+            let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());
+            let rows = |first: usize, out: &mut [u8]| sc.rows(first, out);
+            let panel = |q: usize, dst: &mut [u32], sums: &mut [i32]| sc.panel(q, dst, sums);
+            let a = Activations::gather_panels(&rows, &panel, T::SIGNED, m, sc.k(), x.zero_point);
+            match stage {
+                None => {
+                    let o = out_i32.as_deref_mut().expect("i32 output");
+                    gemm_strided::<O>(isa, &a, pw, None, Some(o), None, c_out)?;
+                }
+                Some(st) => {
+                    let o = out_q.as_deref_mut().expect("quantized output");
+                    gemm_strided::<O>(isa, &a, pw, Some(st), None, Some(o), c_out)?;
+                }
+            }
         }
         Kind::Gemm(packs) => {
             let g = p.groups;

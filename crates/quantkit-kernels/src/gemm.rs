@@ -320,6 +320,12 @@ impl PackedWeights {
         self.k
     }
 
+    /// Whether every weight zero point is 0, so that the epilogue ignores activation row
+    /// sums.
+    pub(crate) fn zero_points_all_zero(&self) -> bool {
+        self.zw_all_zero
+    }
+
     /// Number of output columns N.
     pub fn n(&self) -> usize {
         self.n
@@ -367,8 +373,15 @@ enum ActData<'a> {
     Gather {
         f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
         signed: bool,
+        /// Optional direct packer of whole panels in the pairs geometry (scalar, AVX2):
+        /// `panel(p, dst, sums)` writes panel `p` (rows `6p..6p+6`, all inside M) and its
+        /// row sums exactly as gathering and packing those rows would.
+        panel: Option<&'a PanelFn<'a>>,
     },
 }
+
+/// A direct packer of one full activation panel: `(panel index, words, row sums)`.
+pub(crate) type PanelFn<'a> = dyn Fn(usize, &mut [u32], &mut [i32]) + Sync + 'a;
 
 impl std::fmt::Debug for ActData<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -418,7 +431,33 @@ impl<'a> Activations<'a> {
         zero_point: i32,
     ) -> Self {
         Activations {
-            data: ActData::Gather { f, signed },
+            data: ActData::Gather {
+                f,
+                signed,
+                panel: None,
+            },
+            m,
+            k,
+            zero_point,
+        }
+    }
+
+    /// [`Activations::gather`] with a direct packer for full panels in the pairs geometry
+    /// (see [`PanelFn`]); other panels and geometries are gathered by `f` and packed.
+    pub(crate) fn gather_panels(
+        f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
+        panel: &'a PanelFn<'a>,
+        signed: bool,
+        m: usize,
+        k: usize,
+        zero_point: i32,
+    ) -> Self {
+        Activations {
+            data: ActData::Gather {
+                f,
+                signed,
+                panel: Some(panel),
+            },
             m,
             k,
             zero_point,
@@ -518,7 +557,13 @@ pub(crate) fn pack_a_panel(
             unsafe { std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len()) },
             0x80,
         ),
-        ActData::Gather { f, signed } => {
+        ActData::Gather { f, signed, panel } => {
+            if let Some(panel) = panel {
+                if rows == geom.mr && geom == PanelGeometry::PAIRS {
+                    panel(p, dst, sums);
+                    return;
+                }
+            }
             GATHERED.with_borrow_mut(|buf| {
                 buf.resize(rows * k, 0);
                 f(p * geom.mr, &mut buf[..rows * k]);

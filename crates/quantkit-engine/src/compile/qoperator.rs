@@ -4,7 +4,9 @@
 //! `DQ → Conv/Gemm/MatMul → Q` it stands for. MaxPool and layout ops whose input is known to
 //! hold codes (a QuantizeLinear's or a QLinear op's output) run on the codes directly.
 
-use super::{conv_params, is_default_domain, pool_params, Matched, Matcher, Qp, Why, LAYOUT_OPS};
+use super::{
+    conv_kind, conv_params, is_default_domain, pool_params, Matched, Matcher, Qp, Why, LAYOUT_OPS,
+};
 use crate::steps::{CodeStep, ConvStep, GemmStep, GraphOp, MaxPoolStep};
 use quantkit_graph::ops;
 use quantkit_graph::{DType, Data, Node, Tensor};
@@ -152,11 +154,7 @@ impl<'g> Matcher<'g> {
         let stage = self.stage(qx.scale, &w.scales, qy, saturation(qy), bias, 1.0)?;
         let weights = ConvWeights::new(&w.values, c_out, c_in, params, &w.zero_points)
             .map_err(|e| format!("packing weights: {e}"))?;
-        let kind = if weights.is_depthwise() {
-            "depthwise conv2d"
-        } else {
-            "conv2d"
-        };
+        let kind = conv_kind(&weights);
         let desc = format!(
             "{kind} {}→{} {}x{} {}{}{}",
             qx.dtype,
