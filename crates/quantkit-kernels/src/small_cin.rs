@@ -189,18 +189,22 @@ impl<'a> SmallCin<'a> {
             && iy_hi < h as isize
         {
             let (iy0, ix0) = (iy_lo as usize, ix_lo as usize);
-            for (g, words) in dst.chunks_exact_mut(MR).enumerate() {
-                let (tap, hh) = (g / wp, g % wp);
-                let (ky, kx) = (tap / kw, tap % kw);
-                let pix = (b * h + iy0 + ky * dh) * w + ix0 + kx * dw;
-                let src: &[u32; MR] = self.wide[hh * pixels + pix..][..MR]
-                    .try_into()
-                    .expect("6 words");
-                words.copy_from_slice(src);
-                if self.need_sums && hh == 0 {
-                    let s: &[i32; MR] = self.sums[pix..][..MR].try_into().expect("6 sums");
-                    for (a, &v) in sums.iter_mut().zip(s) {
-                        *a += v;
+            let mut words = dst.chunks_exact_mut(MR);
+            for ky in 0..kh {
+                let row = (b * h + iy0 + ky * dh) * w + ix0;
+                for kx in 0..kw {
+                    let pix = row + kx * dw;
+                    for (hh, out) in (0..wp).zip(words.by_ref()) {
+                        let src: &[u32; MR] = self.wide[hh * pixels + pix..][..MR]
+                            .try_into()
+                            .expect("6 words");
+                        out.copy_from_slice(src);
+                    }
+                    if self.need_sums {
+                        let s: &[i32; MR] = self.sums[pix..][..MR].try_into().expect("6 sums");
+                        for (a, &v) in sums.iter_mut().zip(s) {
+                            *a += v;
+                        }
                     }
                 }
             }
