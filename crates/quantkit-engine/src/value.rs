@@ -3,6 +3,7 @@
 //! see is in ONNX's NCHW order.
 
 use quantkit_graph::{map_data, Data, Tensor};
+use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// A tensor and whether its 4-D data is stored NHWC. `tensor.shape` is the stored
@@ -58,12 +59,48 @@ pub(crate) fn permute4(t: &Tensor, perm: [usize; 4]) -> Tensor {
     let shape: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
     let in_strides = [s[1] * s[2] * s[3], s[2] * s[3], s[3], 1];
     let st: [usize; 4] = std::array::from_fn(|i| in_strides[perm[i]]);
-    let data = map_data!(&t.data, v => gather4(v, &shape, st));
+    // The two layout changes are a transpose of each image's [C, H·W] or [H·W, C] matrix.
+    let per_image = match perm {
+        [0, 2, 3, 1] => Some((s[1], s[2] * s[3])),
+        [0, 3, 1, 2] => Some((s[1] * s[2], s[3])),
+        _ => None,
+    };
+    let data = match per_image {
+        Some((rows, cols)) => map_data!(&t.data, v => transpose_images(v, rows, cols)),
+        None => map_data!(&t.data, v => gather4(v, &shape, st)),
+    };
     Tensor {
         dtype: t.dtype,
         shape,
         data,
     }
+}
+
+/// Transposes every `[rows, cols]` matrix of `v` (one per image), in 32×32 blocks so that
+/// both sides stay in cache whatever the strides, images in parallel.
+fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
+    const B: usize = 32;
+    let len = rows * cols;
+    let Some(&first) = v.first() else {
+        return Vec::new();
+    };
+    let mut out = vec![first; v.len()];
+    out.par_chunks_mut(len)
+        .zip(v.par_chunks(len))
+        .for_each(|(dst, src)| {
+            for r0 in (0..rows).step_by(B) {
+                let r1 = (r0 + B).min(rows);
+                for c0 in (0..cols).step_by(B) {
+                    for c in c0..(c0 + B).min(cols) {
+                        let d = &mut dst[c * rows + r0..c * rows + r1];
+                        for (o, r) in d.iter_mut().zip(r0..r1) {
+                            *o = src[r * cols + c];
+                        }
+                    }
+                }
+            }
+        });
+    out
 }
 
 fn gather4<T: Copy>(v: &[T], shape: &[usize], st: [usize; 4]) -> Vec<T> {
@@ -94,5 +131,41 @@ pub(crate) fn tensor_i8(shape: Vec<usize>, v: Vec<i8>) -> Tensor {
         dtype: quantkit_graph::DType::I8,
         shape,
         data: Data::I8(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blocked per-image transpose equals the plain strided gather for both layout
+    /// changes, on shapes that are not multiples of the block (and a 1×1 image).
+    #[test]
+    fn layout_transposes_equal_the_strided_gather() {
+        for shape in [[2, 3, 37, 41], [1, 64, 5, 7], [3, 33, 1, 1], [1, 1, 40, 33]] {
+            let len: usize = shape.iter().product();
+            let t = Tensor {
+                dtype: quantkit_graph::DType::U8,
+                shape: shape.to_vec(),
+                data: Data::U8((0..len).map(|i| (i * 7 % 251) as u8).collect()),
+            };
+            for perm in [[0, 2, 3, 1], [0, 3, 1, 2]] {
+                let got = permute4(&t, perm);
+                let s = &t.shape;
+                let in_strides = [s[1] * s[2] * s[3], s[2] * s[3], s[3], 1];
+                let st: [usize; 4] = std::array::from_fn(|i| in_strides[perm[i]]);
+                let want = map_data!(&t.data, v => gather4(v, &got.shape, st));
+                assert_eq!(got.data, want, "{shape:?} {perm:?}");
+                let back = permute4(
+                    &got,
+                    if perm == [0, 2, 3, 1] {
+                        [0, 3, 1, 2]
+                    } else {
+                        [0, 2, 3, 1]
+                    },
+                );
+                assert_eq!(back.data, t.data, "{shape:?} {perm:?} round trip");
+            }
+        }
     }
 }
