@@ -909,3 +909,135 @@ fn add_mixes_layouts_and_falls_back_on_broadcast() {
         }
     }
 }
+
+/// The quantizer leaves out the zero point of symmetric weight and int32 bias
+/// DequantizeLinear nodes (optional in ONNX, default 0): such a Conv or MatMul must still
+/// compile into its integer step and give the codes of the same graph with explicit
+/// all-zero zero points, which equal QLinearConv's with `w_zero_point = 0`.
+#[test]
+fn weight_and_bias_without_zero_point_compile_to_the_same_integer_step() {
+    let mut rng = Lcg(70);
+    let (n, c, hw, m) = (2, 3, 6, 5);
+    let build = |op: &str, explicit: bool, rng: &mut Lcg| -> (Graph, Tensor) {
+        let mut g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            ..Default::default()
+        };
+        let (xshape, wshape, axis): (Vec<usize>, Vec<usize>, i64) = if op == "Conv" {
+            (vec![n, c, hw, hw], vec![m, c, 3, 3], 0)
+        } else {
+            (vec![n, 4 * c], vec![4 * c, m], 1)
+        };
+        g.inputs = vec![ValueInfo::new("xq", DType::U8, &xshape)];
+        g.outputs = vec![ValueInfo::new("yq", DType::U8, &[])];
+        let wlen: usize = wshape.iter().product();
+        let w_s: Vec<f32> = (0..m).map(|_| rng.float(0.002, 0.02)).collect();
+        let gi = &mut g.initializers;
+        gi.insert("xs".into(), Tensor::scalar_f32(0.02));
+        gi.insert("xz".into(), scalar(DType::U8, 117));
+        gi.insert(
+            "w".into(),
+            Tensor::new(
+                wshape,
+                Data::I8((0..wlen).map(|_| rng.int(-127, 127) as i8).collect()),
+            )
+            .unwrap(),
+        );
+        gi.insert("ws".into(), f32s(w_s.clone()));
+        gi.insert("wz".into(), i8s(vec![0; m]));
+        gi.insert(
+            "b".into(),
+            Tensor::new(
+                vec![m],
+                Data::I32((0..m).map(|_| rng.int(-3000, 3000)).collect()),
+            )
+            .unwrap(),
+        );
+        gi.insert("bs".into(), f32s(w_s.iter().map(|&s| 0.02 * s).collect()));
+        gi.insert(
+            "bz".into(),
+            Tensor::new(vec![m], Data::I32(vec![0; m])).unwrap(),
+        );
+        gi.insert("ys".into(), Tensor::scalar_f32(0.05));
+        gi.insert("yz".into(), scalar(DType::U8, 90));
+        let (wdq, bdq): (&[&str], &[&str]) = if explicit {
+            (&["w", "ws", "wz"], &["b", "bs", "bz"])
+        } else {
+            (&["w", "ws"], &["b", "bs"])
+        };
+        let mut nodes = vec![
+            Node::new("dqx", "DequantizeLinear", &["xq", "xs", "xz"], &["xf"]),
+            Node::new("dqw", "DequantizeLinear", wdq, &["wf"])
+                .with_attr("axis", AttrValue::Int(axis)),
+        ];
+        if op == "Conv" {
+            nodes.push(
+                Node::new("dqb", "DequantizeLinear", bdq, &["bf"])
+                    .with_attr("axis", AttrValue::Int(0)),
+            );
+            nodes.push(Node::new("op", "Conv", &["xf", "wf", "bf"], &["y"]));
+        } else {
+            nodes.push(Node::new("op", "MatMul", &["xf", "wf"], &["y"]));
+        }
+        nodes.push(Node::new(
+            "q",
+            "QuantizeLinear",
+            &["y", "ys", "yz"],
+            &["yq"],
+        ));
+        g.nodes = nodes;
+        let x = codes(DType::U8, &xshape, rng);
+        (g, x)
+    };
+    for op in ["Conv", "MatMul"] {
+        let seed = rng.0;
+        let (with, x) = build(op, true, &mut rng);
+        rng.0 = seed;
+        let (without, x2) = build(op, false, &mut rng);
+        assert_eq!(x, x2);
+        assert_eq!(without.nodes[1].inputs.len(), 2);
+        let mut got = Vec::new();
+        for g in [&with, &without] {
+            let plan = compile(g, &EngineOptions::default()).unwrap();
+            let r = plan.report().iter().find(|r| r.node == "op").unwrap();
+            assert!(
+                matches!(r.placement, Placement::Integer { .. }),
+                "{op}: {r:?}"
+            );
+            got.push(plan.run(vec![("xq", x.clone())]).unwrap().remove(0).1);
+        }
+        assert_eq!(got[0], got[1], "{op}: codes differ without the zero points");
+        if op == "Conv" {
+            let gi = &with.initializers;
+            let qnode = Node::new(
+                "ref",
+                "QLinearConv",
+                &["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                &["yq"],
+            );
+            let args: Vec<Option<&Tensor>> = vec![
+                Some(&x),
+                Some(&gi["xs"]),
+                Some(&gi["xz"]),
+                Some(&gi["w"]),
+                Some(&gi["ws"]),
+                Some(&gi["wz"]),
+                Some(&gi["ys"]),
+                Some(&gi["yz"]),
+                Some(&gi["b"]),
+            ];
+            let want = qlinear_conv::eval(
+                &OpCtx {
+                    node: &qnode,
+                    opset: 17,
+                },
+                &args,
+            )
+            .unwrap()
+            .remove(0);
+            assert_eq!(got[1].to_i64_vec(), want.to_i64_vec());
+            let v = want.to_i64_vec();
+            assert!(v.iter().any(|&c| c != v[0]), "constant output");
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::error::{graph, PtqError, Result};
 use quantkit_graph::{passes, AttrValue, Graph, Node, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What [`prepare`] changed.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -182,6 +182,56 @@ pub(crate) fn unique(g: &Graph, base: &str) -> String {
         .map(|k| format!("{base}_{k}"))
         .find(|n| !taken(n))
         .expect("unbounded")
+}
+
+/// Fresh names for the values and nodes a rewrite adds: a name is never one the graph
+/// already uses (graph inputs and outputs, initializers, any node's inputs and outputs;
+/// node names separately) nor one handed out before; a taken base gets `_1`, `_2`...
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Namer {
+    values: HashSet<String>,
+    nodes: HashSet<String>,
+}
+
+impl Namer {
+    /// Reserves every name `g` uses.
+    pub(crate) fn new(g: &Graph) -> Namer {
+        let mut values: HashSet<String> = g
+            .inputs
+            .iter()
+            .chain(&g.outputs)
+            .map(|v| v.name.clone())
+            .chain(g.initializers.keys().cloned())
+            .collect();
+        for n in &g.nodes {
+            values.extend(n.inputs.iter().chain(&n.outputs).cloned());
+        }
+        let nodes = g.nodes.iter().map(|n| n.name.clone()).collect();
+        Namer { values, nodes }
+    }
+
+    fn fresh_in(set: &mut HashSet<String>, base: &str) -> String {
+        let name = if set.contains(base) {
+            (1..)
+                .map(|k| format!("{base}_{k}"))
+                .find(|n| !set.contains(n))
+                .expect("unbounded")
+        } else {
+            base.to_string()
+        };
+        set.insert(name.clone());
+        name
+    }
+
+    /// A value (tensor) name no other value has.
+    pub(crate) fn value(&mut self, base: &str) -> String {
+        Namer::fresh_in(&mut self.values, base)
+    }
+
+    /// A node name no other node has.
+    pub(crate) fn node(&mut self, base: &str) -> String {
+        Namer::fresh_in(&mut self.nodes, base)
+    }
 }
 
 /// Drops initializers that no node and no graph output reads.

@@ -5,7 +5,7 @@
 //! integer kernel read the dequantized value and stay float.
 
 use crate::error::{core, PtqError, Result};
-use crate::prepare::{prune_initializers, unique};
+use crate::prepare::{prune_initializers, Namer};
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
 use quantkit_graph::{AttrValue, Data, Graph, Node, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -207,8 +207,30 @@ fn zp_tensor(z: &[i32], shape: &[usize], signed: bool) -> Tensor {
     qtensor(z, shape, signed)
 }
 
+/// Names of the values and nodes [`insert_qdq`] adds for one quantized activation `t`:
+/// `t_scale`, `t_zp`, `t_q` (QuantizeLinear output), `t_dq` (DequantizeLinear output, or
+/// `t` itself when `t` is a graph output; the producer then writes `t_float`), nodes `t_Q`
+/// and `t_DQ`. Made unique against the graph by [`Namer`].
+struct ActNames {
+    scale: String,
+    zp: String,
+    q: String,
+    dq: String,
+    /// What the producer writes when `t` is a graph output.
+    float: Option<String>,
+    q_node: String,
+    dq_node: String,
+}
+
 /// Inserts QDQ nodes into `g` following `plan`, with activation parameters from `act`
 /// (tensor → (scale, zero point)). Returns the rewritten graph.
+///
+/// Names stay short and readable (ONNX Runtime's `_QuantizeLinear_Output`-style suffixes
+/// were a large part of small models' files): activation `t` gets `t_scale`, `t_zp`, `t_q`,
+/// `t_dq` and nodes `t_Q`, `t_DQ`; the weight and bias of node `n` become `n.w_q`,
+/// `n.w_scale` (→ `n.w_dq` by node `n.w_DQ`) and `n.b_q`, `n.b_scale` (→ `n.b_dq`). Every
+/// generated name is unique in the graph; names of the original tensors read by other nodes
+/// and of graph inputs and outputs do not change.
 pub fn insert_qdq(
     mut g: Graph,
     plan: &Plan,
@@ -224,35 +246,46 @@ pub fn insert_qdq(
     let act_signed = opts.signed_activations;
     let graph_outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
     let quantized: HashSet<&str> = plan.quantized.iter().map(String::as_str).collect();
-    // Value each consumer reads instead of a quantized activation.
-    let dq_name = |t: &str| -> String {
-        if graph_outputs.contains(t) {
-            t.to_string()
-        } else {
-            format!("{t}_DequantizeLinear_Output")
-        }
-    };
+    let mut namer = Namer::new(&g);
+    let names: HashMap<&str, ActNames> = act
+        .keys()
+        .map(|t| {
+            let is_out = graph_outputs.contains(t);
+            let names = ActNames {
+                scale: namer.value(&format!("{t}_scale")),
+                zp: namer.value(&format!("{t}_zp")),
+                q: namer.value(&format!("{t}_q")),
+                dq: if is_out {
+                    t.clone()
+                } else {
+                    namer.value(&format!("{t}_dq"))
+                },
+                float: is_out.then(|| namer.value(&format!("{t}_float"))),
+                q_node: namer.node(&format!("{t}_Q")),
+                dq_node: namer.node(&format!("{t}_DQ")),
+            };
+            (t.as_str(), names)
+        })
+        .collect();
     let mut new_nodes: Vec<Node> = Vec::new();
     let qdq_pair = |g: &mut Graph, src: &str, t: &str, nodes: &mut Vec<Node>| {
         let (s, z) = act[t];
-        let sn = unique(g, &format!("{t}_scale"));
+        let a = &names[t];
         g.initializers
-            .insert(sn.clone(), Tensor::from_f32(&[], vec![s]));
-        let zn = unique(g, &format!("{t}_zero_point"));
+            .insert(a.scale.clone(), Tensor::from_f32(&[], vec![s]));
         g.initializers
-            .insert(zn.clone(), zp_tensor(&[z], &[], act_signed));
-        let qn = format!("{t}_QuantizeLinear_Output");
+            .insert(a.zp.clone(), zp_tensor(&[z], &[], act_signed));
         nodes.push(Node::new(
-            &format!("{t}_QuantizeLinear"),
+            &a.q_node,
             "QuantizeLinear",
-            &[src, &sn, &zn],
-            &[&qn],
+            &[src, &a.scale, &a.zp],
+            &[&a.q],
         ));
         nodes.push(Node::new(
-            &format!("{t}_DequantizeLinear"),
+            &a.dq_node,
             "DequantizeLinear",
-            &[&qn, &sn, &zn],
-            &[&dq_name(t)],
+            &[&a.q, &a.scale, &a.zp],
+            &[&a.dq],
         ));
     };
     let inputs: Vec<String> = g.inputs.iter().map(|i| i.name.clone()).collect();
@@ -265,25 +298,25 @@ pub fn insert_qdq(
     for mut n in nodes {
         let in0 = n.inputs.first().cloned().unwrap_or_default();
         for v in n.inputs.iter_mut() {
-            if act.contains_key(v.as_str()) && !graph_outputs.contains(v.as_str()) {
-                *v = dq_name(v);
+            if let Some(a) = names.get(v.as_str()) {
+                *v = a.dq.clone();
             }
         }
         if quantized.contains(n.name.as_str()) && WEIGHTED.contains(&n.op_type.as_str()) {
-            quantize_weights(&mut g, &mut n, &in0, act, opts, &mut new_nodes)?;
+            quantize_weights(&mut g, &mut namer, &mut n, &in0, act, opts, &mut new_nodes)?;
         }
         let mut pending = Vec::new();
         for o in n.outputs.iter_mut() {
-            if o.is_empty() || !act.contains_key(o.as_str()) {
+            let Some(a) = names.get(o.as_str()) else {
                 continue;
-            }
+            };
             let t = o.clone();
-            let src = if graph_outputs.contains(&t) {
-                let pre = format!("{t}_QuantizeLinear_Input");
-                *o = pre.clone();
-                pre
-            } else {
-                t.clone()
+            let src = match &a.float {
+                Some(f) => {
+                    *o = f.clone();
+                    f.clone()
+                }
+                None => t.clone(),
             };
             pending.push((src, t));
         }
@@ -299,8 +332,10 @@ pub fn insert_qdq(
 
 /// Replaces the weight (and bias) of a Conv/ConvTranspose/Gemm/MatMul with quantized
 /// initializers read through DequantizeLinear.
+#[allow(clippy::too_many_arguments)]
 fn quantize_weights(
     g: &mut Graph,
+    namer: &mut Namer,
     n: &mut Node,
     in0: &str,
     act: &BTreeMap<String, (f32, i32)>,
@@ -377,8 +412,13 @@ fn quantize_weights(
     let q = p
         .quantize(&ws, &w.shape, RoundingMode::HalfToEven)
         .map_err(core(format!("weight `{w_name}`")))?;
-    let base = w_name.clone();
-    let qn = unique(g, &format!("{base}_quantized"));
+    // Generated names follow the node (`conv1.w_q`), or its output when it has no name.
+    let base = if n.name.is_empty() {
+        n.outputs.first().cloned().unwrap_or_default()
+    } else {
+        n.name.clone()
+    };
+    let qn = namer.value(&format!("{base}.w_q"));
     g.initializers
         .insert(qn.clone(), qtensor(&q, &w.shape, true));
     let pshape: Vec<usize> = if p.scales.len() == 1 {
@@ -386,17 +426,22 @@ fn quantize_weights(
     } else {
         vec![p.scales.len()]
     };
-    let sn = unique(g, &format!("{base}_scale"));
+    let sn = namer.value(&format!("{base}.w_scale"));
     g.initializers
         .insert(sn.clone(), Tensor::from_f32(&pshape, p.scales.clone()));
-    let zn = unique(g, &format!("{base}_zero_point"));
-    g.initializers
-        .insert(zn.clone(), zp_tensor(&p.zero_points, &pshape, true));
-    let dqn = unique(g, &format!("{base}_DequantizeLinear_Output"));
+    let mut dq_inputs = vec![qn, sn];
+    if !omit_weight_zero_point(&n.op_type, &p.zero_points) {
+        let zn = namer.value(&format!("{base}.w_zp"));
+        g.initializers
+            .insert(zn.clone(), zp_tensor(&p.zero_points, &pshape, true));
+        dq_inputs.push(zn);
+    }
+    let dqn = namer.value(&format!("{base}.w_dq"));
+    let dq_inputs: Vec<&str> = dq_inputs.iter().map(String::as_str).collect();
     let mut dq = Node::new(
-        &format!("{}_weight_DequantizeLinear", n.name),
+        &namer.node(&format!("{base}.w_DQ")),
         "DequantizeLinear",
-        &[&qn, &sn, &zn],
+        &dq_inputs,
         &[&dqn],
     );
     if let Some(a) = axis {
@@ -413,7 +458,7 @@ fn quantize_weights(
         } else {
             vec![bs.len()]
         };
-        let qbn = unique(g, &format!("{bn}_quantized"));
+        let qbn = namer.value(&format!("{base}.b_q"));
         g.initializers.insert(
             qbn.clone(),
             Tensor::new(bshape, Data::I32(qb)).expect("sizes"),
@@ -423,20 +468,17 @@ fn quantize_weights(
         } else {
             vec![bs.len()]
         };
-        let bsn = unique(g, &format!("{bn}_scale"));
+        let bsn = namer.value(&format!("{base}.b_scale"));
         let nbs = bs.len();
         g.initializers
             .insert(bsn.clone(), Tensor::from_f32(&bsshape, bs));
-        let bzn = unique(g, &format!("{bn}_zero_point"));
-        g.initializers.insert(
-            bzn.clone(),
-            Tensor::new(bsshape, Data::I32(vec![0; nbs])).expect("sizes"),
-        );
-        let bdq = unique(g, &format!("{bn}_DequantizeLinear_Output"));
+        // No zero point: an int32 bias has zero point 0, which is DequantizeLinear's default
+        // for an absent `x_zero_point` (whose type is then the int32 of `x`).
+        let bdq = namer.value(&format!("{base}.b_dq"));
         let mut node = Node::new(
-            &format!("{}_bias_DequantizeLinear", n.name),
+            &namer.node(&format!("{base}.b_DQ")),
             "DequantizeLinear",
-            &[&qbn, &bsn, &bzn],
+            &[&qbn, &bsn],
             &[&bdq],
         );
         if nbs > 1 {
@@ -446,6 +488,16 @@ fn quantize_weights(
         n.inputs[2] = bdq;
     }
     Ok(())
+}
+
+/// Whether the weight `DequantizeLinear` of an `op` node can leave out its zero point.
+/// The input is optional (default 0, its type taken from the int8 `x`), so all-zero zero
+/// points — every symmetric weight — need not be stored. Except for `Gemm`: ONNX Runtime
+/// (1.32) no longer fuses `DQ → Gemm → Q` into its int8 `QGemm` when the weight's
+/// zero point is absent (it still fuses Conv and MatMul into `QLinearConv`/`QLinearMatMul`),
+/// so Gemm weights keep an explicit zero vector.
+pub(crate) fn omit_weight_zero_point(op: &str, zero_points: &[i32]) -> bool {
+    op != "Gemm" && zero_points.iter().all(|&z| z == 0)
 }
 
 fn quantize_bias(

@@ -27,9 +27,11 @@
 //! report says why.
 
 use crate::error::{graph, Result};
+use crate::prepare::Namer;
 use crate::qdq::FloatNode;
-use quantkit_graph::{passes, AttrValue, DType, Graph, Node, Tensor};
-use std::collections::{HashMap, HashSet};
+use quantkit_graph::{passes, AttrValue, DType, Data, Graph, Node, Tensor};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Domain of ONNX Runtime's contrib operators.
 pub const MS_DOMAIN: &str = "com.microsoft";
@@ -70,6 +72,10 @@ fn is_default_domain(n: &Node) -> bool {
 /// Rewrites a QDQ graph into QOperator form. The graph must be topologically sorted (as
 /// [`crate::insert_qdq`] leaves it).
 pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
+    let zeros = RefCell::new(Zeros {
+        namer: Namer::new(&g),
+        made: BTreeMap::new(),
+    });
     let nodes = std::mem::take(&mut g.nodes);
     let graph_outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
     let mut producer: HashMap<&str, usize> = HashMap::new();
@@ -89,14 +95,17 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
     for (i, n) in nodes.iter().enumerate() {
         if n.op_type != "DequantizeLinear"
             || !is_default_domain(n)
-            || n.inputs.len() < 3
+            || n.inputs.len() < 2
             || n.outputs.is_empty()
         {
             continue;
         }
         let src = n.inputs[0].as_str();
         let constant = g.initializers.contains_key(src);
-        let from_q = producer.get(src).is_some_and(|&p| is_q(p));
+        let zp = n.inputs.get(2).filter(|z| !z.is_empty());
+        // A constant may leave its zero point out (0 of its own type, as `insert_qdq` writes
+        // symmetric weights and int32 biases); activations keep theirs.
+        let from_q = producer.get(src).is_some_and(|&p| is_q(p)) && zp.is_some();
         if !(constant || from_q) {
             continue;
         }
@@ -109,7 +118,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
             QVal {
                 q: src.to_string(),
                 scale: n.inputs[1].clone(),
-                zp: n.inputs[2].clone(),
+                zp: zp.cloned().unwrap_or_default(),
                 axis,
                 constant,
             },
@@ -132,6 +141,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
             readers: &readers,
             graph_outputs: &graph_outputs,
             qv: &qv,
+            zeros: &zeros,
         };
         match ctx.convert(n) {
             Ok(Rewrite::QLinear {
@@ -203,9 +213,13 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
             continue;
         };
         let mut dq = nodes[di].clone();
-        dq.inputs = vec![q.q.clone(), q.scale.clone(), q.zp.clone()];
+        dq.inputs = vec![q.q.clone(), q.scale.clone()];
+        if !q.zp.is_empty() {
+            dq.inputs.push(q.zp.clone());
+        }
         out.push(dq);
     }
+    g.initializers.extend(zeros.into_inner().made.into_values());
     g.nodes = out;
     drop_dead_nodes(&mut g);
     passes::topo_sort(&mut g).map_err(graph("sorting the QOperator graph"))?;
@@ -268,8 +282,16 @@ enum Rewrite {
     },
 }
 
+/// Zero points the QLinear operators require where the QDQ graph left a weight's out.
+struct Zeros {
+    namer: Namer,
+    /// `(dtype, shape)` → (name, tensor): one shared initializer per kind.
+    made: BTreeMap<(String, Vec<usize>), (String, Tensor)>,
+}
+
 struct Ctx<'a> {
     g: &'a Graph,
+    zeros: &'a RefCell<Zeros>,
     nodes: &'a [Node],
     readers: &'a HashMap<&'a str, Vec<usize>>,
     graph_outputs: &'a HashSet<String>,
@@ -393,6 +415,52 @@ impl Ctx<'_> {
         ))
     }
 
+    /// The zero point of constant `w` (of type `dtype`), or, where the QDQ graph left it out,
+    /// the name of a zero initializer of that type, shared by every weight that needs one:
+    /// a scalar when `scalar` (QLinearConv's `w_zero_point` may be a scalar with a
+    /// per-channel `w_scale`), else shaped like `w`'s scale. QLinearConv, QLinearMatMul and
+    /// QGemm have no optional weight zero point.
+    fn zero_point(
+        &self,
+        w: &QVal,
+        dtype: DType,
+        scalar: bool,
+    ) -> std::result::Result<String, String> {
+        if !w.zp.is_empty() {
+            return Ok(w.zp.clone());
+        }
+        let shape = if scalar {
+            vec![]
+        } else {
+            self.g
+                .initializers
+                .get(&w.scale)
+                .ok_or_else(|| format!("weight scale `{}` is not a constant", w.scale))?
+                .shape
+                .clone()
+        };
+        let len = shape.iter().product::<usize>();
+        let data = match dtype {
+            DType::I8 => Data::I8(vec![0; len]),
+            DType::U8 => Data::U8(vec![0; len]),
+            other => return Err(format!("weight of type {other}")),
+        };
+        let mut z = self.zeros.borrow_mut();
+        let key = (dtype.to_string(), shape.clone());
+        if let Some((name, _)) = z.made.get(&key) {
+            return Ok(name.clone());
+        }
+        let t = Tensor::new(shape, data).map_err(|e| e.to_string())?;
+        let base = if scalar {
+            format!("zero_{dtype}")
+        } else {
+            format!("zero_{dtype}_{len}")
+        };
+        let name = z.namer.value(&base);
+        z.made.insert(key, (name.clone(), t));
+        Ok(name)
+    }
+
     fn out_params(&self, q: usize) -> (String, String) {
         let n = &self.nodes[q];
         (n.inputs[1].clone(), n.inputs[2].clone())
@@ -402,8 +470,14 @@ impl Ctx<'_> {
     /// assume (our bias quantization writes exactly that product).
     fn bias_ok(&self, b: &QVal, x: &QVal, w: &QVal) -> std::result::Result<(), String> {
         let get = |n: &str| self.g.initializers.get(n).map(Tensor::to_f32_vec);
+        // An absent zero point is 0.
+        let bz = if b.zp.is_empty() {
+            Some(vec![0.0])
+        } else {
+            get(&b.zp)
+        };
         let (Some(bs), Some(xs), Some(ws), Some(bz)) =
-            (get(&b.scale), get(&x.scale), get(&w.scale), get(&b.zp))
+            (get(&b.scale), get(&x.scale), get(&w.scale), bz)
         else {
             return Err("bias parameters are not constants".into());
         };
@@ -502,14 +576,17 @@ impl Ctx<'_> {
         let (ys, yz) = self.out_params(absorbed);
         let y = self.nodes[absorbed].outputs[0].clone();
         if op == "MatMul" {
-            let w = match self.constant(n, 1) {
-                Ok((w, _)) => w,
-                Err(_) => self.act(n, 1)?,
+            let (w, wz) = match self.constant(n, 1) {
+                Ok((w, wt)) => (w, self.zero_point(w, wt, false)?),
+                Err(_) => {
+                    let w = self.act(n, 1)?;
+                    (w, w.zp.clone())
+                }
             };
             let mut node = Node::new(
                 &n.name,
                 "QLinearMatMul",
-                &[&x.q, &x.scale, &x.zp, &w.q, &w.scale, &w.zp, &ys, &yz],
+                &[&x.q, &x.scale, &x.zp, &w.q, &w.scale, &wz, &ys, &yz],
                 &[&y],
             );
             node.doc_string = n.doc_string.clone();
@@ -537,6 +614,7 @@ impl Ctx<'_> {
             }
         };
         let b = bias.unwrap_or_default();
+        let wz = self.zero_point(w, wt, op == "Conv")?;
         let (qop, domain, ins, mut attributes) = if op == "Conv" {
             let mut ins = vec![
                 x.q.clone(),
@@ -544,7 +622,7 @@ impl Ctx<'_> {
                 x.zp.clone(),
                 w.q.clone(),
                 w.scale.clone(),
-                w.zp.clone(),
+                wz.clone(),
                 ys,
                 yz,
             ];
@@ -566,7 +644,7 @@ impl Ctx<'_> {
                 x.zp.clone(),
                 w.q.clone(),
                 w.scale.clone(),
-                w.zp.clone(),
+                wz.clone(),
                 b,
                 ys,
                 yz,

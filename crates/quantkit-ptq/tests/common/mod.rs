@@ -171,3 +171,32 @@ pub fn run_ort_with(model: &Path, input: &str, x: &Tensor, optimize: bool) -> Ve
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
+
+/// The operator types of `model` after ONNX Runtime's basic and extended graph
+/// optimisations (the level that fuses QDQ node groups into its int8 kernels, e.g.
+/// `DQ → Conv → Q` into `QLinearConv`), read back from the optimized model ORT writes, in
+/// node order. Call [`have_ort`] first.
+pub fn ort_optimized_ops(model: &Path) -> Vec<String> {
+    let out = model.with_extension("ort-opt.onnx");
+    let script = format!(
+        "import onnxruntime as ort\n\
+         o = ort.SessionOptions(); o.intra_op_num_threads = 1\n\
+         o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED\n\
+         o.optimized_model_filepath = r'{}'\n\
+         ort.InferenceSession(r'{}', o, providers=['CPUExecutionProvider'])\n",
+        out.display(),
+        model.display(),
+    );
+    let o = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "onnxruntime failed on {}: {}",
+        model.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let g = quantkit_graph::load_model(&out).unwrap();
+    g.nodes.iter().map(|n| n.op_type.clone()).collect()
+}
