@@ -274,3 +274,28 @@ fn magic_number_rounding_equals_round_ties_even() {
         assert_eq!(round_half_even(h), h.round_ties_even(), "{h}");
     }
 }
+
+/// The 2×2 stride-2 max pool on f32 keeps the generic path's tap order and `>` rule: a NaN
+/// in the first tap wins, a NaN in a later tap is skipped, and of +0/−0 the first one stays.
+#[test]
+fn pair_window_f32_max_pool_keeps_the_tap_order() {
+    let p = ConvParams {
+        stride: [2, 2],
+        ..ConvParams::new(2, 2)
+    };
+    let nan = f32::NAN;
+    // One 2×2 image per case, 1 channel: taps in order (0,0), (0,1), (1,0), (1,1).
+    let cases: [([f32; 4], f32); 5] = [
+        ([nan, 1.0, 2.0, 3.0], nan),
+        ([1.0, nan, 2.0, 0.5], 2.0),
+        ([1.0, 0.5, nan, 3.0], 3.0),
+        ([0.0, -0.0, -0.0, -0.0], 0.0),
+        ([-0.0, 0.0, 0.0, -1.0], -0.0),
+    ];
+    for (taps, want) in cases {
+        let x = [taps[0], taps[1], taps[2], taps[3]];
+        let mut out = [0f32; 1];
+        max_pool(&x, [1, 2, 2, 1], &p, &mut out).unwrap();
+        assert_eq!(out[0].to_bits(), want.to_bits(), "{taps:?}");
+    }
+}

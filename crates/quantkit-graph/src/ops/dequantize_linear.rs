@@ -43,9 +43,9 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         // Per tensor: one pass over the codes, no index or i64 buffers; the same
         // `(q − zp) as f32 · s` (the difference of two 8-/16-bit codes is exact in f32).
         let (z, sc) = (zpv[0], sv[0]);
-        let y: Option<Vec<f32>> = match &x.data {
-            Data::U8(q) => Some(q.iter().map(|&q| (q as i64 - z) as f32 * sc).collect()),
-            Data::I8(q) => Some(q.iter().map(|&q| (q as i64 - z) as f32 * sc).collect()),
+        let y: Option<Vec<f32>> = match (&x.data, i32::try_from(z)) {
+            (Data::U8(q), Ok(z)) => Some(dequantize_8bit(q, z, sc)),
+            (Data::I8(q), Ok(z)) => Some(dequantize_8bit(q, z, sc)),
             _ => None,
         };
         if let Some(y) = y {
@@ -65,4 +65,25 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     } else {
         t.cast(s.dtype)
     }])
+}
+
+/// `(q − z) as f32 · s` over 8-bit codes, in i32 (the difference is exact, and i32 → f32
+/// converts in vector registers where i64 → f32 does not); compiled again with AVX2 for
+/// CPUs that have it (the same IEEE operations, so the same bits).
+fn dequantize_8bit<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
+    #[inline(always)]
+    fn body<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
+        q.iter().map(|&v| (v.into() - z) as f32 * s).collect()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn body_avx2<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
+        body(q, z, s)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was just detected.
+        return unsafe { body_avx2(q, z, s) };
+    }
+    body(q, z, s)
 }

@@ -170,18 +170,59 @@ fn per_tensor_8bit(
     }
     let (lo, hi) = out.int_range().expect("8-bit range");
     let (sc, zp) = (sv[0], zpv[0] as f32);
-    let code = |v: f32| -> i32 {
-        let d = v / sc;
-        let r = if d.is_nan() {
-            0.0
-        } else {
-            round_half_even_saturating(d)
-        };
-        (r + zp).clamp(lo as f32, hi as f32) as i32
-    };
     let data = match out {
-        DType::U8 => Data::U8(xv.iter().map(|&v| code(v) as u8).collect()),
-        _ => Data::I8(xv.iter().map(|&v| code(v) as i8).collect()),
+        DType::U8 => Data::U8(quantize_8bit(xv, sc, zp, (lo as f32, hi as f32))),
+        _ => Data::I8(quantize_8bit(xv, sc, zp, (lo as f32, hi as f32))),
     };
     make(out, x.shape.clone(), data).map(Some)
+}
+
+/// An 8-bit code type of [`quantize_8bit`].
+trait Code8: Copy {
+    fn from_i32(v: i32) -> Self;
+}
+impl Code8 for u8 {
+    #[inline(always)]
+    fn from_i32(v: i32) -> Self {
+        v as u8
+    }
+}
+impl Code8 for i8 {
+    #[inline(always)]
+    fn from_i32(v: i32) -> Self {
+        v as i8
+    }
+}
+
+/// `clamp(round_half_even(x / s) + zp, lo, hi)` with NaN → `zp`, compiled again with AVX2
+/// for CPUs that have it (the same IEEE operations, so the same codes).
+fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
+    #[inline(always)]
+    fn body<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
+        x.iter()
+            .map(|&v| {
+                let d = v / s;
+                let r = if d.is_nan() {
+                    0.0
+                } else {
+                    round_half_even_saturating(d)
+                };
+                let c = (r + zp).clamp(lo, hi);
+                // SAFETY: `c` is finite and inside the 8-bit range: `r` is not NaN (NaN
+                // became 0), ±∞ and huge values are clamped to [lo, hi].
+                T::from_i32(unsafe { c.to_int_unchecked::<i32>() })
+            })
+            .collect()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn body_avx2<T: Code8>(x: &[f32], s: f32, zp: f32, r: (f32, f32)) -> Vec<T> {
+        body(x, s, zp, r)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was just detected.
+        return unsafe { body_avx2(x, s, zp, (lo, hi)) };
+    }
+    body(x, s, zp, (lo, hi))
 }
