@@ -210,6 +210,10 @@ impl<'a> SmallCin<'a> {
             }
             return;
         }
+        if self.p.stride[1] == 1 {
+            self.panel_segments(first, dst, sums);
+            return;
+        }
         // Word by word: each row's pixel and each tap checked against the padding.
         let (mut b, mut oy, mut ox) = (b, oy, ox0);
         for (r, sum) in sums.iter_mut().enumerate() {
@@ -228,6 +232,69 @@ impl<'a> SmallCin<'a> {
                 }
             }
             ox += 1;
+            if ox == self.ow {
+                ox = 0;
+                oy += 1;
+                if oy == self.oh {
+                    oy = 0;
+                    b += 1;
+                }
+            }
+        }
+    }
+
+    /// Stride-1 panels that cross an output row or touch the padding: per stretch of one
+    /// output row and per tap, the padded columns get the pad word and the rest is one
+    /// contiguous copy.
+    fn panel_segments(&self, first: usize, dst: &mut [u32], sums: &mut [i32; MR]) {
+        let [_, h, w, _] = self.shape;
+        let [kh, kw] = self.p.kernel;
+        let [dh, dw] = self.p.dilation;
+        let wp = self.cp / 2;
+        let pixels = self.sums.len();
+        let (mut b, mut oy, mut ox) = (
+            first / (self.oh * self.ow),
+            first / self.ow % self.oh,
+            first % self.ow,
+        );
+        let mut r = 0;
+        while r < MR {
+            let seg = (MR - r).min(self.ow - ox);
+            for ky in 0..kh {
+                let iy = self.input_coord(0, oy, ky, h);
+                for kx in 0..kw {
+                    // Columns of this stretch for tap kx: ix = ox + j + kx·dw − pad_l.
+                    let ix0 = (ox + kx * dw) as isize - self.p.pads[1] as isize;
+                    let j_lo = (-ix0).clamp(0, seg as isize) as usize;
+                    let j_hi = (w as isize - ix0).clamp(j_lo as isize, seg as isize) as usize;
+                    let (j_lo, j_hi) = if iy.is_some() { (j_lo, j_hi) } else { (0, 0) };
+                    let row = iy.map_or(0, |iy| (b * h + iy) * w);
+                    for hh in 0..wp {
+                        let g = (ky * kw + kx) * wp + hh;
+                        let d = &mut dst[g * MR + r..g * MR + r + seg];
+                        // At most 6 words: a select per word, not memset/memcpy calls.
+                        let src = hh * pixels + row;
+                        for (j, d) in d.iter_mut().enumerate() {
+                            *d = if j >= j_lo && j < j_hi {
+                                self.wide[src + (ix0 + j as isize) as usize]
+                            } else {
+                                self.pad_word
+                            };
+                        }
+                    }
+                    if self.need_sums {
+                        for (j, s) in sums[r..r + seg].iter_mut().enumerate() {
+                            *s += if (j_lo..j_hi).contains(&j) {
+                                self.sums[row + (ix0 + j as isize) as usize]
+                            } else {
+                                self.pad_sum
+                            };
+                        }
+                    }
+                }
+            }
+            r += seg;
+            ox += seg;
             if ox == self.ow {
                 ox = 0;
                 oy += 1;
