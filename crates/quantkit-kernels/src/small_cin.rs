@@ -249,7 +249,7 @@ impl<'a> SmallCin<'a> {
     fn panel_segments(&self, first: usize, dst: &mut [u32], sums: &mut [i32; MR]) {
         let [_, h, w, _] = self.shape;
         let [kh, kw] = self.p.kernel;
-        let [dh, dw] = self.p.dilation;
+        let dw = self.p.dilation[1];
         let wp = self.cp / 2;
         let pixels = self.sums.len();
         let (mut b, mut oy, mut ox) = (
