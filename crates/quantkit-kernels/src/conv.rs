@@ -553,6 +553,20 @@ fn conv_impl<T: ActElem, O: QuantType>(
             if !isa.is_supported() {
                 return Err(KernelError::UnsupportedIsa { isa: isa.name() });
             }
+            // The exactness bound assumes |x − za| ≤ 255, i.e. a zero point of the
+            // activation type (as ONNX requires).
+            if !(T::MIN..=T::MAX).contains(&x.zero_point) {
+                return Err(KernelError::InvalidArgument {
+                    op: "conv2d",
+                    arg: "input zero point",
+                    reason: format!(
+                        "{} is outside the activation type's range {}..={}",
+                        x.zero_point,
+                        T::MIN,
+                        T::MAX
+                    ),
+                });
+            }
             let wc = WinogradConv::new(x, ww, p.pads, oh, ow);
             let writer = TileWriter::new(isa, c_out, stage, out_i32, out_q);
             // Chunks of whole bands, about WINOGRAD_TILES tiles each, in parallel.

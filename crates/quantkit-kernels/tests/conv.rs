@@ -418,6 +418,15 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
     assert_eq!(not(ConvParams { groups: 2, ..p }, 16, 16), "gemm");
     assert_eq!(not(ConvParams::new(5, 5), 16, 16), "gemm");
     assert_eq!(not(p, 7, 16), "gemm");
+    // Its exactness bound assumes an 8-bit zero point: anything else is an error.
+    let x0 = vec![0u8; 4 * 4 * c_in];
+    let bad = NhwcInput {
+        data: &x0,
+        shape: [1, 4, 4, c_in],
+        zero_point: 256,
+    };
+    let mut o = vec![0i32; 16 * c_out];
+    assert!(conv2d_i32_with(Isa::Scalar, &bad, &wino, &mut o).is_err());
 
     let shape = [2, 9, 10, c_in];
     let x: Vec<u8> = (0..shape.iter().product::<usize>())
