@@ -26,15 +26,7 @@ fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
 /// MaxPool writes `conv1.w_q`: the names the quantizer would generate for the input's
 /// QuantizeLinear node, its DequantizeLinear output and conv1's quantized weight.
 fn model(clash: bool) -> Graph {
-    let mut g = Graph {
-        name: "names".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
-    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
-    g.inputs.push(vi);
+    let mut g = graph_28x28("names");
     g.outputs.push(ValueInfo::new("y", DType::F32, &[1, 10]));
     g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
     let mut init = |name: &str, shape: &[usize], v: Vec<f32>| {

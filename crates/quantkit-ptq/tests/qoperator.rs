@@ -96,15 +96,7 @@ fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
 /// Two convs → Add → (Sigmoid ‖ LeakyRelu) → Concat → AveragePool → Relu →
 /// GlobalAveragePool → Reshape → MatMul(8→10) on [N, 1, 28, 28].
 fn mixed_model() -> Graph {
-    let mut g = Graph {
-        name: "mixed".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
-    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
-    g.inputs.push(vi);
+    let mut g = graph_28x28("mixed");
     g.outputs.push(ValueInfo::new("y", DType::F32, &[1, 10]));
     g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
     let mut init = |name: &str, shape: &[usize], v: Vec<f32>| {
@@ -254,15 +246,7 @@ fn every_rewritten_op_gets_ort_qlinear_form_and_runs_in_ort() {
 
 /// Conv → Clip(lo, 6) → Conv → Flatten: y [N, 4·24·24].
 fn clip_model(lo: f32) -> Graph {
-    let mut g = Graph {
-        name: "clip".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
-    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
-    g.inputs.push(vi);
+    let mut g = graph_28x28("clip");
     g.outputs
         .push(ValueInfo::new("y", DType::F32, &[1, 4 * 24 * 24]));
     g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
@@ -323,15 +307,7 @@ fn fused_clip_disappears_only_when_the_output_range_reproduces_it() {
 /// per-column QLinearMatMul, which both quantkit's executor and ONNX Runtime run.
 #[test]
 fn matmul_mlp_runs_per_column_qlinear_matmul_in_quantkit_and_ort() {
-    let mut g = Graph {
-        name: "mlp".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
-    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
-    g.inputs.push(vi);
+    let mut g = graph_28x28("mlp");
     g.outputs.push(ValueInfo::new("y", DType::F32, &[1, 10]));
     g.outputs[0].shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
     g.initializers.insert(

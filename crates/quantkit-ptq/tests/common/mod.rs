@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use quantkit_data::{open_data, BatchOptions, OpenOptions};
-use quantkit_graph::{execute, Graph, Tensor};
+use quantkit_graph::{execute, DType, Dim, Graph, Tensor, ValueInfo};
 use std::path::{Path, PathBuf};
 
 pub fn repo() -> PathBuf {
@@ -199,4 +199,19 @@ pub fn ort_optimized_ops(model: &Path) -> Vec<String> {
     );
     let g = quantkit_graph::load_model(&out).unwrap();
     g.nodes.iter().map(|n| n.op_type.clone()).collect()
+}
+
+/// An empty opset-13 graph `name` (IR 8) with one input `x` of shape `[N, 1, 28, 28]`, `N`
+/// symbolic: the start of every 28×28 test model.
+pub fn graph_28x28(name: &str) -> Graph {
+    let mut g = Graph {
+        name: name.into(),
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    g.meta.ir_version = 8;
+    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
+    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
+    g.inputs.push(vi);
+    g
 }
