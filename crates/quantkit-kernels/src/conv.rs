@@ -351,6 +351,40 @@ fn check<T>(x: &NhwcInput<'_, T>, w: &ConvWeights, out_len: usize) -> Result<[us
     Ok(os)
 }
 
+/// The output pixel `(b, oy, ox)` of the flat index `(b·oh + oy)·ow + ox`, moved on without
+/// divisions (the row gatherers walk panels pixel by pixel).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PixelPos {
+    pub b: usize,
+    pub oy: usize,
+    pub ox: usize,
+}
+
+impl PixelPos {
+    /// The position of flat pixel `pixel` in an `oh × ow` output.
+    pub(crate) fn at(pixel: usize, oh: usize, ow: usize) -> Self {
+        PixelPos {
+            b: pixel / (oh * ow),
+            oy: pixel / ow % oh,
+            ox: pixel % ow,
+        }
+    }
+
+    /// Moves `n` pixels on, `n ≤ ow − ox` (to the end of the current row at most).
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, n: usize, oh: usize, ow: usize) {
+        self.ox += n;
+        if self.ox == ow {
+            self.ox = 0;
+            self.oy += 1;
+            if self.oy == oh {
+                self.oy = 0;
+                self.b += 1;
+            }
+        }
+    }
+}
+
 /// The implicit im2col of group `gi`: row `(n, oy, ox)` holds columns `(ky, kx, ci)` of the
 /// NHWC input, the zero point where a tap falls in the padding. The GEMM calls it for one
 /// panel of rows at a time right before packing them (so the `[M, K]` matrix never exists:
@@ -426,12 +460,9 @@ impl<'a> Im2col<'a> {
         }
         let seg_len = kw * cin_g;
         let contiguous = p.dilation[1] == 1 && cin_g == c;
-        let (mut ox, mut oy, mut b) = (
-            first % self.ow,
-            (first / self.ow) % self.oh,
-            first / (self.ow * self.oh),
-        );
+        let mut pos = PixelPos::at(first, self.oh, self.ow);
         for r in 0..out.len() / k {
+            let PixelPos { b, oy, ox } = pos;
             let (kx_lo, kx_hi) = self.cols[ox];
             for ky in 0..kh {
                 let base = r * k + ky * seg_len;
@@ -465,15 +496,7 @@ impl<'a> Im2col<'a> {
                     out[base + kx_hi * cin_g..base + seg_len].fill(self.pad);
                 }
             }
-            ox += 1;
-            if ox == self.ow {
-                ox = 0;
-                oy += 1;
-                if oy == self.oh {
-                    oy = 0;
-                    b += 1;
-                }
-            }
+            pos.advance(1, self.oh, self.ow);
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{ActElem, ConvParams, NhwcInput};
+use crate::conv::{ActElem, ConvParams, NhwcInput, PixelPos};
 use crate::gemm::MR;
 
 /// Largest C_in packed this way.
@@ -125,13 +125,10 @@ impl<'a> SmallCin<'a> {
         let [_, h, w, c] = self.shape;
         let [kh, kw] = self.p.kernel;
         let k = self.k();
-        for (r, row) in out.chunks_exact_mut(k).enumerate() {
-            let pix = first + r;
-            let (b, oy, ox) = (
-                pix / (self.oh * self.ow),
-                pix / self.ow % self.oh,
-                pix % self.ow,
-            );
+        let mut pos = PixelPos::at(first, self.oh, self.ow);
+        for row in out.chunks_exact_mut(k) {
+            let PixelPos { b, oy, ox } = pos;
+            pos.advance(1, self.oh, self.ow);
             row.fill(self.pad);
             for ky in 0..kh {
                 let Some(iy) = self.input_coord(0, oy, ky, h) else {
@@ -168,11 +165,8 @@ impl<'a> SmallCin<'a> {
         let wp = self.cp / 2;
         let pixels = self.sums.len();
         let first = q * MR;
-        let (b, oy, ox0) = (
-            first / (self.oh * self.ow),
-            first / self.ow % self.oh,
-            first % self.ow,
-        );
+        let start = PixelPos::at(first, self.oh, self.ow);
+        let (b, oy, ox0) = (start.b, start.oy, start.ox);
         let dst = &mut dst[..kh * kw * wp * MR];
         let sums: &mut [i32; MR] = (&mut sums[..MR]).try_into().expect("6 rows");
         *sums = [0; MR];
@@ -215,8 +209,10 @@ impl<'a> SmallCin<'a> {
             return;
         }
         // Word by word: each row's pixel and each tap checked against the padding.
-        let (mut b, mut oy, mut ox) = (b, oy, ox0);
+        let mut pos = start;
         for (r, sum) in sums.iter_mut().enumerate() {
+            let PixelPos { b, oy, ox } = pos;
+            pos.advance(1, self.oh, self.ow);
             for ky in 0..kh {
                 let iy = self.input_coord(0, oy, ky, h);
                 for kx in 0..kw {
@@ -231,15 +227,6 @@ impl<'a> SmallCin<'a> {
                     }
                 }
             }
-            ox += 1;
-            if ox == self.ow {
-                ox = 0;
-                oy += 1;
-                if oy == self.oh {
-                    oy = 0;
-                    b += 1;
-                }
-            }
         }
     }
 
@@ -252,13 +239,10 @@ impl<'a> SmallCin<'a> {
         let dw = self.p.dilation[1];
         let wp = self.cp / 2;
         let pixels = self.sums.len();
-        let (mut b, mut oy, mut ox) = (
-            first / (self.oh * self.ow),
-            first / self.ow % self.oh,
-            first % self.ow,
-        );
+        let mut pos = PixelPos::at(first, self.oh, self.ow);
         let mut r = 0;
         while r < MR {
+            let PixelPos { b, oy, ox } = pos;
             let seg = (MR - r).min(self.ow - ox);
             for ky in 0..kh {
                 let iy = self.input_coord(0, oy, ky, h);
@@ -294,15 +278,7 @@ impl<'a> SmallCin<'a> {
                 }
             }
             r += seg;
-            ox += seg;
-            if ox == self.ow {
-                ox = 0;
-                oy += 1;
-                if oy == self.oh {
-                    oy = 0;
-                    b += 1;
-                }
-            }
+            pos.advance(seg, self.oh, self.ow);
         }
     }
 }
