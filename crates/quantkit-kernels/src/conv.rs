@@ -608,7 +608,7 @@ fn conv_impl<T: ActElem, O: QuantType>(
             let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());
             let rows = |first: usize, out: &mut [u8]| sc.rows(first, out);
             let panel = |q: usize, dst: &mut [u32], sums: &mut [i32]| sc.panel(q, dst, sums);
-            let a = Activations::gather_panels(&rows, &panel, T::SIGNED, m, sc.k(), x.zero_point);
+            let a = Activations::gather(&rows, Some(&panel), T::SIGNED, m, sc.k(), x.zero_point);
             match stage {
                 None => {
                     let o = out_i32.as_deref_mut().expect("i32 output");
@@ -632,7 +632,7 @@ fn conv_impl<T: ActElem, O: QuantType>(
                 } else {
                     gather = Im2col::new(x, p, gi, cin_g, oh, ow);
                     gather_fn = |first: usize, rows: &mut [u8]| gather.rows(first, rows);
-                    Activations::gather(&gather_fn, T::SIGNED, m, pw.k(), x.zero_point)
+                    Activations::gather(&gather_fn, None, T::SIGNED, m, pw.k(), x.zero_point)
                 };
                 let off = gi * cout_g;
                 match stage {

@@ -421,43 +421,20 @@ impl<'a> Activations<'a> {
 
     /// Activations `[m, k]` whose rows `f(first, out)` writes on demand (rows
     /// `first..first + out.len() / k`; u8 values, or the bit patterns of i8 values when
-    /// `signed`), with zero point `zero_point` in the value domain. The GEMM gathers each panel of rows right before packing it, so `[m, k]` is
-    /// never materialised (the convolution's implicit im2col).
+    /// `signed`), with zero point `zero_point` in the value domain. The GEMM gathers each
+    /// panel of rows right before packing it, so `[m, k]` is never materialised (the
+    /// convolution's implicit im2col). With `panel`, full panels in the pairs geometry are
+    /// packed by it directly instead (see [`PanelFn`]).
     pub(crate) fn gather(
         f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
+        panel: Option<&'a PanelFn<'a>>,
         signed: bool,
         m: usize,
         k: usize,
         zero_point: i32,
     ) -> Self {
         Activations {
-            data: ActData::Gather {
-                f,
-                signed,
-                panel: None,
-            },
-            m,
-            k,
-            zero_point,
-        }
-    }
-
-    /// [`Activations::gather`] with a direct packer for full panels in the pairs geometry
-    /// (see [`PanelFn`]); other panels and geometries are gathered by `f` and packed.
-    pub(crate) fn gather_panels(
-        f: &'a (dyn Fn(usize, &mut [u8]) + Sync),
-        panel: &'a PanelFn<'a>,
-        signed: bool,
-        m: usize,
-        k: usize,
-        zero_point: i32,
-    ) -> Self {
-        Activations {
-            data: ActData::Gather {
-                f,
-                signed,
-                panel: Some(panel),
-            },
+            data: ActData::Gather { f, signed, panel },
             m,
             k,
             zero_point,
