@@ -9,6 +9,10 @@
 //!   point (it represents real 0, so padded taps contribute `(za − za)·(w − zw) = 0`, exactly
 //!   as ONNX QLinearConv/ConvInteger define it), then the int8 GEMM of [`crate::gemm`], writing
 //!   each group's output channels in place (row stride `C_out`).
+//! - **3×3, stride 1, one group, C_in ≥ 8**: exact integer Winograd F(2×2, 3×3)
+//!   ([`crate::winograd`]) when its exactness bound holds, im2col otherwise.
+//! - **one group, C_in ≤ 4** (a first layer): im2col + GEMM over channels padded to pairs,
+//!   with activation panels packed straight from widened pixels (`small_cin`).
 //! - **depthwise** (`groups = C_in`, one input channel per group, any channel multiplier):
 //!   its own direct kernel, `Σ_{ky,kx} (x − za)(w − zw)` per output channel, skipping
 //!   padded taps (which contribute 0). Output rows run in parallel; the one portable body
