@@ -23,8 +23,12 @@
 
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
-use crate::gemm::{gemm_strided, Activations, PackedWeights, TileWriter};
+use crate::gemm::{
+    gemm_strided, gemm_sums_serial, Activations, PackedWeights, SerialBuf, Tile, TileWriter, MR,
+    NR, TILE,
+};
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
+use crate::pool::{max_pool, PoolElem};
 use crate::small_cin::{self, SmallCin};
 use crate::winograd::{self, WinogradConv, WinogradWeights};
 use rayon::prelude::*;
@@ -577,36 +581,9 @@ fn conv_impl<T: ActElem, O: QuantType>(
             }
         }
         Kind::Winograd(ww) => {
-            if !isa.is_supported() {
-                return Err(KernelError::UnsupportedIsa { isa: isa.name() });
-            }
-            // The exactness bound assumes |x − za| ≤ 255, i.e. a zero point of the
-            // activation type (as ONNX requires).
-            if !(T::MIN..=T::MAX).contains(&x.zero_point) {
-                return Err(KernelError::InvalidArgument {
-                    op: "conv2d",
-                    arg: "input zero point",
-                    reason: format!(
-                        "{} is outside the activation type's range {}..={}",
-                        x.zero_point,
-                        T::MIN,
-                        T::MAX
-                    ),
-                });
-            }
-            let wc = WinogradConv::new(x, ww, p.pads, oh, ow);
+            let wc = winograd_call(isa, x, ww, p, oh, ow, false)?;
             let writer = TileWriter::new(isa, c_out, stage, out_i32, out_q);
-            // Chunks of whole bands, about WINOGRAD_TILES tiles each, in parallel.
-            let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
-            let bands = wc.band_count();
-            (0..bands.div_ceil(per_chunk))
-                .into_par_iter()
-                .for_each_init(winograd::Scratch::default, |s, c| {
-                    let range = c * per_chunk..((c + 1) * per_chunk).min(bands);
-                    // SAFETY: the writer writes the checked `n·oh·ow·c_out` output, and the
-                    // chunks' band ranges (hence their pixels) are disjoint.
-                    unsafe { wc.bands(isa, range, s, &writer) }
-                });
+            run_winograd(isa, &wc, &writer);
         }
         Kind::SmallCin(pw) => {
             let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());
@@ -666,6 +643,283 @@ fn conv_impl<T: ActElem, O: QuantType>(
         }
     }
     Ok(())
+}
+
+/// The Winograd call of `x` (output `oh × ow`, or its 2×2 max pool when `pool`), after
+/// checking what its exactness bound assumes.
+fn winograd_call<'a, T: ActElem>(
+    isa: Isa,
+    x: &'a NhwcInput<'a, T>,
+    ww: &'a WinogradWeights,
+    p: &ConvParams,
+    oh: usize,
+    ow: usize,
+    pool: bool,
+) -> Result<WinogradConv<'a, T>> {
+    if !isa.is_supported() {
+        return Err(KernelError::UnsupportedIsa { isa: isa.name() });
+    }
+    // The exactness bound assumes |x − za| ≤ 255, i.e. a zero point of the activation type
+    // (as ONNX requires).
+    if !(T::MIN..=T::MAX).contains(&x.zero_point) {
+        return Err(KernelError::InvalidArgument {
+            op: "conv2d",
+            arg: "input zero point",
+            reason: format!(
+                "{} is outside the activation type's range {}..={}",
+                x.zero_point,
+                T::MIN,
+                T::MAX
+            ),
+        });
+    }
+    Ok(if pool {
+        WinogradConv::pooled(x, ww, p.pads, oh, ow)
+    } else {
+        WinogradConv::new(x, ww, p.pads, oh, ow)
+    })
+}
+
+/// Runs a Winograd call into `writer`: chunks of whole bands, about [`WINOGRAD_TILES`]
+/// tiles each, in parallel.
+fn run_winograd<T: ActElem, O: QuantType>(
+    isa: Isa,
+    wc: &WinogradConv<'_, T>,
+    writer: &TileWriter<'_, O>,
+) {
+    let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
+    let bands = wc.band_count();
+    (0..bands.div_ceil(per_chunk))
+        .into_par_iter()
+        .for_each_init(winograd::Scratch::default, |s, c| {
+            let range = c * per_chunk..((c + 1) * per_chunk).min(bands);
+            // SAFETY: the caller sized the writer's output for the call (checked shapes),
+            // and the chunks' band ranges (hence their pixels) are disjoint.
+            unsafe { wc.bands(isa, range, s, writer) }
+        });
+}
+
+/// QLinearConv followed by an ONNX MaxPool (NHWC, floor output size; `pool.groups` is
+/// ignored) in one call, on the dispatched ISA: `out` is the pooled output, whose shape is
+/// returned. The result equals [`conv2d_quant`] followed by [`max_pool`] bit for bit. A
+/// Winograd conv with a 2×2 stride-2 unpadded pool and a monotone stage
+/// ([`OutputStage::is_monotone_within`]) pools the exact sums inside the conv (one stage
+/// per window instead of four, no full-size intermediate); other convs and pools run one
+/// after the other.
+pub fn conv2d_quant_max_pool<T: ActElem, O: QuantType + PoolElem>(
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    stage: &OutputStage,
+    pool: &ConvParams,
+    out: &mut [O],
+) -> Result<[usize; 4]> {
+    conv2d_quant_max_pool_with(dispatch::isa(), x, w, stage, pool, out)
+}
+
+/// [`conv2d_quant_max_pool`] on an explicit ISA.
+pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    stage: &OutputStage,
+    pool: &ConvParams,
+    out: &mut [O],
+) -> Result<[usize; 4]> {
+    let [n, oh, ow, c_out] = conv2d_output_shape(x.shape, w)?;
+    let [ph, pw] = pool.output_size(oh, ow)?;
+    let shape = [n, ph, pw, c_out];
+    if out.len() != n * ph * pw * c_out {
+        return Err(KernelError::BufferLength {
+            op: "conv2d_max_pool",
+            arg: "output",
+            expected: n * ph * pw * c_out,
+            got: out.len(),
+        });
+    }
+    let pair_window = pool.kernel == [2, 2]
+        && pool.stride == [2, 2]
+        && pool.dilation == [1, 1]
+        && pool.pads == [0; 4];
+    if pair_window {
+        match &w.kind {
+            // |Y| < 2^29 under the Winograd bound (module docs of `winograd`).
+            Kind::Winograd(ww) if stage.is_monotone_within(1 << 29) => {
+                check(x, w, n * oh * ow * c_out)?;
+                stage.validate("conv2d", c_out)?;
+                let wc = winograd_call(isa, x, ww, &w.params, oh, ow, true)?;
+                let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
+                run_winograd(isa, &wc, &writer);
+                return Ok(shape);
+            }
+            Kind::SmallCin(_) | Kind::Gemm(_) => {
+                let pw = match &w.kind {
+                    Kind::Gemm(packs) if w.params.groups == 1 => packs.first(),
+                    Kind::SmallCin(pw) => Some(pw),
+                    _ => None,
+                };
+                // |x − za| ≤ span and |w − zw| ≤ 511 bound every exact sum.
+                let span = (T::MIN - x.zero_point)
+                    .unsigned_abs()
+                    .max((T::MAX - x.zero_point).unsigned_abs());
+                let monotone = |pw: &&PackedWeights| {
+                    stage.is_monotone_within((pw.k() as i64).saturating_mul(span as i64 * 511))
+                };
+                if let Some(pw) = pw.filter(monotone) {
+                    check(x, w, n * oh * ow * c_out)?;
+                    stage.validate("conv2d", c_out)?;
+                    if !isa.is_supported() {
+                        return Err(KernelError::UnsupportedIsa { isa: isa.name() });
+                    }
+                    pooled_gemm(isa, x, w, pw, stage, [oh, ow], out);
+                    return Ok(shape);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut full = vec![O::default(); n * oh * ow * c_out];
+    conv2d_quant_with(isa, x, w, stage, &mut full)?;
+    max_pool(&full, [n, oh, ow, c_out], pool, out)?;
+    Ok(shape)
+}
+
+/// Pooled conv rows per block of [`pooled_gemm`]: 6 conv rows, so a block's `6·ow` GEMM
+/// rows are whole 6-row panels.
+const POOLED_ROWS: usize = 3;
+
+/// Conv + 2×2 stride-2 max pool on the GEMM paths (few-channel and single-group im2col
+/// convs; the stage is monotone, checked by the caller). Blocks of up to [`POOLED_ROWS`]
+/// pooled rows of one image are summed exactly into an i32 block (their conv rows are
+/// consecutive GEMM rows), each window's four sums reduced to their maximum, and only those
+/// go through the output stage: a quarter of the stage's work, and no full-size conv output.
+fn pooled_gemm<T: ActElem, O: QuantType>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    pw: &PackedWeights,
+    stage: &OutputStage,
+    [oh, ow]: [usize; 2],
+    out: &mut [O],
+) {
+    let n = x.shape[0];
+    let c_out = w.c_out;
+    let p = &w.params;
+    let (ph, pwid) = (oh / 2, ow / 2);
+    if ph == 0 || pwid == 0 || c_out == 0 {
+        return;
+    }
+    let blocks = ph.div_ceil(POOLED_ROWS);
+    let small = matches!(w.kind, Kind::SmallCin(_))
+        .then(|| SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero()));
+    let direct = p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
+    let im2col = (small.is_none() && !direct).then(|| Im2col::new(x, p, 0, w.c_in, oh, ow));
+    let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
+    let k = pw.k();
+    (0..n * blocks).into_par_iter().for_each_init(
+        || (SerialBuf::default(), Vec::new(), Tile([0; TILE])),
+        |(buf, sums, tile), bi| {
+            let (b, py0) = (bi / blocks, bi % blocks * POOLED_ROWS);
+            let prows = POOLED_ROWS.min(ph - py0);
+            let first = (b * oh + 2 * py0) * ow;
+            let m = 2 * prows * ow;
+            sums.resize(m * c_out, 0);
+            let small_rows;
+            let small_panel;
+            let im2col_rows;
+            let a = if let Some(sc) = &small {
+                small_rows = move |r: usize, o: &mut [u8]| sc.rows(first + r, o);
+                small_panel =
+                    move |q: usize, d: &mut [u32], s: &mut [i32]| sc.panel_at(first + q * MR, d, s);
+                Activations::gather(
+                    &small_rows,
+                    Some(&small_panel),
+                    T::SIGNED,
+                    m,
+                    k,
+                    x.zero_point,
+                )
+            } else if let Some(im) = &im2col {
+                im2col_rows = move |r: usize, o: &mut [u8]| im.rows(first + r, o);
+                Activations::gather(&im2col_rows, None, T::SIGNED, m, k, x.zero_point)
+            } else {
+                T::activations(&x.data[first * k..(first + m) * k], m, k, x.zero_point)
+            };
+            gemm_sums_serial(isa, &a, pw, sums, c_out, buf);
+            // Each window's maximum, up to 16 pixels × 16 channels per stage call.
+            for r in 0..prows {
+                let row0 = &sums[2 * r * ow * c_out..][..ow * c_out];
+                let row1 = &sums[(2 * r + 1) * ow * c_out..][..ow * c_out];
+                for x0 in (0..pwid).step_by(TILE / NR) {
+                    let cnt = (TILE / NR).min(pwid - x0);
+                    for c0 in (0..c_out).step_by(NR) {
+                        let cols = NR.min(c_out - c0);
+                        window_max(
+                            isa,
+                            [row0, row1],
+                            2 * x0 * c_out + c0,
+                            cnt,
+                            cols,
+                            c_out,
+                            tile,
+                        );
+                        let pixel = (b * ph + py0 + r) * pwid + x0;
+                        // SAFETY: pooled pixels `pixel..pixel+cnt` of row `py0 + r` belong
+                        // to this block only, and channels `c0..c0+cols` exist; the caller
+                        // sized the output for `n·ph·pwid` pixels.
+                        unsafe { writer.write(tile, cnt, pixel, c0, cols, c_out) };
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// `tile[i·16 + l]` = the maximum of the 2×2 window of pooled pixel `i < cnt`, channel
+/// `l < cols`, from the two conv rows `rows` (pixels of `c_out` sums, the first window's
+/// top-left sum at `at`). Compiled with AVX2 on AVX2 machines (`vpmaxsd`: baseline x86-64
+/// has no packed i32 maximum).
+#[allow(clippy::too_many_arguments)]
+fn window_max(
+    isa: Isa,
+    rows: [&[i32]; 2],
+    at: usize,
+    cnt: usize,
+    cols: usize,
+    c_out: usize,
+    tile: &mut Tile,
+) {
+    #[inline(always)]
+    fn body(rows: [&[i32]; 2], at: usize, cnt: usize, cols: usize, c_out: usize, tile: &mut Tile) {
+        for i in 0..cnt {
+            let at = at + 2 * i * c_out;
+            let t = &mut tile.0[i * NR..i * NR + cols];
+            let (a0, a1) = (&rows[0][at..at + cols], &rows[0][at + c_out..][..cols]);
+            let (b0, b1) = (&rows[1][at..at + cols], &rows[1][at + c_out..][..cols]);
+            for ((((t, &p), &q), &r), &s) in t.iter_mut().zip(a0).zip(a1).zip(b0).zip(b1) {
+                *t = p.max(q).max(r.max(s));
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(
+        rows: [&[i32]; 2],
+        at: usize,
+        cnt: usize,
+        cols: usize,
+        c_out: usize,
+        tile: &mut Tile,
+    ) {
+        body(rows, at, cnt, cols, c_out, tile)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: every non-scalar ISA implies AVX2, and `isa` was checked as supported.
+        unsafe { avx2(rows, at, cnt, cols, c_out, tile) };
+        return;
+    }
+    let _ = isa;
+    body(rows, at, cnt, cols, c_out, tile)
 }
 
 /// ConvInteger: `out[n,oy,ox,co] = Σ (x − zx)(w − zw)` as i32, NHWC, on the dispatched ISA.

@@ -1256,6 +1256,69 @@ pub(crate) fn gemm_strided<T: QuantType>(
     Ok(())
 }
 
+/// Reused buffers of [`gemm_sums_serial`]: one packed A panel and its row sums.
+#[derive(Default)]
+pub(crate) struct SerialBuf {
+    panel: Vec<u32>,
+    sums: Vec<i32>,
+}
+
+/// The exact sums `out[r·ldc + j] = Σ_k (a − za)(w − zw)` (wrapping i32, no bias) of every
+/// row of `a` and column `j < w.n`, on the calling thread (callers parallelise over blocks
+/// of rows themselves), with the same packing, micro-kernels and corrections as
+/// [`gemm_i32`]. `isa` must be supported (checked by the caller).
+pub(crate) fn gemm_sums_serial(
+    isa: Isa,
+    a: &Activations<'_>,
+    w: &PackedWeights,
+    out: &mut [i32],
+    ldc: usize,
+    buf: &mut SerialBuf,
+) {
+    if a.m == 0 {
+        return;
+    }
+    let w = &*w.for_isa(isa);
+    assert!(
+        a.k == w.k && ldc >= w.n && out.len() >= (a.m - 1) * ldc + w.n,
+        "gemm_sums_serial: shapes"
+    );
+    let geom = w.geom;
+    let colterm = column_terms(a, w, None);
+    let ep = Epilogue {
+        colterm: &colterm,
+        zw: if w.zw_all_zero {
+            None
+        } else {
+            Some(&w.zero_points)
+        },
+    };
+    let sink: Sink<'_, u8> = Sink::I32(OutPtr(out.as_mut_ptr()));
+    let panel_len = w.kgroups * geom.mr;
+    buf.panel.resize(panel_len, 0);
+    buf.sums.resize(geom.mr, 0);
+    let mut tile = Tile([0; TILE]);
+    for q in 0..a.m.div_ceil(geom.mr) {
+        pack_a_panel(a, isa, geom, q, &mut buf.panel, &mut buf.sums);
+        let r0 = q * geom.mr;
+        let rows = geom.mr.min(a.m - r0);
+        for p in 0..w.n_panels {
+            let c0 = p * geom.nr;
+            compute_tile(isa, rows, w.kgroups, &buf.panel, w.panel(p), &mut tile);
+            let pos = TilePos {
+                rowsums: &buf.sums,
+                r0,
+                rows,
+                c0,
+                cols: geom.nr.min(w.n - c0),
+                ldc,
+            };
+            // The block lies inside `out` (asserted above), written by this thread only.
+            write_tile(isa, geom.nr, &ep, &sink, &tile, &pos);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

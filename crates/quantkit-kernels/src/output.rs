@@ -186,6 +186,28 @@ impl OutputStage {
         Ok(())
     }
 
+    /// Whether the stage is non-decreasing in the accumulator over `|acc| ≤ bound`, so
+    /// that `stage(max(a, b)) = max(stage(a), stage(b))` there (a max pool can then run on
+    /// the sums before the stage). Float requantization is (scales are ≥ 0, and conversion,
+    /// product, clamp and rounding are each monotone); fixed-point is with non-negative
+    /// multipliers. The bias must not wrap: `bound + |bias| ≤ i32::MAX`.
+    pub fn is_monotone_within(&self, bound: i64) -> bool {
+        let bias_ok = self
+            .bias
+            .as_deref()
+            .unwrap_or(&[])
+            .iter()
+            .all(|&b| bound.saturating_add((b as i64).abs()) <= i32::MAX as i64)
+            && bound <= i32::MAX as i64;
+        let requant_ok = match &self.requant {
+            Requant::Float(s) => s.iter().all(|&s| s >= 0.0),
+            Requant::FixedPoint { multipliers, .. } => {
+                multipliers.iter().all(|m| m.multiplier >= 0)
+            }
+        };
+        bias_ok && requant_ok
+    }
+
     /// The clamp range intersected with the output type's range (K4).
     pub fn range<T: QuantType>(&self) -> (i32, i32) {
         (self.act_min.max(T::MIN), self.act_max.min(T::MAX))

@@ -159,12 +159,16 @@ impl<'a> SmallCin<'a> {
     /// `g = (ky·kw + kx)·cp/2 + h`) with its stored row sums (zeros when not needed): the
     /// same words and sums as [`Self::rows`] followed by the generic packer.
     pub(crate) fn panel(&self, q: usize, dst: &mut [u32], sums: &mut [i32]) {
+        self.panel_at(q * MR, dst, sums)
+    }
+
+    /// [`Self::panel`] of the 6 rows (pixels) `first..first + 6`, all inside the output.
+    pub(crate) fn panel_at(&self, first: usize, dst: &mut [u32], sums: &mut [i32]) {
         let [_, h, w, _] = self.shape;
         let [kh, kw] = self.p.kernel;
         let [dh, dw] = self.p.dilation;
         let wp = self.cp / 2;
         let pixels = self.sums.len();
-        let first = q * MR;
         let start = PixelPos::at(first, self.oh, self.ow);
         let (b, oy, ox0) = (start.b, start.oy, start.ox);
         let dst = &mut dst[..kh * kw * wp * MR];

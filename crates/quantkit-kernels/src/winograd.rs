@@ -37,7 +37,9 @@
 //! tile, all 16 ξ), and each 6×16 block is transformed back right away and handed, two
 //! adjacent pixels × 16 channels at a time, to the GEMM's output stage (bias,
 //! requantization, clamp, store). Tiles that run past the output (odd OH/OW) are computed
-//! whole and their outside outputs dropped.
+//! whole and their outside outputs dropped. A following 2×2 stride-2 max pool can be fused:
+//! a tile is exactly one pooling window, so its four sums are reduced to their maximum and
+//! only that goes through the output stage (exact when the stage is non-decreasing).
 
 use std::ops::Range;
 
@@ -158,6 +160,9 @@ pub(crate) struct WinogradConv<'a, T> {
     tw: usize,
     /// `c_in` copies of the zero point: the source of taps in the padding (`d = 0`).
     zero: Vec<T>,
+    /// A fused 2×2 stride-2 max pool: each tile's four sums are reduced to their maximum
+    /// before the output stage, and the output is `th × tw` pixels (see [`Self::pooled`]).
+    pool: bool,
 }
 
 /// Per-thread buffers of [`WinogradConv::bands`].
@@ -189,6 +194,27 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             th: oh.div_ceil(2),
             tw: ow.div_ceil(2),
             zero: vec![zp; w.c_in],
+            pool: false,
+        }
+    }
+
+    /// The conv followed by a 2×2 stride-2 max pool without padding, on a conv output of
+    /// `oh × ow` (its last row/column dropped when odd, as the pool's floor output size
+    /// does): the output is `⌊oh/2⌋ × ⌊ow/2⌋` pixels, each the output stage applied to the
+    /// maximum of its tile's four exact sums. That equals pooling the staged outputs when
+    /// the stage is non-decreasing in the sum (`OutputStage::is_monotone`, checked by the
+    /// caller), since then `stage(max) = max(stage)`; it saves three quarters of the output
+    /// stage and the pool's pass over the conv output.
+    pub(crate) fn pooled(
+        x: &'a NhwcInput<'a, T>,
+        w: &'a WinogradWeights,
+        pads: [usize; 4],
+        oh: usize,
+        ow: usize,
+    ) -> Self {
+        WinogradConv {
+            pool: true,
+            ..Self::new(x, w, pads, oh / 2 * 2, ow / 2 * 2)
         }
     }
 
@@ -207,8 +233,8 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
     /// caller).
     ///
     /// # Safety
-    /// `out` must write an output of `n·oh·ow` pixels of `c_out` channels, and no other
-    /// thread may be writing the pixels of `bands`.
+    /// `out` must write an output of `n·oh·ow` pixels (pooled: `n·(oh/2)·(ow/2)`) of
+    /// `c_out` channels, and no other thread may be writing the pixels of `bands`.
     pub(crate) unsafe fn bands<O: QuantType>(
         &self,
         isa: Isa,
@@ -289,6 +315,24 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                     let t = rb + r;
                     let (bi, tx0) = (bands.start + t / self.tw, t % self.tw);
                     let len = (rows - r).min(self.tw - tx0);
+                    let (b, ty) = (bi / self.th, bi % self.th);
+                    if self.pool {
+                        // Every tile is whole (even oh, ow): one pooled pixel per tile.
+                        let tile = &mut run[0].0;
+                        for k in 0..len {
+                            let y = output_tile(m, r + k);
+                            let o = &mut tile[k * NR..(k + 1) * NR];
+                            for (l, o) in o.iter_mut().enumerate() {
+                                *o = y[0][0][l].max(y[0][1][l]).max(y[1][0][l].max(y[1][1][l]));
+                            }
+                        }
+                        let pixel = (b * self.th + ty) * self.tw + tx0;
+                        // SAFETY: pooled pixels `pixel..pixel+len` of band `bi` belong to
+                        // this call; the rest is the caller's contract.
+                        unsafe { out.write(&run[0], len, pixel, p * NR, cols, c_out) };
+                        r += len;
+                        continue;
+                    }
                     for k in 0..len {
                         let y = output_tile(m, r + k);
                         for (tile, ydy) in run.iter_mut().zip(&y) {
@@ -296,7 +340,6 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                             tile.0[(2 * k + 1) * NR..(2 * k + 2) * NR].copy_from_slice(&ydy[1]);
                         }
                     }
-                    let (b, ty) = (bi / self.th, bi % self.th);
                     let px = (2 * len).min(self.ow - 2 * tx0);
                     for (dy, tile) in run.iter().enumerate() {
                         let oy = 2 * ty + dy;

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 use quantkit_kernels::conv::{
-    conv2d_i32_with, conv2d_output_shape, conv2d_quant_with, ActElem, ConvAlgorithm, ConvParams,
-    ConvWeights, NhwcInput,
+    conv2d_i32_with, conv2d_output_shape, conv2d_quant_max_pool_with, conv2d_quant_with, ActElem,
+    ConvAlgorithm, ConvParams, ConvWeights, NhwcInput,
 };
 use quantkit_kernels::output::OutputStage;
 use quantkit_kernels::Isa;
@@ -464,6 +464,152 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
             two.install(|| run(isa, &wino)) == want,
             "{isa}: winograd on 2 threads differs"
         );
+    }
+}
+
+/// Conv + max pool in one call equals the conv followed by the pool, bit for bit: the fused
+/// paths (2×2 stride-2 pool, each window's four exact sums reduced before the stage) of
+/// Winograd, few-channel, im2col and 1×1 convs, with float and fixed-point stages, weight
+/// zero points, odd output sizes (last row/column dropped), odd C_in, u8 and i8, 1 and 2
+/// threads; and the unfused fallbacks (other pools, a stage that is not monotone).
+#[test]
+fn conv_with_max_pool_equals_conv_then_pool() {
+    use quantkit_core::fixed_point::{FixedPointRounding, QuantizedMultiplier};
+    use quantkit_kernels::pool::max_pool;
+    let mut rng = Rng(41);
+    let p = ConvParams {
+        pads: [1; 4],
+        ..ConvParams::new(3, 3)
+    };
+    let pair = ConvParams {
+        stride: [2, 2],
+        ..ConvParams::new(2, 2)
+    };
+    let other_pools = [
+        ConvParams {
+            stride: [2, 2],
+            pads: [1; 4],
+            ..ConvParams::new(3, 3)
+        },
+        ConvParams::new(2, 2),
+    ];
+    let pointwise = ConvParams::new(1, 1);
+    let cases = [
+        ([2, 9, 10, 24], 40, p, "winograd"),
+        ([1, 8, 8, 16], 16, p, "winograd"),
+        ([3, 7, 5, 9], 21, p, "winograd"),
+        // The GEMM paths: pooled blocks of 3 rows (8 pooled rows: 3 + 3 + 2), odd widths.
+        ([2, 16, 15, 3], 20, p, "gemm-pairs"),
+        ([1, 17, 28, 1], 32, p, "gemm-pairs"),
+        ([2, 6, 9, 5], 17, p, "gemm"),
+        ([2, 10, 7, 5], 18, pointwise, "gemm"),
+    ];
+    for (shape, c_out, p, method) in cases {
+        let c_in = shape[3];
+        let taps = p.kernel[0] * p.kernel[1];
+        let w: Vec<i8> = (0..c_out * c_in * taps)
+            .map(|_| rng.range(-128, 127) as i8)
+            .collect();
+        let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
+        let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+        assert_eq!(wino.method(), method);
+        let gemm =
+            ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
+        let xs: Vec<i32> = (0..shape.iter().product::<usize>())
+            .map(|_| rng.range(0, 255))
+            .collect();
+        let scales: Vec<f32> = (0..c_out).map(|i| 2e-5 * (1 + i % 7) as f32).collect();
+        let bias: Vec<i32> = (0..c_out).map(|_| rng.range(-90_000, 90_000)).collect();
+        let float = OutputStage::float(scales.clone(), 9)
+            .with_bias(bias.clone())
+            .with_clamp(9, 255);
+        let fixed = OutputStage::fixed_point(
+            scales
+                .iter()
+                .map(|&s| QuantizedMultiplier::from_f64(s as f64).unwrap())
+                .collect(),
+            FixedPointRounding::DoubleRounding,
+            -3,
+        )
+        .with_bias(bias.clone());
+        // A negative multiplier: decreasing, so pooling the sums would be wrong.
+        let mut negative = fixed.clone();
+        if let quantkit_kernels::output::Requant::FixedPoint { multipliers, .. } =
+            &mut negative.requant
+        {
+            multipliers[1].multiplier = -multipliers[1].multiplier;
+        }
+        fn check<T: ActElem, O>(
+            input: &NhwcInput<'_, T>,
+            stage: &OutputStage,
+            pools: &[ConvParams],
+            weights: [&ConvWeights; 2],
+            what: &str,
+        ) where
+            O: quantkit_kernels::output::QuantType
+                + quantkit_kernels::pool::PoolElem
+                + PartialEq
+                + std::fmt::Debug,
+        {
+            let [wino, gemm] = weights;
+            let conv_shape = conv2d_output_shape(input.shape, gemm).unwrap();
+            let mut full = vec![O::default(); conv_shape.iter().product()];
+            conv2d_quant_with(Isa::Scalar, input, gemm, stage, &mut full).unwrap();
+            for pool in pools {
+                let [n, oh, ow, c] = conv_shape;
+                let [ph, pw] = pool.output_size(oh, ow).unwrap();
+                let mut want = vec![O::default(); n * ph * pw * c];
+                max_pool(&full, conv_shape, pool, &mut want).unwrap();
+                for isa in supported() {
+                    for cw in [wino, gemm] {
+                        let run = || {
+                            let mut got = vec![O::default(); want.len()];
+                            let s =
+                                conv2d_quant_max_pool_with(isa, input, cw, stage, pool, &mut got)
+                                    .unwrap();
+                            assert_eq!(s, [n, ph, pw, c]);
+                            got
+                        };
+                        let tag = format!("{what}, {isa}, {}, pool {:?}", cw.method(), pool);
+                        assert_eq!(run(), want, "{tag}");
+                        let two = rayon::ThreadPoolBuilder::new()
+                            .num_threads(2)
+                            .build()
+                            .unwrap();
+                        assert_eq!(two.install(run), want, "{tag}, 2 threads");
+                    }
+                }
+                // A wrong output length is an error, not a panic.
+                let mut short = vec![O::default(); want.len().saturating_sub(1)];
+                if !want.is_empty() {
+                    assert!(conv2d_quant_max_pool_with(
+                        Isa::Scalar,
+                        input,
+                        wino,
+                        stage,
+                        pool,
+                        &mut short
+                    )
+                    .is_err());
+                }
+            }
+        }
+        let xu: Vec<u8> = xs.iter().map(|&v| v as u8).collect();
+        let xi: Vec<i8> = xs.iter().map(|&v| (v - 128) as i8).collect();
+        let u8_in = NhwcInput {
+            data: &xu,
+            shape,
+            zero_point: 120,
+        };
+        let i8_in = NhwcInput {
+            data: &xi,
+            shape,
+            zero_point: -6,
+        };
+        let pools: Vec<ConvParams> = std::iter::once(pair).chain(other_pools).collect();
+        check::<u8, u8>(&u8_in, &float, &pools, [&wino, &gemm], "u8→u8 float");
+        check::<i8, i8>(&i8_in, &fixed, &pools, [&wino, &gemm], "i8→i8 fixed");
+        check::<u8, i8>(&u8_in, &negative, &[pair], [&wino, &gemm], "negative");
     }
 }
 
