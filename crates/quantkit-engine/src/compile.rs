@@ -461,8 +461,15 @@ impl<'g> Matcher<'g> {
         let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
         let kind = conv_kind(&weights);
+        let mut output = self.g.nodes[qi].outputs[0].clone();
+        let mut absorbed = absorbed;
+        let pool = self.max_pool_after(&output, qi).map(|(pool, nodes, out)| {
+            absorbed.extend(nodes);
+            output = out;
+            pool
+        });
         let desc = format!(
-            "{kind} {}→{} {}x{} {}",
+            "{kind} {}→{} {}x{} {}{}",
             qx.dtype,
             qy.dtype,
             wshape[2],
@@ -471,23 +478,61 @@ impl<'g> Matcher<'g> {
                 "per-channel"
             } else {
                 "per-tensor"
+            },
+            match &pool {
+                Some(p) => format!(" + max_pool {}x{}", p.kernel[0], p.kernel[1]),
+                None => String::new(),
             }
         );
         Ok(Matched {
             kernel: Box::new(ConvStep {
                 weights,
                 stage,
+                pool,
                 x_dtype: qx.dtype,
                 x_zp: qx.zp,
                 y_dtype: qy.dtype,
                 desc: desc.clone(),
             }),
             inputs: vec![xq],
-            output: self.g.nodes[qi].outputs[0].clone(),
+            output,
             absorbed,
             through,
             kernel_desc: desc,
         })
+    }
+
+    /// `value` (the codes a conv step writes, from QuantizeLinear node `qi`) → DQ → MaxPool
+    /// → Q with the same parameters (the codes pass unchanged), each read only by the next:
+    /// the pool's parameters, those three nodes, and the final Q's output. The conv step then
+    /// pools its own output (`conv2d_quant_max_pool`, exact), saving the pool step's pass
+    /// and, on the Winograd path, three quarters of the output stage.
+    fn max_pool_after(&self, value: &str, qi: usize) -> Option<(ConvParams, Vec<usize>, String)> {
+        let dqi = self.sole_reader(value).ok()?;
+        let dq = &self.g.nodes[dqi];
+        if dq.op_type != "DequantizeLinear" || !is_default_domain(dq) || dq.inputs[0] != value {
+            return None;
+        }
+        let pi = self.sole_reader(&dq.outputs[0]).ok()?;
+        let p = &self.g.nodes[pi];
+        if p.op_type != "MaxPool" || !is_default_domain(p) || p.inputs.len() != 1 {
+            return None;
+        }
+        let params = pool_params(p).ok()?;
+        let q2 = self.sole_reader(&p.outputs[0]).ok()?;
+        let q = &self.g.nodes[q2];
+        if q.op_type != "QuantizeLinear" || !is_default_domain(q) || q.inputs[0] != p.outputs[0] {
+            return None;
+        }
+        // Only an identity DQ → Q pair (same parameters): the pool runs on the codes.
+        if !matches!(self.table(dq, None, q), Ok(None)) {
+            return None;
+        }
+        // The nodes come after the conv's Q in node order (the plan keeps that order).
+        if [dqi, pi, q2].iter().any(|&i| i < qi) {
+            return None;
+        }
+        Some((params, vec![dqi, pi, q2], q.outputs[0].clone()))
     }
 
     fn gemm(&self, ni: usize) -> Why<Matched> {

@@ -7,7 +7,8 @@ use crate::Step;
 use quantkit_graph::ops::{EvalFn, OpCtx};
 use quantkit_graph::{DType, Data, Node, Tensor};
 use quantkit_kernels::conv::{
-    conv2d_i32, conv2d_output_shape, conv2d_quant, ConvParams, ConvWeights, NhwcInput,
+    conv2d_i32, conv2d_output_shape, conv2d_quant, conv2d_quant_max_pool, ConvParams, ConvWeights,
+    NhwcInput,
 };
 use quantkit_kernels::gemm::{gemm_i32, gemm_quant, Activations, PackedWeights};
 use quantkit_kernels::output::OutputStage;
@@ -104,6 +105,9 @@ fn check_dtype(step: &Step, v: &Val, want: DType) -> Result<()> {
 pub(crate) struct ConvStep {
     pub weights: ConvWeights,
     pub stage: OutputStage,
+    /// A following MaxPool on the codes (`→ Q → DQ → MaxPool → Q` with one set of
+    /// parameters), run by the conv call itself.
+    pub pool: Option<ConvParams>,
     pub x_dtype: DType,
     pub x_zp: i32,
     pub y_dtype: DType,
@@ -117,7 +121,13 @@ impl Kernel for ConvStep {
         let x = nhwc_input(step, x)?;
         let s = &x.shape;
         let shape = [s[0], s[1], s[2], s[3]];
-        let out_shape = conv2d_output_shape(shape, &self.weights).map_err(kernel_err(step))?;
+        let mut out_shape = conv2d_output_shape(shape, &self.weights).map_err(kernel_err(step))?;
+        if let Some(p) = &self.pool {
+            let [ph, pw] = p
+                .output_size(out_shape[1], out_shape[2])
+                .map_err(kernel_err(step))?;
+            out_shape = [out_shape[0], ph, pw, out_shape[3]];
+        }
         let len: usize = out_shape.iter().product();
         let zp = self.x_zp;
         macro_rules! go {
@@ -128,8 +138,14 @@ impl Kernel for ConvStep {
                     zero_point: zp,
                 };
                 let mut out = vec![<$O>::default(); len];
-                conv2d_quant(&input, &self.weights, &self.stage, &mut out)
-                    .map_err(kernel_err(step))?;
+                match &self.pool {
+                    Some(p) => {
+                        conv2d_quant_max_pool(&input, &self.weights, &self.stage, p, &mut out)
+                            .map(|_| ())
+                    }
+                    None => conv2d_quant(&input, &self.weights, &self.stage, &mut out),
+                }
+                .map_err(kernel_err(step))?;
                 $mk(out_shape.to_vec(), out)
             }};
         }

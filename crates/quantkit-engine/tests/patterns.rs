@@ -655,6 +655,93 @@ fn max_pool_with_and_without_requantization_equals_the_qdq_graph() {
     check_codes_vs_float_executor(vec![pool("pool")], "p", vec![], 0.021, 7);
 }
 
+/// `DQ → Conv 3×3 (C_in 16, bias) → Relu → Q → DQ → MaxPool 2×2/2 → Q`: with one set of
+/// parameters around the pool the conv step pools its own output (the Winograd path reduces
+/// each tile's sums before the output stage); with different ones the pool stays a step of
+/// its own (a requantizing table). Both equal the QDQ graph on the float executor bit for
+/// bit, on odd output sizes (the pool drops the last row and column).
+#[test]
+fn conv_relu_max_pool_runs_in_one_step_and_equals_the_qdq_graph() {
+    for (pool_s, pool_z, fused) in [(0.04, 3, true), (0.05, 9, false)] {
+        let mut rng = Lcg(77);
+        let (n, c, h, w, m) = (2, 16, 9, 11, 24);
+        let mut g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            ..Default::default()
+        };
+        g.inputs = vec![ValueInfo::new("xq", DType::U8, &[n, c, h, w])];
+        g.outputs = vec![ValueInfo::new("out", DType::F32, &[])];
+        let gi = &mut g.initializers;
+        gi.insert("xs".into(), Tensor::scalar_f32(0.02));
+        gi.insert("xz".into(), scalar(DType::U8, 100));
+        let wv: Vec<i8> = (0..m * c * 9).map(|_| rng.int(-127, 127) as i8).collect();
+        gi.insert(
+            "w".into(),
+            Tensor::new(vec![m, c, 3, 3], Data::I8(wv)).unwrap(),
+        );
+        let ws: Vec<f32> = (0..m).map(|i| 0.0005 * (1 + i % 5) as f32).collect();
+        gi.insert("ws".into(), f32s(ws.clone()));
+        let bv: Vec<i32> = (0..m).map(|_| rng.int(-20_000, 20_000)).collect();
+        gi.insert("b".into(), Tensor::new(vec![m], Data::I32(bv)).unwrap());
+        let bs: Vec<f32> = ws.iter().map(|s| s * 0.02).collect();
+        gi.insert("bs".into(), f32s(bs));
+        gi.insert("cs".into(), Tensor::scalar_f32(0.04));
+        gi.insert("cz".into(), scalar(DType::U8, 3));
+        gi.insert("ps".into(), Tensor::scalar_f32(pool_s));
+        gi.insert("pz".into(), scalar(DType::U8, pool_z));
+        let pads = AttrValue::Ints(vec![1, 1, 1, 1]);
+        g.nodes = vec![
+            Node::new("dqx", "DequantizeLinear", &["xq", "xs", "xz"], &["xf"]),
+            Node::new("dqw", "DequantizeLinear", &["w", "ws"], &["wf"])
+                .with_attr("axis", AttrValue::Int(0)),
+            Node::new("dqb", "DequantizeLinear", &["b", "bs"], &["bf"])
+                .with_attr("axis", AttrValue::Int(0)),
+            Node::new("conv", "Conv", &["xf", "wf", "bf"], &["c"]).with_attr("pads", pads),
+            Node::new("relu", "Relu", &["c"], &["r"]),
+            Node::new("qc", "QuantizeLinear", &["r", "cs", "cz"], &["cq"]),
+            Node::new("dqc", "DequantizeLinear", &["cq", "cs", "cz"], &["cf"]),
+            Node::new("pool", "MaxPool", &["cf"], &["p"])
+                .with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]))
+                .with_attr("strides", AttrValue::Ints(vec![2, 2])),
+            Node::new("qp", "QuantizeLinear", &["p", "ps", "pz"], &["pq"]),
+            Node::new("dqp", "DequantizeLinear", &["pq", "ps", "pz"], &["out"]),
+        ];
+        let plan = compile(&g, &EngineOptions::default()).unwrap();
+        let report = |node: &str| {
+            plan.report()
+                .iter()
+                .find(|r| r.node == node)
+                .unwrap()
+                .clone()
+        };
+        let conv = report("conv");
+        assert!(conv.is_integer(), "{conv:?}");
+        assert!(format!("{conv:?}").contains("winograd"), "{conv:?}");
+        let pool = report("pool");
+        if fused {
+            assert_eq!(
+                pool.placement,
+                Placement::Fused {
+                    into: "conv".into()
+                }
+            );
+        } else {
+            assert!(
+                matches!(pool.placement, Placement::Integer { .. }),
+                "{pool:?}"
+            );
+        }
+        let x = codes(DType::U8, &[n, c, h, w], &mut rng);
+        let got = plan.run(vec![("xq", x.clone())]).unwrap().remove(0).1;
+        let want = execute(&g, vec![("xq".into(), x)]).unwrap().remove(0).1;
+        assert_eq!(got.shape, [n, m, h / 2, w / 2]);
+        assert_eq!(got, want, "fused {fused}");
+        let distinct: std::collections::BTreeSet<u32> =
+            got.to_f32_vec().iter().map(|v| v.to_bits()).collect();
+        assert!(distinct.len() > 20, "a near-constant output tests little");
+    }
+}
+
 #[test]
 fn flatten_of_an_nhwc_tensor_has_onnx_element_order() {
     let flat = Node::new("flat", "Flatten", &["cf"], &["f"]);

@@ -1,5 +1,5 @@
 //! Winograd F(2×2, 3×3) against im2col + GEMM on the 3×3 layers of the conv net of
-//! `bench/int8_vs_ort.py` (and LeNet's second conv), side by side in one run: the same
+//! `bench/int8_vs_ort.py` (and LeNet's two convs), side by side in one run: the same
 //! weights packed both ways, alternating calls, best of `REPS`.
 //!
 //! ```text
@@ -39,6 +39,7 @@ fn main() {
         (16, 64, 128),
         (8, 128, 256),
         (14, 32, 64),
+        (28, 1, 32),
     ];
     for (i, &(hw, ci, co)) in layers.iter().enumerate() {
         if only != usize::MAX && only != i {

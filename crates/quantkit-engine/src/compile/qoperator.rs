@@ -155,8 +155,23 @@ impl<'g> Matcher<'g> {
         let weights = ConvWeights::new(&w.values, c_out, c_in, params, &w.zero_points)
             .map_err(|e| format!("packing weights: {e}"))?;
         let kind = conv_kind(&weights);
+        // A MaxPool reading only these codes runs inside the conv call.
+        let mut output = output;
+        let mut absorbed = Vec::new();
+        let pool = self.sole_reader(&output).ok().and_then(|pi| {
+            let p = &self.g.nodes[pi];
+            let ok = p.op_type == "MaxPool"
+                && is_default_domain(p)
+                && p.inputs.len() == 1
+                && pi > ni
+                && p.outputs.first().is_some_and(|o| !o.is_empty());
+            let params = pool_params(p).ok().filter(|_| ok)?;
+            absorbed.push(pi);
+            output = p.outputs[0].clone();
+            Some(params)
+        });
         let desc = format!(
-            "{kind} {}→{} {}x{} {}{}{}",
+            "{kind} {}→{} {}x{} {}{}{}{}",
             qx.dtype,
             qy.dtype,
             w.shape[2],
@@ -168,11 +183,16 @@ impl<'g> Matcher<'g> {
                 ""
             },
             if has_bias { " + bias" } else { "" },
+            match &pool {
+                Some(p) => format!(" + max_pool {}x{}", p.kernel[0], p.kernel[1]),
+                None => String::new(),
+            }
         );
         Ok(Matched {
             kernel: Box::new(ConvStep {
                 weights,
                 stage,
+                pool,
                 x_dtype: qx.dtype,
                 x_zp: qx.zp,
                 y_dtype: qy.dtype,
@@ -180,7 +200,7 @@ impl<'g> Matcher<'g> {
             }),
             inputs: vec![x],
             output,
-            absorbed: Vec::new(),
+            absorbed,
             through: Vec::new(),
             kernel_desc: desc,
         })
