@@ -199,20 +199,23 @@ impl Code8 for i8 {
 fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
     #[inline(always)]
     fn body<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
-        x.iter()
-            .map(|&v| {
-                let d = v / s;
-                let r = if d.is_nan() {
-                    0.0
-                } else {
-                    round_half_even_saturating(d)
-                };
-                let c = (r + zp).clamp(lo, hi);
-                // SAFETY: `c` is finite and inside the 8-bit range: `r` is not NaN (NaN
-                // became 0), ±∞ and huge values are clamped to [lo, hi].
-                T::from_i32(unsafe { c.to_int_unchecked::<i32>() })
-            })
-            .collect()
+        // An indexed loop over a zeroed buffer and `max`/`min` rather than `collect` and
+        // `clamp` (whose `lo ≤ hi` assertion, like `collect`'s growth path, kept the loop
+        // scalar); for a non-NaN value `max(lo).min(hi)` is `clamp(lo, hi)`.
+        let mut out = vec![T::from_i32(0); x.len()];
+        for (o, &v) in out.iter_mut().zip(x) {
+            let d = v / s;
+            let r = if d.is_nan() {
+                0.0
+            } else {
+                round_half_even_saturating(d)
+            };
+            let c = (r + zp).max(lo).min(hi);
+            // SAFETY: `c` is finite and inside the 8-bit range: `r` is not NaN (NaN
+            // became 0), ±∞ and huge values are clamped to [lo, hi].
+            *o = T::from_i32(unsafe { c.to_int_unchecked::<i32>() });
+        }
+        out
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
