@@ -11,8 +11,9 @@
 //!   each group's output channels in place (row stride `C_out`).
 //! - **3×3, stride 1, one group, C_in ≥ 8**: exact integer Winograd F(2×2, 3×3)
 //!   ([`crate::winograd`]) when its exactness bound holds, im2col otherwise.
-//! - **one group, C_in ≤ 4** (a first layer): im2col + GEMM over channels padded to pairs,
-//!   with activation panels packed straight from widened pixels (`small_cin`).
+//! - **one group, C_in ≤ 4** (a first layer): im2col + GEMM whose k-pairs are channel pairs
+//!   and, for an odd C_in, pairs of rows of the last channel (6 words instead of 9 per pixel
+//!   for a 3×3 grey conv), packed from precomputed planes of the padded input (`small_cin`).
 //! - **depthwise** (`groups = C_in`, one input channel per group, any channel multiplier):
 //!   its own direct kernel, `Σ_{ky,kx} (x − za)(w − zw)` per output channel, skipping
 //!   padded taps (which contribute 0). Output rows run in parallel; the one portable body
@@ -127,8 +128,8 @@ pub struct NhwcInput<'a, T> {
 enum Kind {
     Gemm(Vec<PackedWeights>),
     Winograd(WinogradWeights),
-    /// im2col + GEMM with channels padded to pairs and panels packed from widened pixels
-    /// ([`crate::small_cin`]); the weights have `K = kh·kw·cp`.
+    /// im2col + GEMM with k-pairs of channel pairs or row pairs, packed from precomputed
+    /// planes of words ([`crate::small_cin`]); the weights have its packed K.
     SmallCin(PackedWeights),
     Depthwise {
         /// `[ky][kx][co]` of `w − zw`.
@@ -246,22 +247,13 @@ impl ConvWeights {
             && g == 1
             && c_in <= small_cin::MAX_C_IN
             && !one_by_one
+            && (0..c_out).all(|co| (-128..=127).contains(&zp(co)))
         {
-            let cp = small_cin::padded_channels(c_in);
+            let packed = small_cin::PackedK::new(c_in, params.kernel);
             let zps: Vec<i32> = (0..c_out).map(zp).collect();
-            Kind::SmallCin(PackedWeights::from_fn(
-                kh * kw * cp,
-                c_out,
-                &zps,
-                |kk, j| {
-                    let (tap, ci) = (kk / cp, kk % cp);
-                    if ci < c_in {
-                        weights[widx(j, ci, tap / kw, tap % kw)]
-                    } else {
-                        0
-                    }
-                },
-            )?)
+            Kind::SmallCin(PackedWeights::from_fn(packed.k(), c_out, &zps, |kk, j| {
+                packed.weight(kk, zps[j], |ci, ky, kx| weights[widx(j, ci, ky, kx)])
+            })?)
         } else if cin_g == 1 && g == c_in && g > 1 {
             let mut taps = vec![0i32; kh * kw * c_out];
             for co in 0..c_out {

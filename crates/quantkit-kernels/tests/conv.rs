@@ -668,10 +668,12 @@ fn winograd_is_exact_at_its_bound_and_declines_past_it() {
     }
 }
 
-/// Convs with 1–4 input channels take the pairs packing (`gemm-pairs`) and agree with the
-/// plain im2col bit for bit on every ISA, 1 and 2 threads: u8 and i8 activations, weight
-/// zero points (so the packed row sums matter), images wide enough for the contiguous
-/// panel copies, and strided, dilated and 5×5 kernels for the word-by-word path.
+/// Convs with 1–4 input channels take the pairs packing (`gemm-pairs`: channel pairs, and
+/// row pairs of the last channel of an odd C_in) and agree with the plain im2col bit for bit
+/// on every ISA, 1 and 2 threads: u8 and i8 activations, weight zero points (so the packed
+/// row sums and the missing tap below an odd kernel matter), even and odd kernel heights,
+/// images wide enough for the contiguous panel copies, and strided, dilated and 5×5
+/// kernels.
 #[test]
 fn few_channel_convs_equal_im2col() {
     let mut rng = Rng(41);
@@ -690,6 +692,8 @@ fn few_channel_convs_equal_im2col() {
         (3, mk(5, 2, 1, 2)),
         (3, mk(3, 1, 2, 2)),
         (1, mk(2, 1, 1, 0)),
+        (1, mk(5, 1, 2, 3)),
+        (1, mk(3, 2, 1, 1)),
     ];
     for (c_in, p) in cases {
         let c_out = 19;
