@@ -97,7 +97,7 @@ struct Pending {
     outputs: Vec<String>,
 }
 
-fn is_default_domain(n: &Node) -> bool {
+pub(crate) fn is_default_domain(n: &Node) -> bool {
     n.domain.is_empty() || n.domain == "ai.onnx"
 }
 

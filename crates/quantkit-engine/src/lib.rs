@@ -245,6 +245,25 @@ impl Plan {
                 });
             }
             let t0 = times.as_ref().map(|_| std::time::Instant::now());
+            // Identity at the input's last use: move the value on, no copy.
+            if let ([Some(s)], [Some(o)], true) = (
+                step.inputs.as_slice(),
+                step.outputs.as_slice(),
+                step.kernel.forwards_input(),
+            ) {
+                if self.last_use[*s] == i && env[*s].is_some() {
+                    drop(args);
+                    env[*o] = env[*s].take();
+                    if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
+                        t.push((
+                            step.node.clone(),
+                            "Identity (moved)".into(),
+                            t0.elapsed().as_secs_f64(),
+                        ));
+                    }
+                    continue;
+                }
+            }
             let outs = step.kernel.run(step, &args)?;
             if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
                 t.push((

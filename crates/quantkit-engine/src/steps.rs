@@ -18,6 +18,12 @@ use quantkit_kernels::pool::max_pool;
 pub(crate) trait Kernel: Send + Sync {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>>;
     fn describe(&self) -> String;
+    /// Whether the step's one output is its one input unchanged (Identity), so the plan
+    /// may hand the input's buffer on instead of running the step when it is the input's
+    /// last use.
+    fn forwards_input(&self) -> bool {
+        false
+    }
 }
 
 fn bad(step: &Step, value: &str, reason: String) -> EngineError {
@@ -86,6 +92,9 @@ impl Kernel for GraphOp {
     }
     fn describe(&self) -> String {
         format!("{} (graph op)", self.node.op_type)
+    }
+    fn forwards_input(&self) -> bool {
+        self.node.op_type == "Identity" && crate::compile::is_default_domain(&self.node)
     }
 }
 

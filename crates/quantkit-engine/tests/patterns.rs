@@ -742,6 +742,36 @@ fn conv_relu_max_pool_runs_in_one_step_and_equals_the_qdq_graph() {
     }
 }
 
+/// An Identity at its input's last use hands the value on (no copy); one whose input is
+/// read again later runs as an operator. Both give the executor's result.
+#[test]
+fn identity_moves_or_copies_and_equals_the_executor() {
+    for reread in [false, true] {
+        let mut g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            ..Default::default()
+        };
+        g.inputs = vec![ValueInfo::new("x", DType::F32, &[2, 3])];
+        g.outputs = vec![ValueInfo::new("y", DType::F32, &[])];
+        g.nodes = vec![
+            Node::new("relu", "Relu", &["x"], &["r"]),
+            Node::new("id", "Identity", &["r"], &["i"]),
+        ];
+        if reread {
+            g.nodes.push(Node::new("add", "Add", &["i", "r"], &["y"]));
+        } else {
+            g.nodes.push(Node::new("sig", "Sigmoid", &["i"], &["y"]));
+        }
+        let plan = compile(&g, &EngineOptions::default()).unwrap();
+        let x = Tensor::from_f32(&[2, 3], vec![-1.0, 2.0, -3.5, 4.0, 0.0, 7.25]);
+        let (got, times) = plan.run_profiled(vec![("x", x.clone())]).unwrap();
+        let want = execute(&g, vec![("x".into(), x)]).unwrap().remove(0).1;
+        assert_eq!(got[0].1, want);
+        let id = times.iter().find(|(node, _, _)| node == "id").unwrap();
+        assert_eq!(id.1 == "Identity (moved)", !reread, "{id:?}");
+    }
+}
+
 #[test]
 fn flatten_of_an_nhwc_tensor_has_onnx_element_order() {
     let flat = Node::new("flat", "Flatten", &["cf"], &["f"]);
