@@ -131,7 +131,9 @@ impl<'a> SmallCin<'a> {
         debug_assert!(c <= MAX_C_IN && p.groups == 1);
         let flip = if T::SIGNED { 0x80u8 } else { 0 };
         let zp = T::from_clamped(x.zero_point.clamp(T::MIN, T::MAX));
-        let pad = (T::as_bytes(std::slice::from_ref(&zp))[0] ^ flip) as u32;
+        let pad_byte = T::as_bytes(std::slice::from_ref(&zp))[0];
+        let pad = (pad_byte ^ flip) as u32;
+        let pad_row = vec![pad_byte; x.shape[2] * x.shape[3]];
         let bytes = T::as_bytes(x.data);
         let [pt, pl, pb, pr] = p.pads;
         let dh = p.dilation[0];
@@ -147,11 +149,12 @@ impl<'a> SmallCin<'a> {
             .collect();
         tasks.into_par_iter().for_each(|(q, b, dst)| {
             let img = &bytes[b * h * w * c..(b + 1) * h * w * c];
-            // Input row of padded row `py`, if it is not padding.
+            // Input row of padded row `py`, or a row of zero points in the padding: every
+            // word is then two plain loads (a branch-free loop).
             let src = |py: usize| {
                 py.checked_sub(pt)
                     .filter(|&iy| iy < h)
-                    .map(|iy| &img[iy * w * c..(iy + 1) * w * c])
+                    .map_or(&pad_row[..], |iy| &img[iy * w * c..(iy + 1) * w * c])
             };
             let pad_word = pad | pad << 16;
             for (py, row) in dst.chunks_exact_mut(wp.max(1)).enumerate() {
@@ -163,11 +166,9 @@ impl<'a> SmallCin<'a> {
                 let (inner, right) = rest.split_at_mut(w);
                 left.fill(pad_word);
                 right.fill(pad_word);
-                let value = |r: Option<&[u8]>, ch: usize, ix: usize| {
-                    r.map_or(pad, |r| (r[ix * c + ch] ^ flip) as u32)
-                };
+                let (lo, hi) = (&lo[lo_ch..], &hi[hi_ch..]);
                 for (ix, word) in inner.iter_mut().enumerate() {
-                    *word = value(lo, lo_ch, ix) | value(hi, hi_ch, ix) << 16;
+                    *word = (lo[ix * c] ^ flip) as u32 | ((hi[ix * c] ^ flip) as u32) << 16;
                 }
             }
         });
