@@ -103,6 +103,14 @@ fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) ->
                 transpose_bytes_sse2(s8, d8, rows, cols);
             }
             let _ = bytes;
+            // Few rows (an RGB or grey image's channels into NHWC): interleave planes.
+            match rows {
+                1 => return dst.copy_from_slice(src),
+                2 => return interleave::<T, 2>(src, dst, cols),
+                3 => return interleave::<T, 3>(src, dst, cols),
+                4 => return interleave::<T, 4>(src, dst, cols),
+                _ => {}
+            }
             for r0 in (0..rows).step_by(B) {
                 let r1 = (r0 + B).min(rows);
                 for c0 in (0..cols).step_by(B) {
@@ -123,6 +131,16 @@ fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) ->
             }
         });
     out
+}
+
+/// `dst[p·R + r] = src[r·cols + p]`: R planes of `cols` values interleaved.
+fn interleave<T: Copy, const R: usize>(src: &[T], dst: &mut [T], cols: usize) {
+    let planes: [&[T]; R] = std::array::from_fn(|r| &src[r * cols..(r + 1) * cols]);
+    for (p, d) in dst[..R * cols].chunks_exact_mut(R).enumerate() {
+        for r in 0..R {
+            d[r] = planes[r][p];
+        }
+    }
 }
 
 /// The whole 32×32 blocks of [`transpose_images`] on one image of bytes (`src` `[rows,
@@ -247,6 +265,8 @@ mod tests {
             [1, 1, 40, 33],
             [2, 256, 8, 8],
             [1, 70, 9, 11],
+            [2, 2, 5, 3],
+            [2, 4, 3, 6],
         ];
         for (shape, signed) in shapes.into_iter().flat_map(|s| [(s, false), (s, true)]) {
             let len: usize = shape.iter().product();
