@@ -679,15 +679,22 @@ fn run_winograd<T: ActElem, O: QuantType>(
     wc: &WinogradConv<'_, T>,
     writer: &TileWriter<'_, O>,
 ) {
+    thread_local! {
+        /// Per-thread buffers, kept across calls: growing them zeroes memory, reusing does not.
+        static SCRATCH: std::cell::RefCell<winograd::Scratch> = Default::default();
+    }
     let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
     let bands = wc.band_count();
     (0..bands.div_ceil(per_chunk))
         .into_par_iter()
-        .for_each_init(winograd::Scratch::default, |s, c| {
+        .for_each(|c| {
             let range = c * per_chunk..((c + 1) * per_chunk).min(bands);
-            // SAFETY: the caller sized the writer's output for the call (checked shapes),
-            // and the chunks' band ranges (hence their pixels) are disjoint.
-            unsafe { wc.bands(isa, range, s, writer) }
+            // `bands` starts no parallel work, so the borrow is never re-entered.
+            SCRATCH.with_borrow_mut(|s| {
+                // SAFETY: the caller sized the writer's output for the call (checked shapes),
+                // and the chunks' band ranges (hence their pixels) are disjoint.
+                unsafe { wc.bands(isa, range, s, writer) }
+            })
         });
 }
 
@@ -807,9 +814,14 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
     let im2col = (small.is_none() && !direct).then(|| Im2col::new(x, p, 0, w.c_in, oh, ow));
     let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
     let k = pw.k();
-    (0..n * blocks).into_par_iter().for_each_init(
-        || (SerialBuf::default(), Vec::new(), Tile([0; TILE])),
-        |(buf, sums, tile), bi| {
+    thread_local! {
+        /// Per-thread buffers, kept across calls (see `run_winograd`).
+        static SCRATCH: std::cell::RefCell<(SerialBuf, Vec<i32>, Tile)> =
+            std::cell::RefCell::new((SerialBuf::default(), Vec::new(), Tile([0; TILE])));
+    }
+    (0..n * blocks).into_par_iter().for_each(|bi| {
+        // The block starts no parallel work, so the borrow is never re-entered.
+        SCRATCH.with_borrow_mut(|(buf, sums, tile)| {
             let (b, py0) = (bi / blocks, bi % blocks * POOLED_ROWS);
             let prows = POOLED_ROWS.min(ph - py0);
             let first = (b * oh + 2 * py0) * ow;
@@ -862,8 +874,8 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
                     }
                 }
             }
-        },
-    );
+        })
+    });
 }
 
 /// `tile[i·16 + l]` = the maximum of the 2×2 window of pooled pixel `i < cnt`, channel
