@@ -25,8 +25,8 @@
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
 use crate::gemm::{
-    gemm_strided, gemm_sums_serial, Activations, PackedWeights, SerialBuf, Tile, TileWriter, MR,
-    NR, TILE,
+    gemm_strided, gemm_sums_serial, Activations, PackedWeights, PanelSums, SerialBuf, Tile,
+    TileWriter, MR, NR, TILE,
 };
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
 use crate::pool::{max_pool, PoolElem};
@@ -769,7 +769,10 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                     if !isa.is_supported() {
                         return Err(KernelError::UnsupportedIsa { isa: isa.name() });
                     }
-                    pooled_gemm(isa, x, w, pw, stage, [oh, ow], out);
+                    let small = matches!(w.kind, Kind::SmallCin(_));
+                    if !(small && pooled_small_cin(isa, x, w, pw, stage, [oh, ow], out)) {
+                        pooled_gemm(isa, x, w, pw, stage, [oh, ow], out);
+                    }
                     return Ok(shape);
                 }
             }
@@ -780,6 +783,142 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
     conv2d_quant_with(isa, x, w, stage, &mut full)?;
     max_pool(&full, [n, oh, ow, c_out], pool, out)?;
     Ok(shape)
+}
+
+/// Conv + 2×2 stride-2 max pool of a few-channel conv (the stage is monotone, checked by the
+/// caller), on ISAs with the pairs geometry (returns `false` otherwise): per pooled output
+/// row, stretches of 6 pixels of its two conv rows are packed as two panels, their register
+/// tiles of exact sums are reduced window by window right away, and the 3 maxima go
+/// through the output stage. No block of sums is written and read back.
+fn pooled_small_cin<T: ActElem, O: QuantType>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &ConvWeights,
+    pw: &PackedWeights,
+    stage: &OutputStage,
+    [oh, ow]: [usize; 2],
+    out: &mut [O],
+) -> bool {
+    let za = x.zero_point + if T::SIGNED { 128 } else { 0 };
+    let Some(ps) = PanelSums::new(isa, pw, za) else {
+        return false;
+    };
+    let (n, c_out) = (x.shape[0], w.c_out);
+    let (ph, pwid) = (oh / 2, ow / 2);
+    if ph == 0 || pwid == 0 {
+        return true;
+    }
+    let sc = SmallCin::new(x, &w.params, oh, ow, !pw.zero_points_all_zero());
+    let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
+    thread_local! {
+        /// Kept across calls (see `run_winograd`).
+        static BUFS: std::cell::RefCell<PooledBufs> = Default::default();
+    }
+    let row = PooledRow {
+        sc: &sc,
+        ps: &ps,
+        writer: &writer,
+        ph,
+        pwid,
+        c_out,
+    };
+    (0..n * ph).into_par_iter().for_each(|r| {
+        // A row starts no parallel work, so the borrow is never re-entered.
+        BUFS.with_borrow_mut(|bufs| {
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // SAFETY: `Isa::Avx2` was checked as supported by the caller.
+                return unsafe { row.run_avx2(r, bufs) };
+            }
+            row.run(r, bufs)
+        })
+    });
+    true
+}
+
+/// One pooled output row of [`pooled_small_cin`].
+struct PooledRow<'a, O> {
+    sc: &'a SmallCin<'a>,
+    ps: &'a PanelSums<'a>,
+    writer: &'a TileWriter<'a, O>,
+    ph: usize,
+    pwid: usize,
+    c_out: usize,
+}
+
+impl<O: QuantType> PooledRow<'_, O> {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_avx2(&self, r: usize, bufs: &mut PooledBufs) {
+        self.run(r, bufs)
+    }
+
+    #[inline(always)]
+    fn run(&self, r: usize, bufs: &mut PooledBufs) {
+        const PIXELS: usize = TILE / NR;
+        let (b, py) = (r / self.ph, r % self.ph);
+        let kg = self.sc.k() / 2;
+        let np = self.ps.n_panels();
+        let PooledBufs { a0, a1, pooled } = bufs;
+        a0.resize(kg * MR, 0);
+        a1.resize(kg * MR, 0);
+        pooled.resize_with(np, || Tile([0; TILE]));
+        let (mut s0, mut s1) = ([0i32; MR], [0i32; MR]);
+        let (mut t0, mut t1) = (Tile([0; TILE]), Tile([0; TILE]));
+        // Pooled pixels `start..start + filled` of the row wait in `pooled` (one tile per
+        // column panel) and go to the output stage up to 16 at a time.
+        let (mut start, mut filled) = (0, 0);
+        for x0 in (0..2 * self.pwid).step_by(MR) {
+            let len = MR.min(2 * self.pwid - x0);
+            self.sc.panel_stretch((b, 2 * py, x0), len, a0, &mut s0);
+            self.sc.panel_stretch((b, 2 * py + 1, x0), len, a1, &mut s1);
+            for (p, pt) in pooled.iter_mut().enumerate() {
+                self.ps.tile(a0, &s0, len, p, &mut t0);
+                self.ps.tile(a1, &s1, len, p, &mut t1);
+                let top = t0.0[..len * NR].chunks_exact(2 * NR);
+                let bottom = t1.0[..len * NR].chunks_exact(2 * NR);
+                let outs = pt.0[filled * NR..].chunks_exact_mut(NR);
+                for ((o, t), u) in outs.zip(top).zip(bottom) {
+                    let (a, c) = t.split_at(NR);
+                    let (d, e) = u.split_at(NR);
+                    for ((((o, &a), &c), &d), &e) in o.iter_mut().zip(a).zip(c).zip(d).zip(e) {
+                        *o = a.max(c).max(d.max(e));
+                    }
+                }
+            }
+            filled += len / 2;
+            if filled + MR / 2 > PIXELS || x0 + MR >= 2 * self.pwid {
+                let pixel = (b * self.ph + py) * self.pwid + start;
+                for (p, pt) in pooled.iter().enumerate() {
+                    let c0 = p * NR;
+                    // SAFETY: pooled pixels `pixel..pixel + filled` of row `py` belong to
+                    // this row only, and channels `c0..c0+cols` exist; the caller sized the
+                    // output.
+                    unsafe {
+                        self.writer.write(
+                            pt,
+                            filled,
+                            pixel,
+                            c0,
+                            NR.min(self.c_out - c0),
+                            self.c_out,
+                        )
+                    };
+                }
+                start += filled;
+                filled = 0;
+            }
+        }
+    }
+}
+
+/// Per-thread buffers of [`PooledRow`]: the two packed panels and a tile of pooled sums per
+/// column panel.
+#[derive(Default)]
+struct PooledBufs {
+    a0: Vec<u32>,
+    a1: Vec<u32>,
+    pooled: Vec<Tile>,
 }
 
 /// Pooled conv rows per block of [`pooled_gemm`]: 6 conv rows, so a block's `6·ow` GEMM

@@ -1096,7 +1096,11 @@ fn run<T: QuantType>(
 
 /// Column terms of (K1): `−za·Σw[j] + K·za·zw[j]` (+ `bias[j]`), padded.
 fn column_terms(a: &Activations<'_>, w: &PackedWeights, bias: Option<&[i32]>) -> Vec<i32> {
-    let za = a.stored_zero_point();
+    column_terms_za(a.stored_zero_point(), w, bias)
+}
+
+/// [`column_terms`] for activations with stored zero point `za`.
+fn column_terms_za(za: i32, w: &PackedWeights, bias: Option<&[i32]>) -> Vec<i32> {
     let k = w.k as i32;
     (0..w.n_panels * w.geom.nr)
         .map(|j| {
@@ -1254,6 +1258,70 @@ pub(crate) fn gemm_strided<T: QuantType>(
         _ => unreachable!("conv passes either an i32 output or a stage with a quantized output"),
     }
     Ok(())
+}
+
+/// Exact sums of activation panels packed by the caller, one register tile at a time: the
+/// building block of convolutions that reduce tiles themselves (a fused max pool).
+pub(crate) struct PanelSums<'a> {
+    isa: Isa,
+    w: std::borrow::Cow<'a, PackedWeights>,
+    colterm: Vec<i32>,
+}
+
+impl<'a> PanelSums<'a> {
+    /// For weights `w` and activations whose stored (u8-domain) zero point is `za`; `None`
+    /// unless `isa` (supported, checked by the caller) uses the pairs geometry.
+    pub(crate) fn new(isa: Isa, w: &'a PackedWeights, za: i32) -> Option<Self> {
+        if PanelGeometry::of(isa) != PanelGeometry::PAIRS {
+            return None;
+        }
+        let w = w.for_isa(isa);
+        let colterm = column_terms_za(za, &w, None);
+        Some(PanelSums { isa, w, colterm })
+    }
+
+    /// Column panels of the weights.
+    pub(crate) fn n_panels(&self) -> usize {
+        self.w.n_panels
+    }
+
+    /// `tile[r·16 + c] = Σ_k (a − za)(w − zw)` for rows `r < rows` of `panel` (pairs
+    /// layout, `kgroups·6` words, stored row sums `rowsums`) and columns `16p + c`.
+    #[inline(always)]
+    pub(crate) fn tile(
+        &self,
+        panel: &[u32],
+        rowsums: &[i32; MR],
+        rows: usize,
+        p: usize,
+        tile: &mut Tile,
+    ) {
+        let w = &*self.w;
+        assert!(panel.len() >= w.kgroups * MR && p < w.n_panels && rows <= MR);
+        compute_tile(self.isa, rows, w.kgroups, panel, w.panel(p), tile);
+        let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
+        let zw: [i32; NR] = w.zero_points[p * NR..][..NR]
+            .try_into()
+            .expect("16 columns");
+        let rows_of: &mut [i32; MR * NR] = (&mut tile.0[..MR * NR]).try_into().expect("6 rows");
+        for r in 0..rows {
+            let rs = rowsums[r];
+            let row: &mut [i32; NR] = (&mut rows_of[r * NR..(r + 1) * NR])
+                .try_into()
+                .expect("16 columns");
+            if w.zw_all_zero {
+                for c in 0..NR {
+                    row[c] = row[c].wrapping_add(ct[c]);
+                }
+            } else {
+                for c in 0..NR {
+                    row[c] = row[c]
+                        .wrapping_add(ct[c])
+                        .wrapping_sub(zw[c].wrapping_mul(rs));
+                }
+            }
+        }
+    }
 }
 
 /// Reused buffers of [`gemm_sums_serial`]: one packed A panel and its row sums.

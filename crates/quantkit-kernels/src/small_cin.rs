@@ -218,6 +218,40 @@ impl<'a> SmallCin<'a> {
         }
     }
 
+    /// Packs pixels `ox0..ox0 + len` (`len ≤ 6`) of output row `(b, oy)` as one panel in
+    /// the pairs layout, rows past `len` zero, with their stored row sums (zeros when not
+    /// needed).
+    #[inline(always)]
+    pub(crate) fn panel_stretch(
+        &self,
+        (b, oy, ox0): (usize, usize, usize),
+        len: usize,
+        dst: &mut [u32],
+        sums: &mut [i32; MR],
+    ) {
+        debug_assert!(len <= MR && ox0 + len <= self.ow);
+        let base = self.base(b, oy, ox0);
+        let sw = self.p.stride[1];
+        *sums = [0; MR];
+        for (d, off) in dst.chunks_exact_mut(MR).zip(&self.offsets) {
+            let d: &mut [u32; MR] = d.try_into().expect("6 words");
+            let src = base + off;
+            if sw == 1 && len == MR {
+                let s: &[u32; MR] = self.words[src..src + MR].try_into().expect("6 words");
+                *d = *s;
+            } else {
+                for (j, d) in d.iter_mut().enumerate() {
+                    *d = if j < len { self.words[src + j * sw] } else { 0 };
+                }
+            }
+            if self.need_sums {
+                for (s, &w) in sums.iter_mut().zip(d.iter()) {
+                    *s += ((w & 0xffff) + (w >> 16)) as i32;
+                }
+            }
+        }
+    }
+
     /// Packs the full panel `q` (rows `6q..6q+6`) in the pairs layout (`dst[g·6 + r]`) with
     /// its stored row sums (zeros when not needed): the same words and sums as
     /// [`Self::rows`] followed by the generic packer.
