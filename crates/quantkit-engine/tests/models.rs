@@ -86,7 +86,7 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
     let q = quantized_lenet();
     let plan = compile(&q, &EngineOptions::default()).unwrap();
     // Both convs and both Gemms must really run as integer kernels.
-    for op in ["Conv", "Gemm", "MaxPool", "Flatten"] {
+    for op in ["Conv", "Gemm", "MaxPool"] {
         let nodes: Vec<_> = plan.report().iter().filter(|n| n.op_type == op).collect();
         assert!(!nodes.is_empty());
         for n in nodes {
@@ -98,6 +98,18 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
             );
         }
     }
+    let placement = |node: &str| {
+        &plan
+            .report()
+            .iter()
+            .find(|n| n.node == node)
+            .unwrap()
+            .placement
+    };
+    // fc1 reads pool2's NHWC codes in place.
+    let fused = |into: &str| Placement::Fused { into: into.into() };
+    assert_eq!(*placement("flatten"), fused("fc1"));
+    assert!(!plan.steps().iter().any(|(n, _)| n == "flatten"));
     for mode in [RequantMode::Float, RequantMode::FixedPoint] {
         let a = compare(
             &q,

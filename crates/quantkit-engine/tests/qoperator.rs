@@ -568,9 +568,16 @@ fn qoperator_chain_with_maxpool_and_flatten_on_codes() {
     gi.insert("a_xs".into(), s);
     gi.insert("a_xz".into(), z);
     let plan = compile(&g, &EngineOptions::default()).unwrap();
-    for node in ["a_conv", "pool", "b_conv", "flatten", "qgemm", "qmm"] {
+    for node in ["a_conv", "pool", "b_conv", "qgemm", "qmm"] {
         assert_integer(&plan, node, "chain");
     }
+    // QGemm reads the depthwise conv's NHWC codes in place (weights permuted to NHWC order).
+    assert_eq!(
+        *placement(&plan, "flatten"),
+        Placement::Fused {
+            into: "qgemm".into()
+        }
+    );
     assert_eq!(*placement(&plan, "q"), Placement::Convert);
     assert_eq!(*placement(&plan, "dq"), Placement::Convert);
     let x = Tensor::from_f32(
@@ -793,9 +800,13 @@ fn lenet_qoperator_engine_agrees_with_the_executor() {
     let plan = compile(&q, &EngineOptions::default()).unwrap();
     let mut seen = 0;
     for r in plan.report() {
-        if matches!(
+        if r.op_type == "Flatten" {
+            // fc1 reads pool2's NHWC codes in place.
+            assert_eq!(r.placement, Placement::Fused { into: "fc1".into() });
+            seen += 1;
+        } else if matches!(
             r.op_type.as_str(),
-            "QLinearConv" | "QLinearMatMul" | "QGemm" | "MaxPool" | "Flatten"
+            "QLinearConv" | "QLinearMatMul" | "QGemm" | "MaxPool"
         ) {
             assert!(
                 matches!(r.placement, Placement::Integer { .. }),
