@@ -17,6 +17,7 @@ use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
 use quantkit_kernels::output::OutputStage;
 use std::collections::{HashMap, HashSet};
 
+mod prologue;
 mod qoperator;
 
 /// Per-tensor quantization parameters of an 8-bit activation.
@@ -1105,7 +1106,9 @@ impl<'g> Matcher<'g> {
                     None => self.max_pool(ni),
                 },
                 "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
-                "Add" => self.add(ni),
+                // QLinearAdd of two quantized operands, else a float input prologue.
+                "Add" => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
+                "Sub" | "Mul" | "Div" => self.prologue(ni),
                 _ if LAYOUT_OPS.contains(&op) => match codes() {
                     Some(dt) => self.layout_codes(ni, dt),
                     None => self.codes(ni, true),

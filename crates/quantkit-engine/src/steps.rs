@@ -15,6 +15,10 @@ use quantkit_kernels::pool::max_pool;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
+mod prologue;
+
+pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
+
 /// What a step runs. Inputs are the step's input slots in order.
 pub(crate) trait Kernel: Send + Sync {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>>;

@@ -106,10 +106,31 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
             .unwrap()
             .placement
     };
-    // fc1 reads pool2's NHWC codes in place.
+    // fc1 reads pool2's NHWC codes in place; the input normalisation and its
+    // QuantizeLinear are one step.
     let fused = |into: &str| Placement::Fused { into: into.into() };
     assert_eq!(*placement("flatten"), fused("fc1"));
-    assert!(!plan.steps().iter().any(|(n, _)| n == "flatten"));
+    assert!(
+        matches!(placement("normalize.sub"), Placement::Integer { kernel } if kernel.contains("sub, div, quantize")),
+        "{:?}",
+        placement("normalize.sub")
+    );
+    assert_eq!(*placement("normalize"), fused("normalize.sub"));
+    assert_eq!(*placement("normalize_Q"), fused("normalize.sub"));
+    let steps: Vec<String> = plan.steps().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        steps,
+        [
+            "normalize.sub",
+            "conv1",
+            "pool1",
+            "conv2",
+            "pool2",
+            "fc1",
+            "fc2",
+            "output_DQ"
+        ]
+    );
     for mode in [RequantMode::Float, RequantMode::FixedPoint] {
         let a = compare(
             &q,
