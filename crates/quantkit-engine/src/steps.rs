@@ -291,7 +291,9 @@ impl Kernel for GemmStep {
                         format!("Flatten(axis = 1) of {onnx:?} does not give {k} columns"),
                     ));
                 }
-                let permuted = if x.nhwc {
+                // NHWC with one channel has the NCHW bytes.
+                let nhwc = x.nhwc && s[3] > 1;
+                let permuted = if nhwc {
                     flat.nhwc_weights([s[1], s[2], s[3]], k, nn)
                         .map_err(kernel_err(step))?
                 } else {
@@ -299,8 +301,13 @@ impl Kernel for GemmStep {
                 };
                 match permuted {
                     Some(w) => (Cow::Borrowed(&x.tensor), rows, w, vec![rows, nn]),
-                    // NCHW bytes are already the flattened matrix (the transpose is a no-op
-                    // when the value is NCHW).
+                    // NCHW bytes are already the flattened matrix.
+                    None if !nhwc => (
+                        Cow::Borrowed(&x.tensor),
+                        rows,
+                        &self.weights,
+                        vec![rows, nn],
+                    ),
                     None => (x.to_nchw(), rows, &self.weights, vec![rows, nn]),
                 }
             }

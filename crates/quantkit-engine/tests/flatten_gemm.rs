@@ -272,6 +272,19 @@ fn gemm_reads_the_nhwc_conv_output_through_permuted_weights() {
 }
 
 #[test]
+fn one_channel_nhwc_is_read_as_it_is() {
+    // [n, h, w, 1] NHWC has the bytes of [n, 1, h, w] NCHW.
+    let cs = Case {
+        conv_out: Some(1),
+        ..Default::default()
+    };
+    let g = build(&cs, [5, 6]);
+    let plan = compile(&g, &EngineOptions::default()).unwrap();
+    assert!(absorbed(&plan));
+    assert_same(&plan, &g, &cs, [3, 3, 5, 6], 50);
+}
+
+#[test]
 fn another_spatial_shape_with_the_same_k_takes_the_transposing_path() {
     // [4, 6] and [6, 4] (and [3, 8]) give the same K = 5·24: the weights are permuted for
     // the first, the others must still come out right.
