@@ -4,7 +4,8 @@
 
 use crate::error::{EngineError, Result};
 use crate::steps::{
-    AddStep, CodeStep, ConvStep, DynOp, DynamicStep, GemmStep, GraphOp, Kernel, MaxPoolStep, Table,
+    AddStep, CodeStep, ConvStep, DynOp, DynamicStep, FlatInput, GemmStep, GraphOp, Kernel,
+    MaxPoolStep, Table,
 };
 use crate::value::Val;
 use crate::{EngineOptions, NodeReport, Placement, Plan, RequantMode, Step};
@@ -16,6 +17,7 @@ use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
 use quantkit_kernels::output::OutputStage;
 use std::collections::{HashMap, HashSet};
 
+mod prologue;
 mod qoperator;
 
 /// Per-tensor quantization parameters of an 8-bit activation.
@@ -40,6 +42,19 @@ const TABLE_OPS: &[&str] = &[
     "Sqrt",
     "Identity",
 ];
+
+/// The kernel description's note on a GEMM step that reads a Flatten's input.
+const FLAT_DESC: &str = " + flatten (NHWC read in place, weights permuted)";
+
+/// Where a GEMM step that absorbs a Flatten reads: [`Matcher::flatten_before`].
+struct FlatSource {
+    /// The pre-Flatten codes.
+    codes: String,
+    /// The Flatten and the QuantizeLinear after it.
+    absorbed: Vec<usize>,
+    /// The DequantizeLinear before the Flatten.
+    through: usize,
+}
 
 /// Operators that only move codes; their QDQ sandwich runs on the codes.
 const LAYOUT_OPS: &[&str] = &["Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"];
@@ -591,15 +606,25 @@ impl<'g> Matcher<'g> {
         let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
         let weights = PackedWeights::from_i8(&w, k, nn, layout, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
+        let mut absorbed = absorbed;
+        let (input, flat) = match self.flatten_before(ni, dqx) {
+            Some(f) => {
+                absorbed.extend(f.absorbed);
+                through.push(f.through);
+                (f.codes, Some(FlatInput::new(w, layout, z_w)))
+            }
+            None => (xq, None),
+        };
         let desc = format!(
-            "gemm {}→{} {k}x{nn} {}",
+            "gemm {}→{} {k}x{nn} {}{}",
             qx.dtype,
             qy.dtype,
             if s_w.len() > 1 {
                 "per-channel"
             } else {
                 "per-tensor"
-            }
+            },
+            if flat.is_some() { FLAT_DESC } else { "" }
         );
         Ok(Matched {
             kernel: Box::new(GemmStep {
@@ -609,13 +634,54 @@ impl<'g> Matcher<'g> {
                 x_zp: qx.zp,
                 y_dtype: qy.dtype,
                 exactly_2d: is_gemm,
+                flat,
                 desc: desc.clone(),
             }),
-            inputs: vec![xq],
+            inputs: vec![input],
             output: self.g.nodes[qi].outputs[0].clone(),
             absorbed,
             through,
             kernel_desc: desc,
+        })
+    }
+
+    /// `codes → DQ → Flatten(axis = 1) → Q → DQ → ` the GEMM `ni` (whose activation DQ is
+    /// `dqx`), where Q∘DQ around the Flatten maps every code to itself ([`Matcher::table`]
+    /// is `None`) and the Flatten, Q and `dqx` outputs have no other reader: the GEMM step
+    /// can read the pre-Flatten codes itself ([`FlatInput`]), saving the Flatten step and,
+    /// for an NHWC tensor, its transpose to ONNX order. `None` when the pattern is not there.
+    fn flatten_before(&self, ni: usize, dqx: usize) -> Option<FlatSource> {
+        let nodes = &self.g.nodes;
+        let dq = &nodes[dqx];
+        if self.sole_reader(dq.outputs.first()?).ok()? != ni
+            || self.sole_reader(&dq.inputs[0]).ok()? != dqx
+        {
+            return None;
+        }
+        let qi = *self.producer.get(dq.inputs[0].as_str())?;
+        let q = &nodes[qi];
+        if q.op_type != "QuantizeLinear" || !is_default_domain(q) {
+            return None;
+        }
+        let fi = *self.producer.get(q.inputs.first()?.as_str())?;
+        let f = &nodes[fi];
+        let flat_ok = f.op_type == "Flatten"
+            && is_default_domain(f)
+            && f.inputs.len() == 1
+            && f.outputs.len() == 1
+            && f.attr_int("axis", 1).ok()? == 1
+            && !self.opts.keep_float.iter().any(|k| k == &f.name);
+        if !flat_ok || self.sole_reader(&f.outputs[0]).ok()? != qi {
+            return None;
+        }
+        let pdq = self.dq_of(&f.inputs[0]).ok()?;
+        if self.table(&nodes[pdq], None, q).ok()?.is_some() {
+            return None;
+        }
+        Some(FlatSource {
+            codes: nodes[pdq].inputs[0].clone(),
+            absorbed: vec![fi, qi],
+            through: pdq,
         })
     }
 
@@ -1085,7 +1151,9 @@ impl<'g> Matcher<'g> {
                     None => self.max_pool(ni),
                 },
                 "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
-                "Add" => self.add(ni),
+                // QLinearAdd of two quantized operands, else a float input prologue.
+                "Add" => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
+                "Sub" | "Mul" | "Div" => self.prologue(ni),
                 _ if LAYOUT_OPS.contains(&op) => match codes() {
                     Some(dt) => self.layout_codes(ni, dt),
                     None => self.codes(ni, true),

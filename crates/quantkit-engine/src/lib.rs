@@ -7,7 +7,10 @@
 //! (QLinearAdd); MaxPool, unary
 //! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
 //! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
-//! composes DQ → op → Q exactly). QOperator nodes (`QLinearConv`, `QLinearMatMul`,
+//! composes DQ → op → Q exactly); a Gemm/MatMul step reads the codes before such a Flatten
+//! (axis 1, identity Q/DQ) itself, an NHWC tensor through weights with K permuted to
+//! (h, w, c) order. A chain of Add/Sub/Mul/Div by constants ending in a QuantizeLinear (the
+//! input normalisation) is one pass with the graph's exact f32 arithmetic. QOperator nodes (`QLinearConv`, `QLinearMatMul`,
 //! com.microsoft `QGemm`), which read and write the codes themselves, become the same conv and
 //! GEMM steps, and MaxPool/layout ops reading their codes run on the codes.
 //! Everything else is a *float island*: the graph crate's

@@ -10,9 +10,15 @@ use quantkit_kernels::conv::{
     conv2d_i32, conv2d_output_shape, conv2d_quant, conv2d_quant_max_pool, ConvParams, ConvWeights,
     NhwcInput,
 };
-use quantkit_kernels::gemm::{gemm_i32, gemm_quant, Activations, PackedWeights};
+use quantkit_kernels::gemm::{gemm_i32, gemm_quant, Activations, PackedWeights, WeightLayout};
 use quantkit_kernels::output::OutputStage;
 use quantkit_kernels::pool::max_pool;
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+mod prologue;
+
+pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
 
 /// What a step runs. Inputs are the step's input slots in order.
 pub(crate) trait Kernel: Send + Sync {
@@ -184,41 +190,163 @@ pub(crate) struct GemmStep {
     pub y_dtype: DType,
     /// Gemm takes exactly 2-D A; MatMul any rank ≥ 1 (leading axes are rows).
     pub exactly_2d: bool,
+    /// Set when the step reads the input of a `Flatten(axis = 1)` it absorbed.
+    pub flat: Option<FlatInput>,
     pub desc: String,
+}
+
+/// A GEMM whose A is `Flatten(axis = 1)` of the step's input, read in place: the ONNX
+/// order `[d0, d1·d2·…]` is the input's own bytes when it is stored NCHW, and an NHWC
+/// `[n, h, w, c]` input is the `[n, h·w·c]` matrix of the same products in (h, w, c) order,
+/// so it is multiplied by a copy of the weights whose K rows are permuted from (c, h, w) to
+/// (h, w, c) order. Column sums, weight zero points and the output stage are per output
+/// column and do not move.
+pub(crate) struct FlatInput {
+    /// The unpacked weights as handed to [`PackedWeights::from_i8`].
+    w: Vec<i8>,
+    layout: WeightLayout,
+    zero_points: Vec<i32>,
+    /// The permuted weights, packed for the first NHWC `[h, w, c]` the step sees; an input
+    /// of another shape takes the transposing path.
+    nhwc: OnceLock<([usize; 3], PackedWeights)>,
+}
+
+impl FlatInput {
+    pub fn new(w: Vec<i8>, layout: WeightLayout, zero_points: Vec<i32>) -> Self {
+        FlatInput {
+            w,
+            layout,
+            zero_points,
+            nhwc: OnceLock::new(),
+        }
+    }
+
+    /// The weights for an NHWC input of spatial shape `hwc` (`h·w·c = K`), packed on first
+    /// use; `None` when they were packed for another shape.
+    fn nhwc_weights(
+        &self,
+        hwc: [usize; 3],
+        k: usize,
+        n: usize,
+    ) -> quantkit_kernels::Result<Option<&PackedWeights>> {
+        if self.nhwc.get().is_none() {
+            let w = permute_k_chw_to_hwc(&self.w, hwc, k, n, self.layout);
+            let packed = PackedWeights::from_i8(&w, k, n, self.layout, &self.zero_points)?;
+            // Another thread may have won the race with another shape; `get` decides below.
+            let _ = self.nhwc.set((hwc, packed));
+        }
+        let (shape, packed) = self.nhwc.get().expect("set above");
+        Ok((*shape == hwc).then_some(packed))
+    }
+}
+
+/// `w` (`[K, N]` or `[N, K]`, K in (c, h, w) order with `[h, w, c] = hwc`) with its K
+/// index in (h, w, c) order: new row `(y·W + x)·C + ch` is old row `ch·H·W + y·W + x`.
+pub(crate) fn permute_k_chw_to_hwc(
+    w: &[i8],
+    [h, wd, c]: [usize; 3],
+    k: usize,
+    n: usize,
+    layout: WeightLayout,
+) -> Vec<i8> {
+    debug_assert_eq!(h * wd * c, k);
+    debug_assert_eq!(w.len(), k * n);
+    let old = |kn: usize| (kn % c) * h * wd + kn / c;
+    let mut out = vec![0i8; w.len()];
+    match layout {
+        WeightLayout::KxN => {
+            for (kn, row) in out.chunks_exact_mut(n.max(1)).enumerate().take(k) {
+                let ko = old(kn);
+                row.copy_from_slice(&w[ko * n..(ko + 1) * n]);
+            }
+        }
+        WeightLayout::NxK => {
+            for (dst, src) in out.chunks_exact_mut(k.max(1)).zip(w.chunks_exact(k.max(1))) {
+                for (kn, d) in dst.iter_mut().enumerate() {
+                    *d = src[old(kn)];
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Kernel for GemmStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
-        let x = x.to_nchw();
-        let k = self.weights.k();
-        // MatMul of a 1-D A is a row vector times B with that axis dropped again.
-        let rank_ok = if self.exactly_2d {
-            x.rank() == 2
-        } else {
-            x.rank() >= 1
+        let (k, nn) = (self.weights.k(), self.weights.n());
+        // The A matrix (its bytes), its row count, the weights and the output shape.
+        let (a, m, weights, out_shape) = match &self.flat {
+            None => {
+                let x = x.to_nchw();
+                // MatMul of a 1-D A is a row vector times B with that axis dropped again.
+                let rank_ok = if self.exactly_2d {
+                    x.rank() == 2
+                } else {
+                    x.rank() >= 1
+                };
+                if !rank_ok || x.shape.last() != Some(&k) {
+                    return Err(bad(
+                        step,
+                        "input 0",
+                        format!("expected [.., {k}] (2-D for Gemm), got {:?}", x.shape),
+                    ));
+                }
+                let m: usize = x.shape[..x.rank() - 1].iter().product();
+                let mut out_shape = x.shape.clone();
+                *out_shape.last_mut().expect("rank ≥ 1") = nn;
+                (x, m, &self.weights, out_shape)
+            }
+            Some(flat) => {
+                let s = &x.tensor.shape;
+                let Some(&rows) = s.first() else {
+                    return Err(bad(step, "input 0", "Flatten of a scalar".into()));
+                };
+                let cols: usize = s[1..].iter().product();
+                if cols != k {
+                    let onnx = if x.nhwc {
+                        vec![s[0], s[3], s[1], s[2]]
+                    } else {
+                        s.clone()
+                    };
+                    return Err(bad(
+                        step,
+                        "input 0",
+                        format!("Flatten(axis = 1) of {onnx:?} does not give {k} columns"),
+                    ));
+                }
+                // NHWC with one channel has the NCHW bytes.
+                let nhwc = x.nhwc && s[3] > 1;
+                let permuted = if nhwc {
+                    flat.nhwc_weights([s[1], s[2], s[3]], k, nn)
+                        .map_err(kernel_err(step))?
+                } else {
+                    None
+                };
+                match permuted {
+                    Some(w) => (Cow::Borrowed(&x.tensor), rows, w, vec![rows, nn]),
+                    // NCHW bytes are already the flattened matrix.
+                    None if !nhwc => (
+                        Cow::Borrowed(&x.tensor),
+                        rows,
+                        &self.weights,
+                        vec![rows, nn],
+                    ),
+                    None => (x.to_nchw(), rows, &self.weights, vec![rows, nn]),
+                }
+            }
         };
-        if !rank_ok || x.shape.last() != Some(&k) {
-            return Err(bad(
-                step,
-                "input 0",
-                format!("expected [.., {k}] (2-D for Gemm), got {:?}", x.shape),
-            ));
-        }
-        let m: usize = x.shape[..x.rank() - 1].iter().product();
-        let mut out_shape = x.shape.clone();
-        *out_shape.last_mut().expect("rank ≥ 1") = self.weights.n();
-        let len = m * self.weights.n();
+        let len = m * nn;
         let zp = self.x_zp;
         macro_rules! go {
             ($a:expr, $O:ty, $mk:ident) => {{
                 let mut out = vec![<$O>::default(); len];
-                gemm_quant(&$a, &self.weights, &self.stage, &mut out).map_err(kernel_err(step))?;
+                gemm_quant(&$a, weights, &self.stage, &mut out).map_err(kernel_err(step))?;
                 $mk(out_shape, out)
             }};
         }
-        let t = match (&x.data, self.y_dtype) {
+        let t = match (&a.data, self.y_dtype) {
             (Data::U8(d), DType::U8) => go!(Activations::u8(d, m, k, zp), u8, tensor_u8),
             (Data::U8(d), _) => go!(Activations::u8(d, m, k, zp), i8, tensor_i8),
             (Data::I8(d), DType::U8) => go!(Activations::i8(d, m, k, zp), u8, tensor_u8),

@@ -87,7 +87,7 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
     let plan = compile(&q, &EngineOptions::default()).unwrap();
     // Both convs and both Gemms must really run as integer kernels, and each max pool
     // inside the conv before it.
-    for op in ["Conv", "Gemm", "MaxPool", "Flatten"] {
+    for op in ["Conv", "Gemm", "MaxPool"] {
         let nodes: Vec<_> = plan.report().iter().filter(|n| n.op_type == op).collect();
         assert!(!nodes.is_empty());
         for n in nodes {
@@ -98,6 +98,30 @@ fn lenet_engine_agrees_with_the_qdq_reference() {
             assert!(ok, "{} ({op}) is {:?}", n.node, n.placement);
         }
     }
+    let placement = |node: &str| {
+        &plan
+            .report()
+            .iter()
+            .find(|n| n.node == node)
+            .unwrap()
+            .placement
+    };
+    // fc1 reads pool2's NHWC codes in place; the input normalisation and its
+    // QuantizeLinear are one step.
+    let fused = |into: &str| Placement::Fused { into: into.into() };
+    assert_eq!(*placement("flatten"), fused("fc1"));
+    assert!(
+        matches!(placement("normalize.sub"), Placement::Integer { kernel } if kernel.contains("sub, div, quantize")),
+        "{:?}",
+        placement("normalize.sub")
+    );
+    assert_eq!(*placement("normalize"), fused("normalize.sub"));
+    assert_eq!(*placement("normalize_Q"), fused("normalize.sub"));
+    let steps: Vec<String> = plan.steps().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        steps,
+        ["normalize.sub", "conv1", "conv2", "fc1", "fc2", "output_DQ"]
+    );
     for mode in [RequantMode::Float, RequantMode::FixedPoint] {
         let a = compare(
             &q,

@@ -568,7 +568,7 @@ fn qoperator_chain_with_maxpool_and_flatten_on_codes() {
     gi.insert("a_xs".into(), s);
     gi.insert("a_xz".into(), z);
     let plan = compile(&g, &EngineOptions::default()).unwrap();
-    for node in ["a_conv", "b_conv", "flatten", "qgemm", "qmm"] {
+    for node in ["a_conv", "b_conv", "qgemm", "qmm"] {
         assert_integer(&plan, node, "chain");
     }
     // The pool reads only the first conv's codes: the conv call pools them itself.
@@ -576,6 +576,13 @@ fn qoperator_chain_with_maxpool_and_flatten_on_codes() {
         *placement(&plan, "pool"),
         Placement::Fused {
             into: "a_conv".into()
+        }
+    );
+    // QGemm reads the depthwise conv's NHWC codes in place (weights permuted to NHWC order).
+    assert_eq!(
+        *placement(&plan, "flatten"),
+        Placement::Fused {
+            into: "qgemm".into()
         }
     );
     assert_eq!(*placement(&plan, "q"), Placement::Convert);
@@ -800,9 +807,13 @@ fn lenet_qoperator_engine_agrees_with_the_executor() {
     let plan = compile(&q, &EngineOptions::default()).unwrap();
     let mut seen = 0;
     for r in plan.report() {
-        if matches!(
+        if r.op_type == "Flatten" {
+            // fc1 reads pool2's NHWC codes in place.
+            assert_eq!(r.placement, Placement::Fused { into: "fc1".into() });
+            seen += 1;
+        } else if matches!(
             r.op_type.as_str(),
-            "QLinearConv" | "QLinearMatMul" | "QGemm" | "MaxPool" | "Flatten"
+            "QLinearConv" | "QLinearMatMul" | "QGemm" | "MaxPool"
         ) {
             // Each max pool runs inside the conv before it.
             let ok = match &r.placement {

@@ -5,9 +5,10 @@
 //! hold codes (a QuantizeLinear's or a QLinear op's output) run on the codes directly.
 
 use super::{
-    conv_kind, conv_params, is_default_domain, pool_params, Matched, Matcher, Qp, Why, LAYOUT_OPS,
+    conv_kind, conv_params, is_default_domain, pool_params, Matched, Matcher, Qp, Why, FLAT_DESC,
+    LAYOUT_OPS,
 };
-use crate::steps::{CodeStep, ConvStep, GemmStep, GraphOp, MaxPoolStep};
+use crate::steps::{CodeStep, ConvStep, FlatInput, GemmStep, GraphOp, MaxPoolStep};
 use quantkit_graph::ops;
 use quantkit_graph::{DType, Data, Node, Tensor};
 use quantkit_kernels::conv::ConvWeights;
@@ -219,8 +220,9 @@ impl<'g> Matcher<'g> {
         let stage = self.stage(qa.scale, &w.scales, qy, saturation(qy), None, 1.0)?;
         let weights = PackedWeights::from_i8(&w.values, k, nn, WeightLayout::KxN, &w.zero_points)
             .map_err(|e| format!("packing weights: {e}"))?;
+        let (a, flat, absorbed) = self.flattened(ni, a, qa.dtype, &w, WeightLayout::KxN);
         let desc = format!(
-            "gemm {}→{} {k}x{nn} {}{}",
+            "gemm {}→{} {k}x{nn} {}{}{}",
             qa.dtype,
             qy.dtype,
             granularity(&w.scales),
@@ -229,6 +231,7 @@ impl<'g> Matcher<'g> {
             } else {
                 ""
             },
+            if flat.is_some() { FLAT_DESC } else { "" },
         );
         Ok(Matched {
             kernel: Box::new(GemmStep {
@@ -238,11 +241,12 @@ impl<'g> Matcher<'g> {
                 x_zp: qa.zp,
                 y_dtype: qy.dtype,
                 exactly_2d: false,
+                flat,
                 desc: desc.clone(),
             }),
             inputs: vec![a],
             output,
-            absorbed: Vec::new(),
+            absorbed,
             through: Vec::new(),
             kernel_desc: desc,
         })
@@ -303,8 +307,9 @@ impl<'g> Matcher<'g> {
         let stage = self.stage(qa.scale, &w.scales, qy, saturation(qy), bias, alpha)?;
         let weights = PackedWeights::from_i8(&w.values, k, nn, layout, &w.zero_points)
             .map_err(|e| format!("packing weights: {e}"))?;
+        let (a, flat, absorbed) = self.flattened(ni, a, qa.dtype, &w, layout);
         let desc = format!(
-            "gemm {}→{} {k}x{nn} {}{}{}{}",
+            "gemm {}→{} {k}x{nn} {}{}{}{}{}",
             qa.dtype,
             qy.dtype,
             granularity(&w.scales),
@@ -319,6 +324,7 @@ impl<'g> Matcher<'g> {
             } else {
                 String::new()
             },
+            if flat.is_some() { FLAT_DESC } else { "" },
         );
         Ok(Matched {
             kernel: Box::new(GemmStep {
@@ -328,14 +334,51 @@ impl<'g> Matcher<'g> {
                 x_zp: qa.zp,
                 y_dtype: qy.dtype,
                 exactly_2d: true,
+                flat,
                 desc: desc.clone(),
             }),
             inputs: vec![a],
             output,
-            absorbed: Vec::new(),
+            absorbed,
             through: Vec::new(),
             kernel_desc: desc,
         })
+    }
+
+    /// The GEMM `ni`'s activation `a`, or, when `a` is a `Flatten(axis = 1)` of codes of
+    /// type `dtype` read by nothing else, the Flatten's input, which the step then reads
+    /// itself ([`FlatInput`]); with the absorbed Flatten node.
+    fn flattened(
+        &self,
+        ni: usize,
+        a: String,
+        dtype: DType,
+        w: &QWeight,
+        layout: WeightLayout,
+    ) -> (String, Option<FlatInput>, Vec<usize>) {
+        let flatten = self.producer.get(a.as_str()).copied().filter(|&fi| {
+            let f = &self.g.nodes[fi];
+            f.op_type == "Flatten"
+                && is_default_domain(f)
+                && f.inputs.len() == 1
+                && f.outputs.len() == 1
+                && f.attr_int("axis", 1).ok() == Some(1)
+                && !self.opts.keep_float.iter().any(|k| k == &f.name)
+                && self.sole_reader(&a).ok() == Some(ni)
+                && self.code_dtype(&f.inputs[0]) == Some(dtype)
+        });
+        match flatten {
+            Some(fi) => (
+                self.g.nodes[fi].inputs[0].clone(),
+                Some(FlatInput::new(
+                    w.values.clone(),
+                    layout,
+                    w.zero_points.clone(),
+                )),
+                vec![fi],
+            ),
+            None => (a, None, Vec::new()),
+        }
     }
 
     /// The code type of `value` when it is known to hold 8-bit codes: a u8/i8 graph input,

@@ -168,64 +168,83 @@ fn per_tensor_8bit(
     if sv.len() != 1 || block != 0 || !matches!(out, DType::U8 | DType::I8) {
         return Ok(None);
     }
-    let (lo, hi) = out.int_range().expect("8-bit range");
-    let (sc, zp) = (sv[0], zpv[0] as f32);
+    // An 8-bit zero point (the output type is the zero point's), so it fits in i32.
+    let (sc, zp) = (sv[0], zpv[0] as i32);
     let data = match out {
-        DType::U8 => Data::U8(quantize_8bit(xv, sc, zp, (lo as f32, hi as f32))),
-        _ => Data::I8(quantize_8bit(xv, sc, zp, (lo as f32, hi as f32))),
+        DType::U8 => Data::U8(quantize_8bit(xv, sc, zp)),
+        _ => Data::I8(quantize_8bit(xv, sc, zp)),
     };
     make(out, x.shape.clone(), data).map(Some)
 }
 
-/// An 8-bit code type of [`quantize_8bit`].
-trait Code8: Copy {
+/// An 8-bit code type: u8 or i8.
+pub trait Code8: Copy + Send + Sync + 'static {
+    /// The smallest code, as f32.
+    const LO: f32;
+    /// The largest code, as f32.
+    const HI: f32;
+    /// The code of an integer in `LO..=HI`.
     fn from_i32(v: i32) -> Self;
 }
 impl Code8 for u8 {
+    const LO: f32 = 0.0;
+    const HI: f32 = 255.0;
     #[inline(always)]
     fn from_i32(v: i32) -> Self {
         v as u8
     }
 }
 impl Code8 for i8 {
+    const LO: f32 = -128.0;
+    const HI: f32 = 127.0;
     #[inline(always)]
     fn from_i32(v: i32) -> Self {
         v as i8
     }
 }
 
-/// `clamp(round_half_even(x / s) + zp, lo, hi)` with NaN → `zp`, compiled again with AVX2
-/// for CPUs that have it (the same IEEE operations, so the same codes).
-fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
+/// One element of the per-tensor 8-bit path: `clamp(round_half_even(v / s) + zp, LO, HI)`
+/// with NaN → `zp`, all in f32 (`v / s` is a true f32 division, never a multiply by the
+/// reciprocal). Shared with the integer engine's fused input step, so executor and engine
+/// compute the same codes by construction.
+#[inline(always)]
+pub fn quantize_8bit_one<T: Code8>(v: f32, s: f32, zp: i32) -> T {
+    let d = v / s;
+    let r = if d.is_nan() {
+        0.0
+    } else {
+        round_half_even_saturating(d)
+    };
+    // `max`/`min` rather than `clamp` (whose `lo ≤ hi` assertion keeps loops scalar); for
+    // a non-NaN value they are the same.
+    let c = (r + zp as f32).max(T::LO).min(T::HI);
+    // SAFETY: `c` is inside the code range, so finite and an i32: `r` is not NaN (NaN became
+    // 0) and `zp as f32` is finite, so `r + zp` is not NaN; ±∞ and huge values are clamped.
+    T::from_i32(unsafe { c.to_int_unchecked::<i32>() })
+}
+
+/// [`quantize_8bit_one`] over a slice, compiled again with AVX2 for CPUs that have it (the
+/// same IEEE operations, so the same codes).
+fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
     #[inline(always)]
-    fn body<T: Code8>(x: &[f32], s: f32, zp: f32, (lo, hi): (f32, f32)) -> Vec<T> {
-        // An indexed loop over a zeroed buffer and `max`/`min` rather than `collect` and
-        // `clamp` (whose `lo ≤ hi` assertion, like `collect`'s growth path, kept the loop
-        // scalar); for a non-NaN value `max(lo).min(hi)` is `clamp(lo, hi)`.
+    fn body<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
+        // An indexed loop over a zeroed buffer rather than `collect` (whose growth path kept
+        // the loop scalar).
         let mut out = vec![T::from_i32(0); x.len()];
         for (o, &v) in out.iter_mut().zip(x) {
-            let d = v / s;
-            let r = if d.is_nan() {
-                0.0
-            } else {
-                round_half_even_saturating(d)
-            };
-            let c = (r + zp).max(lo).min(hi);
-            // SAFETY: `c` is finite and inside the 8-bit range: `r` is not NaN (NaN
-            // became 0), ±∞ and huge values are clamped to [lo, hi].
-            *o = T::from_i32(unsafe { c.to_int_unchecked::<i32>() });
+            *o = quantize_8bit_one(v, s, zp);
         }
         out
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn body_avx2<T: Code8>(x: &[f32], s: f32, zp: f32, r: (f32, f32)) -> Vec<T> {
-        body(x, s, zp, r)
+    unsafe fn body_avx2<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
+        body(x, s, zp)
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was just detected.
-        return unsafe { body_avx2(x, s, zp, (lo, hi)) };
+        return unsafe { body_avx2(x, s, zp) };
     }
-    body(x, s, zp, (lo, hi))
+    body(x, s, zp)
 }
