@@ -859,10 +859,20 @@ impl<O: QuantType> PooledRow<'_, O> {
         let (b, py) = (r / self.ph, r % self.ph);
         let kg = self.sc.k() / 2;
         let np = self.ps.n_panels();
-        let PooledBufs { a0, a1, pooled } = bufs;
+        let PooledBufs {
+            a0,
+            a1,
+            pooled,
+            offs,
+        } = bufs;
         a0.resize(kg * MR, 0);
         a1.resize(kg * MR, 0);
         pooled.resize_with(np, || Tile([0; TILE]));
+        // Full stretches at stride 1 without weight zero points read the planes in place.
+        let indirect = self.sc.indirect().filter(|_| self.ps.has_indirect());
+        if let Some((_, o)) = indirect {
+            offs.resize(2 * o.len(), 0);
+        }
         let (mut s0, mut s1) = ([0i32; MR], [0i32; MR]);
         let (mut t0, mut t1) = (Tile([0; TILE]), Tile([0; TILE]));
         // Pooled pixels `start..start + filled` of the row wait in `pooled` (one tile per
@@ -870,19 +880,44 @@ impl<O: QuantType> PooledRow<'_, O> {
         let (mut start, mut filled) = (0, 0);
         for x0 in (0..2 * self.pwid).step_by(MR) {
             let len = MR.min(2 * self.pwid - x0);
-            self.sc.panel_stretch((b, 2 * py, x0), len, a0, &mut s0);
-            self.sc.panel_stretch((b, 2 * py + 1, x0), len, a1, &mut s1);
+            let direct = match indirect {
+                Some((words, o)) if len == MR => {
+                    let (top, bottom) = offs.split_at_mut(o.len());
+                    let base0 = self.sc.pixel_base(b, 2 * py, x0);
+                    let base1 = self.sc.pixel_base(b, 2 * py + 1, x0);
+                    for ((t, u), &off) in top.iter_mut().zip(bottom.iter_mut()).zip(o) {
+                        *t = base0 + off;
+                        *u = base1 + off;
+                    }
+                    Some((words, &*top, &*bottom))
+                }
+                _ => {
+                    self.sc.panel_stretch((b, 2 * py, x0), len, a0, &mut s0);
+                    self.sc.panel_stretch((b, 2 * py + 1, x0), len, a1, &mut s1);
+                    None
+                }
+            };
             for (p, pt) in pooled.iter_mut().enumerate() {
-                self.ps.tile(a0, &s0, len, p, &mut t0);
-                self.ps.tile(a1, &s1, len, p, &mut t1);
+                if let Some((words, top, bottom)) = direct {
+                    self.ps.tile_indirect(words, top, p, &mut t0);
+                    self.ps.tile_indirect(words, bottom, p, &mut t1);
+                } else {
+                    self.ps.tile(a0, &s0, len, p, &mut t0);
+                    self.ps.tile(a1, &s1, len, p, &mut t1);
+                }
                 let top = t0.0[..len * NR].chunks_exact(2 * NR);
                 let bottom = t1.0[..len * NR].chunks_exact(2 * NR);
                 let outs = pt.0[filled * NR..].chunks_exact_mut(NR);
                 for ((o, t), u) in outs.zip(top).zip(bottom) {
-                    let (a, c) = t.split_at(NR);
-                    let (d, e) = u.split_at(NR);
-                    for ((((o, &a), &c), &d), &e) in o.iter_mut().zip(a).zip(c).zip(d).zip(e) {
-                        *o = a.max(c).max(d.max(e));
+                    // Fixed-size rows, so the maxima are 16-lane vector operations.
+                    #[inline(always)]
+                    fn row(v: &[i32], k: usize) -> &[i32; NR] {
+                        v[k * NR..(k + 1) * NR].try_into().expect("16 columns")
+                    }
+                    let o: &mut [i32; NR] = o.try_into().expect("16 columns");
+                    let (a, c, d, e) = (row(t, 0), row(t, 1), row(u, 0), row(u, 1));
+                    for l in 0..NR {
+                        o[l] = a[l].max(c[l]).max(d[l].max(e[l]));
                     }
                 }
             }
@@ -919,6 +954,8 @@ struct PooledBufs {
     a0: Vec<u32>,
     a1: Vec<u32>,
     pooled: Vec<Tile>,
+    /// Word offsets of the two rows' stretches for the indirect micro-kernel.
+    offs: Vec<usize>,
 }
 
 /// Pooled conv rows per block of [`pooled_gemm`]: 6 conv rows, so a block's `6·ow` GEMM

@@ -336,6 +336,7 @@ impl PackedWeights {
         self.data.len() * 64
     }
 
+    #[inline(always)]
     fn panel(&self, p: usize) -> &[i8] {
         let len = self.kgroups * self.geom.nr * self.geom.kgroup;
         &lines_as_bytes(&self.data)[p * len..(p + 1) * len]
@@ -1266,6 +1267,9 @@ pub(crate) struct PanelSums<'a> {
     isa: Isa,
     w: std::borrow::Cow<'a, PackedWeights>,
     colterm: Vec<i32>,
+    /// The weight panels widened to i16 (same `[g][16][2]` order) for the indirect
+    /// micro-kernel, when every weight zero point is 0 (no row sums needed).
+    b16: Option<Vec<i16>>,
 }
 
 impl<'a> PanelSums<'a> {
@@ -1277,7 +1281,52 @@ impl<'a> PanelSums<'a> {
         }
         let w = w.for_isa(isa);
         let colterm = column_terms_za(za, &w, None);
-        Some(PanelSums { isa, w, colterm })
+        let b16 = w.zw_all_zero.then(|| {
+            (0..w.n_panels)
+                .flat_map(|p| w.panel(p).iter().map(|&v| v as i16))
+                .collect()
+        });
+        Some(PanelSums {
+            isa,
+            w,
+            colterm,
+            b16,
+        })
+    }
+
+    /// Whether [`Self::tile_indirect`] is available (every weight zero point is 0).
+    pub(crate) fn has_indirect(&self) -> bool {
+        self.b16.is_some()
+    }
+
+    /// [`Self::tile`] of 6 full rows whose k-group `g` words are `a[offsets[g]..+6]`
+    /// (no packing: the i16 indirect micro-kernel reads them in place); only when
+    /// [`Self::has_indirect`].
+    #[inline(always)]
+    pub(crate) fn tile_indirect(&self, a: &[u32], offsets: &[usize], p: usize, tile: &mut Tile) {
+        let w = &*self.w;
+        let b16 = self
+            .b16
+            .as_deref()
+            .expect("indirect tiles need zero weight zero points");
+        assert!(offsets.len() == w.kgroups && p < w.n_panels);
+        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the ISA was checked as supported by the caller; the kernel checks the
+            // bounds of `a` and `b`.
+            Isa::Avx2 => unsafe {
+                crate::x86_64::avx2::gemm::avx2_gemm_i16_indirect_6x16(a, offsets, b, &mut tile.0)
+            },
+            _ => crate::generic::gemm::generic_gemm_i16_indirect_6x16(a, offsets, b, &mut tile.0),
+        }
+        let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
+        for row in tile.0[..MR * NR].chunks_exact_mut(NR) {
+            let row: &mut [i32; NR] = row.try_into().expect("16 columns");
+            for c in 0..NR {
+                row[c] = row[c].wrapping_add(ct[c]);
+            }
+        }
     }
 
     /// Column panels of the weights.

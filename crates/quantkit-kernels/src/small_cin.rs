@@ -218,6 +218,19 @@ impl<'a> SmallCin<'a> {
         }
     }
 
+    /// For the indirect micro-kernel: the planes' words, the offset of each word of K from
+    /// a pixel's base, and the base of output pixel `(b, oy, ox)` (stride 1 only: then
+    /// the 6 pixels from `ox` have consecutive words for every word of K).
+    pub(crate) fn indirect(&self) -> Option<(&[u32], &[usize])> {
+        (self.p.stride[1] == 1).then_some((&self.words[..], &self.offsets[..]))
+    }
+
+    /// See [`Self::indirect`].
+    #[inline(always)]
+    pub(crate) fn pixel_base(&self, b: usize, oy: usize, ox: usize) -> usize {
+        self.base(b, oy, ox)
+    }
+
     /// Packs pixels `ox0..ox0 + len` (`len ≤ 6`) of output row `(b, oy)` as one panel in
     /// the pairs layout, rows past `len` zero, with their stored row sums (zeros when not
     /// needed).

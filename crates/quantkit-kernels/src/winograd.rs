@@ -133,6 +133,7 @@ impl WinogradWeights {
     }
 
     /// The packed panel `(ξ, p)`.
+    #[inline(always)]
     fn panel(&self, xi: usize, p: usize) -> &[i16] {
         let len = self.kgroups * NR * 2;
         &self.data[(xi * self.n_panels + p) * len..][..len]

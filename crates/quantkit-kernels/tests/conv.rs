@@ -469,8 +469,8 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
 
 /// Conv + max pool in one call equals the conv followed by the pool, bit for bit: the fused
 /// paths (2×2 stride-2 pool, each window's four exact sums reduced before the stage) of
-/// Winograd, few-channel, im2col and 1×1 convs, with float and fixed-point stages, weight
-/// zero points, odd output sizes (last row/column dropped), odd C_in, u8 and i8, 1 and 2
+/// Winograd, few-channel (packed and, with zero weight zero points, read in place), im2col
+/// and 1×1 convs, with float and fixed-point stages, weight zero points, odd output sizes (last row/column dropped), odd C_in, u8 and i8, 1 and 2
 /// threads; and the unfused fallbacks (other pools, a stage that is not monotone).
 #[test]
 fn conv_with_max_pool_equals_conv_then_pool() {
@@ -504,13 +504,17 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ([2, 6, 9, 5], 17, p, "gemm"),
         ([2, 10, 7, 5], 18, pointwise, "gemm"),
     ];
-    for (shape, c_out, p, method) in cases {
+    // Weight zero points of 0 (the few-channel path's indirect micro-kernel) and not 0.
+    let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);
+    for ((shape, c_out, p, method), zero_zw) in cases {
         let c_in = shape[3];
         let taps = p.kernel[0] * p.kernel[1];
         let w: Vec<i8> = (0..c_out * c_in * taps)
             .map(|_| rng.range(-128, 127) as i8)
             .collect();
-        let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
+        let zw: Vec<i32> = (0..c_out)
+            .map(|_| if zero_zw { 0 } else { rng.range(-9, 9) })
+            .collect();
         let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
         assert_eq!(wino.method(), method);
         let gemm =

@@ -64,3 +64,31 @@ pub fn generic_gemm_i16_6x16<const R: usize>(
         out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
     }
 }
+
+/// `generic_gemm_i16_indirect_6x16`: [`generic_gemm_i16_6x16`] with an *indirect* A: word
+/// `g` of row `r` is `a[offsets[g] + r]` (each k-group's 6 rows are consecutive words
+/// somewhere in `a`, e.g. a run of output pixels in a plane of the few-channel conv), so A
+/// needs no packing. Same arithmetic, same result.
+pub fn generic_gemm_i16_indirect_6x16(
+    a: &[u32],
+    offsets: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let mut acc = [[0i32; NR]; 6];
+    for (g, &off) in offsets.iter().enumerate() {
+        let bg = &b[g * NR * 2..(g + 1) * NR * 2];
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let word = a[off + r];
+            let a0 = word as u16 as i16 as i32;
+            let a1 = (word >> 16) as u16 as i16 as i32;
+            for (c, acc_rc) in acc_r.iter_mut().enumerate() {
+                let p = (a0 * bg[c * 2] as i32).wrapping_add(a1 * bg[c * 2 + 1] as i32);
+                *acc_rc = acc_rc.wrapping_add(p);
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
+    }
+}

@@ -90,6 +90,50 @@ pub unsafe fn avx2_gemm_i16_6x16<const R: usize>(
     }
 }
 
+/// AVX2 microkernel with an indirect A, 6 rows × 16 columns, same contract as
+/// [`crate::generic::gemm::generic_gemm_i16_indirect_6x16`].
+///
+/// # Safety
+/// The CPU must support AVX2. (Bounds are checked here: every `offsets[g] + 6 ≤ a.len()`
+/// and `b` holds `offsets.len()·32` values.)
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2_gemm_i16_indirect_6x16(
+    a: &[u32],
+    offsets: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let kgroups = offsets.len();
+    assert!(b.len() >= kgroups * NR * 2);
+    assert!(offsets.iter().all(|&o| o + MR <= a.len()));
+    let mut acc0 = [_mm256_setzero_si256(); MR];
+    let mut acc1 = [_mm256_setzero_si256(); MR];
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    for (g, &off) in offsets.iter().enumerate() {
+        // SAFETY: g < kgroups, so values [32g, 32g+32) of `b` exist, and words off..off+6 of
+        // `a` exist (both asserted above).
+        unsafe {
+            let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
+            let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
+            let row = ap.add(off);
+            for r in 0..MR {
+                let av = _mm256_set1_epi32(*row.add(r));
+                acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(av, b0));
+                acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(av, b1));
+            }
+        }
+    }
+    for r in 0..MR {
+        // SAFETY: row r of the tile is out[16r..16r+16] (96 ≤ TILE).
+        unsafe {
+            let row = out.as_mut_ptr().add(r * NR);
+            _mm256_storeu_si256(row as *mut __m256i, acc0[r]);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[r]);
+        }
+    }
+}
+
 /// Zero-point correction (K1) of one tile row chunk of 8 columns starting at `c`.
 #[inline(always)]
 unsafe fn corrected(ep: &Epilogue<'_>, raw: &[i32], rowsum: i32, c: usize, cc: usize) -> __m256i {
