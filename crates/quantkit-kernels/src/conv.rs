@@ -21,6 +21,8 @@
 //!   f32 steps only, so every ISA gives the scalar result bit for bit).
 //!
 //! The output stage is the GEMM's ([`OutputStage`]), per output channel.
+//! [`conv2d_quant_max_pool`] runs a conv and a following max pool in one call; a 2×2
+//! stride-2 pool is reduced on the exact sums before a monotone output stage.
 
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
