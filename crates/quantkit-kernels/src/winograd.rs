@@ -203,9 +203,9 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
     /// `oh × ow` (its last row/column dropped when odd, as the pool's floor output size
     /// does): the output is `⌊oh/2⌋ × ⌊ow/2⌋` pixels, each the output stage applied to the
     /// maximum of its tile's four exact sums. That equals pooling the staged outputs when
-    /// the stage is non-decreasing in the sum (`OutputStage::is_monotone`, checked by the
-    /// caller), since then `stage(max) = max(stage)`; it saves three quarters of the output
-    /// stage and the pool's pass over the conv output.
+    /// the stage is non-decreasing in the sum (`OutputStage::is_monotone_within`, checked
+    /// by the caller), since then `stage(max) = max(stage)`; it saves three quarters of the
+    /// output stage and the pool's pass over the conv output.
     pub(crate) fn pooled(
         x: &'a NhwcInput<'a, T>,
         w: &'a WinogradWeights,
