@@ -63,6 +63,15 @@ impl ConvParams {
         }
     }
 
+    /// Whether this is the 2×2 stride-2 window without dilation or padding: each output
+    /// reads its own 2×2 block of inputs (the pooling window with fast paths).
+    pub fn is_pair_window(&self) -> bool {
+        self.kernel == [2, 2]
+            && self.stride == [2, 2]
+            && self.dilation == [1, 1]
+            && self.pads == [0; 4]
+    }
+
     /// Output `[oh, ow]` for an input of `[h, w]`, or an error if the kernel does not fit.
     pub fn output_size(&self, h: usize, w: usize) -> Result<[usize; 2]> {
         let mut out = [0; 2];
@@ -737,11 +746,7 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
             got: out.len(),
         });
     }
-    let pair_window = pool.kernel == [2, 2]
-        && pool.stride == [2, 2]
-        && pool.dilation == [1, 1]
-        && pool.pads == [0; 4];
-    if pair_window {
+    if pool.is_pair_window() {
         match &w.kind {
             // |Y| < 2^29 under the Winograd bound (module docs of `winograd`).
             Kind::Winograd(ww) if stage.is_monotone_within(1 << 29) => {

@@ -645,6 +645,27 @@ enum Sink<'a, T> {
     },
 }
 
+impl<'a, T> Sink<'a, T> {
+    /// The sink that applies `stage` to `n` output columns (padded to `npad`) and writes
+    /// quantized values through `out`: float requantization with its scales expanded per
+    /// padded column, or the generic per-value stage.
+    fn quantized(stage: &'a OutputStage, n: usize, npad: usize, out: *mut T) -> Self {
+        match &stage.requant {
+            Requant::Float(s) => Sink::Float {
+                scales: (0..npad)
+                    .map(|j| if s.len() == 1 { s[0] } else { s[j.min(n - 1)] })
+                    .collect(),
+                stage,
+                out: OutPtr(out),
+            },
+            Requant::FixedPoint { .. } => Sink::Generic {
+                stage,
+                out: OutPtr(out),
+            },
+        }
+    }
+}
+
 fn compute_tile(isa: Isa, rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) {
     use crate::generic::gemm::generic_gemm_u8i8_i32_6x16 as g;
     let t = &mut tile.0;
@@ -862,19 +883,7 @@ impl<'a, T: QuantType> TileWriter<'a, T> {
         }
         let sink = match (stage, out_i32, out_q) {
             (None, Some(o), _) => Sink::I32(OutPtr(o.as_mut_ptr())),
-            (Some(stage), _, Some(o)) => match &stage.requant {
-                Requant::Float(s) => Sink::Float {
-                    scales: (0..npad)
-                        .map(|j| if s.len() == 1 { s[0] } else { s[j.min(n - 1)] })
-                        .collect(),
-                    stage,
-                    out: OutPtr(o.as_mut_ptr()),
-                },
-                Requant::FixedPoint { .. } => Sink::Generic {
-                    stage,
-                    out: OutPtr(o.as_mut_ptr()),
-                },
-            },
+            (Some(stage), _, Some(o)) => Sink::quantized(stage, n, npad, o.as_mut_ptr()),
             _ => unreachable!("TileWriter needs an i32 output, or a stage and a quantized output"),
         };
         TileWriter { isa, colterm, sink }
@@ -1170,29 +1179,7 @@ pub fn gemm_quant_with<T: QuantType>(
     let w = &*w.for_isa(isa);
     stage.validate("gemm_quant", w.n)?;
     let colterm = column_terms(a, w, stage.bias.as_deref());
-    let sink = match &stage.requant {
-        Requant::Float(s) => {
-            let npad = w.n_panels * w.geom.nr;
-            let scales = (0..npad)
-                .map(|j| {
-                    if s.len() == 1 {
-                        s[0]
-                    } else {
-                        s[j.min(w.n - 1)]
-                    }
-                })
-                .collect();
-            Sink::Float {
-                scales,
-                stage,
-                out: OutPtr(out.as_mut_ptr()),
-            }
-        }
-        Requant::FixedPoint { .. } => Sink::Generic {
-            stage,
-            out: OutPtr(out.as_mut_ptr()),
-        },
-    };
+    let sink = Sink::quantized(stage, w.n, w.n_panels * w.geom.nr, out.as_mut_ptr());
     run::<T>(isa, a, w, &colterm, sink, w.n);
     Ok(())
 }
@@ -1235,25 +1222,7 @@ pub(crate) fn gemm_strided<T: QuantType>(
             );
             stage.validate("conv", w.n)?;
             let colterm = column_terms(a, w, stage.bias.as_deref());
-            let sink = match &stage.requant {
-                Requant::Float(s) => Sink::Float {
-                    scales: (0..w.n_panels * w.geom.nr)
-                        .map(|j| {
-                            if s.len() == 1 {
-                                s[0]
-                            } else {
-                                s[j.min(w.n - 1)]
-                            }
-                        })
-                        .collect(),
-                    stage,
-                    out: OutPtr(out.as_mut_ptr()),
-                },
-                Requant::FixedPoint { .. } => Sink::Generic {
-                    stage,
-                    out: OutPtr(out.as_mut_ptr()),
-                },
-            };
+            let sink = Sink::quantized(stage, w.n, w.n_panels * w.geom.nr, out.as_mut_ptr());
             run::<T>(isa, a, w, &colterm, sink, ldc);
         }
         _ => unreachable!("conv passes either an i32 output or a stage with a quantized output"),

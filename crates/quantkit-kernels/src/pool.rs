@@ -80,8 +80,7 @@ pub fn max_pool<T: PoolElem>(
     // pixel as a copy of its first valid tap and take the maximum of the others (a select
     // per channel, which the compiler vectorises), with no per-pixel allocation. On AVX2
     // machines the same body is compiled with AVX2 enabled (a select is exact on any ISA).
-    let pair_window =
-        p.kernel == [2, 2] && p.stride == [2, 2] && p.dilation == [1, 1] && p.pads == [0; 4];
+    let pair_window = p.is_pair_window();
     let avx2 = crate::dispatch::isa() != crate::dispatch::Isa::Scalar
         && crate::dispatch::Isa::Avx2.is_supported();
     out.par_chunks_mut(oh * ow * c)
