@@ -47,22 +47,7 @@ pub fn generic_gemm_i16_6x16<const R: usize>(
     b: &[i16],
     out: &mut [i32; TILE],
 ) {
-    let mut acc = [[0i32; NR]; R];
-    for g in 0..kgroups {
-        let bg = &b[g * NR * 2..(g + 1) * NR * 2];
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let word = a[r * lda + g];
-            let a0 = word as u16 as i16 as i32;
-            let a1 = (word >> 16) as u16 as i16 as i32;
-            for (c, acc_rc) in acc_r.iter_mut().enumerate() {
-                let p = (a0 * bg[c * 2] as i32).wrapping_add(a1 * bg[c * 2 + 1] as i32);
-                *acc_rc = acc_rc.wrapping_add(p);
-            }
-        }
-    }
-    for (r, acc_r) in acc.iter().enumerate() {
-        out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
-    }
+    i16_tile::<R>(kgroups, |g, r| a[r * lda + g], b, out)
 }
 
 /// `generic_gemm_i16_indirect_6x16`: [`generic_gemm_i16_6x16`] with an *indirect* A: word
@@ -75,11 +60,21 @@ pub fn generic_gemm_i16_indirect_6x16(
     b: &[i16],
     out: &mut [i32; TILE],
 ) {
-    let mut acc = [[0i32; NR]; 6];
-    for (g, &off) in offsets.iter().enumerate() {
+    i16_tile::<6>(offsets.len(), |g, r| a[offsets[g] + r], b, out)
+}
+
+/// The body of both scalar i16 kernels: `word(g, r)` is k-group `g`'s word of row `r`.
+fn i16_tile<const R: usize>(
+    kgroups: usize,
+    word: impl Fn(usize, usize) -> u32,
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let mut acc = [[0i32; NR]; R];
+    for g in 0..kgroups {
         let bg = &b[g * NR * 2..(g + 1) * NR * 2];
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let word = a[off + r];
+            let word = word(g, r);
             let a0 = word as u16 as i16 as i32;
             let a1 = (word >> 16) as u16 as i16 as i32;
             for (c, acc_rc) in acc_r.iter_mut().enumerate() {

@@ -63,31 +63,9 @@ pub unsafe fn avx2_gemm_i16_6x16<const R: usize>(
 ) {
     debug_assert!(R == 0 || a.len() >= (R - 1) * lda + kgroups);
     debug_assert!(b.len() >= kgroups * NR * 2);
-    let mut acc0 = [_mm256_setzero_si256(); R];
-    let mut acc1 = [_mm256_setzero_si256(); R];
-    let ap = a.as_ptr() as *const i32;
-    let bp = b.as_ptr();
-    for g in 0..kgroups {
-        // SAFETY: g < kgroups, so values [32g, 32g+32) of `b` and words r·lda + g (r < R) of
-        // `a` are in bounds (asserted above in debug builds, guaranteed by the caller).
-        unsafe {
-            let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
-            let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
-            for r in 0..R {
-                let av = _mm256_set1_epi32(*ap.add(r * lda + g));
-                acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(av, b0));
-                acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(av, b1));
-            }
-        }
-    }
-    for r in 0..R {
-        // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE).
-        unsafe {
-            let row = out.as_mut_ptr().add(r * NR);
-            _mm256_storeu_si256(row as *mut __m256i, acc0[r]);
-            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[r]);
-        }
-    }
+    // SAFETY: word r·lda + g (r < R, g < kgroups) of `a` and values [32g, 32g+32) of `b`
+    // exist (the caller's contract, asserted above in debug builds); AVX2 is enabled here.
+    unsafe { i16_tile::<R>(kgroups, |g| (a.as_ptr().add(g) as *const i32, lda), b, out) }
 }
 
 /// AVX2 microkernel with an indirect A, 6 rows × 16 columns, same contract as
@@ -103,29 +81,45 @@ pub unsafe fn avx2_gemm_i16_indirect_6x16(
     b: &[i16],
     out: &mut [i32; TILE],
 ) {
-    let kgroups = offsets.len();
-    assert!(b.len() >= kgroups * NR * 2);
+    assert!(b.len() >= offsets.len() * NR * 2);
     assert!(offsets.iter().all(|&o| o + MR <= a.len()));
-    let mut acc0 = [_mm256_setzero_si256(); MR];
-    let mut acc1 = [_mm256_setzero_si256(); MR];
     let ap = a.as_ptr() as *const i32;
+    // SAFETY: words offsets[g]..+6 of `a` and values [32g, 32g+32) of `b` exist (asserted
+    // above); AVX2 is enabled here.
+    unsafe { i16_tile::<MR>(offsets.len(), |g| (ap.add(offsets[g]), 1), b, out) }
+}
+
+/// The body of both i16 microkernels: `row(g)` gives the address of k-group `g`'s word of
+/// row 0 and the stride (in words) between rows.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller; for every `g < kgroups` and `r < R`, `row(g).0 +
+/// r·row(g).1` and values [32g, 32g+32) of `b` must be readable.
+#[inline(always)]
+unsafe fn i16_tile<const R: usize>(
+    kgroups: usize,
+    row: impl Fn(usize) -> (*const i32, usize),
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let mut acc0 = [_mm256_setzero_si256(); R];
+    let mut acc1 = [_mm256_setzero_si256(); R];
     let bp = b.as_ptr();
-    for (g, &off) in offsets.iter().enumerate() {
-        // SAFETY: g < kgroups, so values [32g, 32g+32) of `b` exist, and words off..off+6 of
-        // `a` exist (both asserted above).
+    for g in 0..kgroups {
+        // SAFETY: the function contract.
         unsafe {
             let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
             let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
-            let row = ap.add(off);
-            for r in 0..MR {
-                let av = _mm256_set1_epi32(*row.add(r));
+            let (p, stride) = row(g);
+            for r in 0..R {
+                let av = _mm256_set1_epi32(*p.add(r * stride));
                 acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(av, b0));
                 acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(av, b1));
             }
         }
     }
-    for r in 0..MR {
-        // SAFETY: row r of the tile is out[16r..16r+16] (96 ≤ TILE).
+    for r in 0..R {
+        // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE).
         unsafe {
             let row = out.as_mut_ptr().add(r * NR);
             _mm256_storeu_si256(row as *mut __m256i, acc0[r]);
