@@ -279,23 +279,13 @@ impl<'a> SmallCin<'a> {
         let kg = self.offsets.len();
         let dst = &mut dst[..kg * MR];
         let sums: &mut [i32; MR] = (&mut sums[..MR]).try_into().expect("6 rows");
-        *sums = [0; MR];
         let sw = self.p.stride[1];
         let mut pos = PixelPos::at(first, self.oh, self.ow);
-        if sw == 1 && pos.ox + MR <= self.ow {
-            // One stretch of one output row: fixed-size copies.
-            let base = self.base(pos.b, pos.oy, pos.ox);
-            for (d, off) in dst.chunks_exact_mut(MR).zip(&self.offsets) {
-                let src: &[u32; MR] = self.words[base + off..][..MR].try_into().expect("6 words");
-                d.copy_from_slice(src);
-                if self.need_sums {
-                    for (s, &w) in sums.iter_mut().zip(src) {
-                        *s += ((w & 0xffff) + (w >> 16)) as i32;
-                    }
-                }
-            }
-            return;
+        if pos.ox + MR <= self.ow {
+            // One stretch of one output row.
+            return self.panel_stretch((pos.b, pos.oy, pos.ox), MR, dst, sums);
         }
+        *sums = [0; MR];
         let mut r = 0;
         while r < MR {
             let PixelPos { b, oy, ox } = pos;
