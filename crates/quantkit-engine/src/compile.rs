@@ -523,24 +523,18 @@ impl<'g> Matcher<'g> {
     /// pools its own output (`conv2d_quant_max_pool`, exact), saving the pool step's pass
     /// and, on the Winograd path, three quarters of the output stage.
     fn max_pool_after(&self, value: &str, qi: usize) -> Option<(ConvParams, Vec<usize>, String)> {
-        let dqi = self.sole_reader(value).ok()?;
-        let dq = &self.g.nodes[dqi];
-        if dq.op_type != "DequantizeLinear" || !is_default_domain(dq) || dq.inputs[0] != value {
-            return None;
-        }
+        let dq = &self.g.nodes[self.sole_reader(value).ok()?];
         let pi = self.sole_reader(&dq.outputs[0]).ok()?;
         let p = &self.g.nodes[pi];
         if p.op_type != "MaxPool" || !is_default_domain(p) || p.inputs.len() != 1 {
             return None;
         }
         let params = pool_params(p).ok()?;
-        let q2 = self.sole_reader(&p.outputs[0]).ok()?;
+        // The pool step's own pattern, DQ(value) → MaxPool → Q, whose DQ → Q pair must be
+        // the identity (same parameters): the pool then runs on the codes.
+        let (dqi, xq, _, q2, _) = self.sandwich(p).ok()?;
         let q = &self.g.nodes[q2];
-        if q.op_type != "QuantizeLinear" || !is_default_domain(q) || q.inputs[0] != p.outputs[0] {
-            return None;
-        }
-        // Only an identity DQ → Q pair (same parameters): the pool runs on the codes.
-        if !matches!(self.table(dq, None, q), Ok(None)) {
+        if xq != value || !matches!(self.table(&self.g.nodes[dqi], None, q), Ok(None)) {
             return None;
         }
         // The nodes come after the conv's Q in node order (the plan keeps that order).
