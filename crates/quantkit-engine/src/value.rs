@@ -77,7 +77,8 @@ pub(crate) fn permute4(t: &Tensor, perm: [usize; 4]) -> Tensor {
 }
 
 /// Transposes every `[rows, cols]` matrix of `v` (one per image), in 32×32 blocks so that
-/// both sides stay in cache whatever the strides, images in parallel.
+/// both sides stay in cache whatever the strides, images in parallel; 1–4 rows are
+/// interleaved plane by plane, and whole blocks of bytes use SSE2.
 fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
     const B: usize = 32;
     let len = rows * cols;
@@ -85,11 +86,19 @@ fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) ->
         return Vec::new();
     };
     let mut out = vec![first; v.len()];
-    // Bytes (u8/i8 codes) go through SSE2 16×16 block transposes where blocks are whole.
+    // Bytes (u8/i8 codes): whole 32×32 blocks go through four SSE2 16×16 transposes.
     let bytes = std::mem::size_of::<T>() == 1 && std::mem::align_of::<T>() == 1;
     out.par_chunks_mut(len)
         .zip(v.par_chunks(len))
         .for_each(|(dst, src)| {
+            // Few rows (an RGB or grey image's channels into NHWC): interleave planes.
+            match rows {
+                1 => return dst.copy_from_slice(src),
+                2 => return interleave::<T, 2>(src, dst, cols),
+                3 => return interleave::<T, 3>(src, dst, cols),
+                4 => return interleave::<T, 4>(src, dst, cols),
+                _ => {}
+            }
             #[cfg(target_arch = "x86_64")]
             if bytes {
                 // SAFETY: T is one byte with alignment 1 (u8 or i8 here), so its slices can be
@@ -103,18 +112,10 @@ fn transpose_images<T: Copy + Send + Sync>(v: &[T], rows: usize, cols: usize) ->
                 transpose_bytes_sse2(s8, d8, rows, cols);
             }
             let _ = bytes;
-            // Few rows (an RGB or grey image's channels into NHWC): interleave planes.
-            match rows {
-                1 => return dst.copy_from_slice(src),
-                2 => return interleave::<T, 2>(src, dst, cols),
-                3 => return interleave::<T, 3>(src, dst, cols),
-                4 => return interleave::<T, 4>(src, dst, cols),
-                _ => {}
-            }
             for r0 in (0..rows).step_by(B) {
                 let r1 = (r0 + B).min(rows);
                 for c0 in (0..cols).step_by(B) {
-                    // Whole 16×16 blocks of bytes are done already.
+                    // Whole 32×32 blocks of bytes are done already (SSE2).
                     #[cfg(target_arch = "x86_64")]
                     if bytes && r1 - r0 == B && c0 + B <= cols {
                         continue;
