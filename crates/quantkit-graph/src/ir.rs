@@ -3,6 +3,7 @@
 
 use crate::error::OpError;
 use crate::onnx::proto;
+use crate::ops::{Facts, OpKind};
 use crate::tensor::{DType, Tensor};
 use std::collections::BTreeMap;
 
@@ -127,6 +128,32 @@ impl Node {
             attributes: Vec::new(),
             doc_string: String::new(),
         }
+    }
+    /// A node of operator `kind` (its op type and domain) with no attributes.
+    pub fn of(kind: OpKind, name: &str, inputs: &[&str], outputs: &[&str]) -> Node {
+        let mut n = Node::new(name, kind.name(), inputs, outputs);
+        n.domain = kind.domain().to_string();
+        n
+    }
+    /// The registered operator this node runs, if quantkit has it.
+    pub fn kind(&self) -> Option<OpKind> {
+        OpKind::of(&self.domain, &self.op_type)
+    }
+    /// Whether this node runs operator `kind` (same op type, same domain).
+    pub fn is(&self, kind: OpKind) -> bool {
+        self.op_type == kind.name()
+            && (self.domain == kind.domain()
+                || (kind.domain().is_empty() && crate::ops::is_onnx_domain(&self.domain)))
+    }
+    /// Whether the node is in the default ONNX domain (`""` or `ai.onnx`).
+    pub fn is_onnx_domain(&self) -> bool {
+        crate::ops::is_onnx_domain(&self.domain)
+    }
+    /// The registry's facts about this node's operator ([`Facts::NONE`] when quantkit does
+    /// not have it).
+    pub fn facts(&self) -> &'static Facts {
+        const NONE: Facts = Facts::NONE;
+        self.kind().map_or(&NONE, OpKind::facts)
     }
     /// Adds an attribute (builder style).
     pub fn with_attr(mut self, name: &str, value: AttrValue) -> Node {
@@ -256,5 +283,100 @@ impl Graph {
         self.nodes
             .iter()
             .position(|n| n.outputs.iter().any(|o| o == value))
+    }
+    /// Indices of the nodes reading `value`, in graph order (a node reading it twice is
+    /// listed once).
+    pub fn readers(&self, value: &str) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.inputs.iter().any(|i| i == value))
+            .map(|(i, _)| i)
+            .collect()
+    }
+    /// Whether `value` is one of the graph's outputs.
+    pub fn is_output(&self, value: &str) -> bool {
+        self.outputs.iter().any(|o| o.name == value)
+    }
+    /// A value name not yet used by any initializer, node output or graph input: `base`,
+    /// else `base_1`, `base_2`...
+    pub fn unique_name(&self, base: &str) -> String {
+        let taken = |n: &str| {
+            self.initializers.contains_key(n)
+                || self.inputs.iter().any(|i| i.name == n)
+                || self.nodes.iter().any(|x| x.outputs.iter().any(|o| o == n))
+        };
+        if !taken(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|k| format!("{base}_{k}"))
+            .find(|n| !taken(n))
+            .expect("unbounded")
+    }
+    /// Drops initializers that no node and no graph output reads.
+    pub fn prune_initializers(&mut self) {
+        let used: std::collections::HashSet<&str> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter().map(String::as_str))
+            .chain(self.outputs.iter().map(|o| o.name.as_str()))
+            .collect();
+        let dead: Vec<String> = self
+            .initializers
+            .keys()
+            .filter(|k| !used.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for k in dead {
+            self.initializers.remove(&k);
+        }
+    }
+}
+
+/// Who reads and who writes each value of a graph, indexed once for the passes that ask
+/// many times (matchers, rewrites).
+#[derive(Clone, Debug, Default)]
+pub struct Uses<'g> {
+    readers: std::collections::HashMap<&'g str, Vec<usize>>,
+    producer: std::collections::HashMap<&'g str, usize>,
+    outputs: std::collections::HashSet<&'g str>,
+}
+
+impl<'g> Uses<'g> {
+    /// Indexes `g` (omitted optional inputs and outputs, `""`, are skipped).
+    pub fn new(g: &'g Graph) -> Uses<'g> {
+        let mut u = Uses::default();
+        for (i, n) in g.nodes.iter().enumerate() {
+            for v in n.inputs.iter().filter(|v| !v.is_empty()) {
+                u.readers.entry(v.as_str()).or_default().push(i);
+            }
+            for o in n.outputs.iter().filter(|o| !o.is_empty()) {
+                u.producer.insert(o.as_str(), i);
+            }
+        }
+        u.outputs = g.outputs.iter().map(|o| o.name.as_str()).collect();
+        u
+    }
+    /// Index of the node producing `value`.
+    pub fn producer(&self, value: &str) -> Option<usize> {
+        self.producer.get(value).copied()
+    }
+    /// Indices of the nodes reading `value`, in graph order, once per input that reads it
+    /// (`Mul(x, x)` lists its node twice).
+    pub fn readers(&self, value: &str) -> &[usize] {
+        self.readers.get(value).map_or(&[], Vec::as_slice)
+    }
+    /// Whether `value` is a graph output.
+    pub fn is_output(&self, value: &str) -> bool {
+        self.outputs.contains(value)
+    }
+    /// The one node reading `value`, when `value` is not a graph output and is read by
+    /// exactly one input of one node (so a rewrite may consume it).
+    pub fn sole_reader(&self, value: &str) -> Option<usize> {
+        match self.readers(value) {
+            [r] if !self.is_output(value) => Some(*r),
+            _ => None,
+        }
     }
 }

@@ -27,6 +27,7 @@ pub mod tensor;
 
 pub use error::{GraphError, OpError, Result};
 pub use exec::{execute, execute_with, plan};
-pub use ir::{AttrValue, Dim, Graph, ModelMeta, Node, ValueInfo};
+pub use ir::{AttrValue, Dim, Graph, ModelMeta, Node, Uses, ValueInfo};
 pub use onnx::{export_model, import_model, load_model, load_tensor_pb, save_model};
+pub use ops::{Facts, OpKind, QuantInputs, MS_DOMAIN};
 pub use tensor::{DType, Data, Element, Tensor};

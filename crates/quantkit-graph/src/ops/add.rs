@@ -9,3 +9,20 @@ use crate::tensor::Tensor;
 pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     eval_arith(Arith::Add, inputs)
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let _ = ctx;
+    let (a, b) = (inp.get(0)?, inp.get(1)?);
+    Some(vec![(a.0, crate::tensor::broadcast_shapes(&a.1, &b.1)?)])
+}
+
+/// `Add` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Add", 1, eval)
+    .infer(infer)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::All,
+        elementwise: true,
+        qlinear: Some(super::OpKind::QLinearAdd),
+        ..super::Facts::NONE
+    });

@@ -36,3 +36,26 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         make(crate::DType::F64, shape, Data::F64(y))?.cast(x.dtype)
     ])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let g = super::pool::PoolGeom::new(ctx, &x.1).ok()?;
+    let mut s = x.1[..2].to_vec();
+    s.extend(g.out_sp);
+    let mut v = vec![(x.0, s.clone())];
+    if ctx.node.outputs.len() > 1 {
+        v.push((crate::tensor::DType::I64, s));
+    }
+    Some(v)
+}
+
+/// `AveragePool` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("AveragePool", 1, eval)
+    .infer(infer)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        monotone: true,
+        qlinear: Some(super::OpKind::QLinearAveragePool),
+        ..super::Facts::NONE
+    });

@@ -65,3 +65,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     Ok(out)
 }
+
+/// `BatchNormalization` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("BatchNormalization", 1, eval).infer(super::registry::same_as_first);

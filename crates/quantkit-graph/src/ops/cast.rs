@@ -11,3 +11,17 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .ok_or_else(|| OpError::Unsupported(format!("Cast to {}", DType::onnx_name(to))))?;
     Ok(vec![input(inputs, 0)?.cast(dt)])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    Some(vec![(
+        crate::tensor::DType::from_onnx(ctx.node.attr_int("to", 0).ok()? as i32)?,
+        x.1.clone(),
+    )])
+}
+
+/// `Cast` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Cast", 1, eval)
+    .infer(infer)
+    .facts(super::Facts::ELEMENTWISE);

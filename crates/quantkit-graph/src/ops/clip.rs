@@ -50,3 +50,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let data = map_data!(&x.data, v => clip(v, lo, hi));
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
+
+/// `Clip` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Clip", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        elementwise: true,
+        monotone: true,
+        clamp: true,
+        ..super::Facts::NONE
+    });

@@ -52,3 +52,24 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     make(first.dtype, shape, flat.gather(&idx)).map(|t| vec![t])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let all: Vec<&super::Info> = inp.ins.iter().copied().collect::<Option<Vec<_>>>()?;
+    let f = all.first()?;
+    let a = super::norm_axis(ctx.node.attr_int("axis", 0).ok()?, f.1.len()).ok()?;
+    let mut s = f.1.clone();
+    s[a] = all.iter().map(|i| i.1.get(a).copied().unwrap_or(0)).sum();
+    Some(vec![(f.0, s)])
+}
+
+/// `Concat` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Concat", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            quant_inputs: super::QuantInputs::All,
+            moves_values: true,
+            qlinear: Some(super::OpKind::QLinearConcat),
+            ..super::Facts::NONE
+        });

@@ -15,3 +15,6 @@ pub fn eval(ctx: &OpCtx, _inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
         Err(e) => Err(OpError::Invalid(e.to_string())),
     }
 }
+
+/// `Constant` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Constant", 1, eval);

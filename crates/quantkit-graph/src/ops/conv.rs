@@ -368,3 +368,24 @@ pub fn conv_f32_act(
     }
     y
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (x, w) = (inp.get(0)?, inp.get(1)?);
+    let g = ConvGeom::new(ctx, &x.1, &w.1).ok()?;
+    let mut s = vec![g.n, g.m];
+    s.extend(g.out_sp);
+    Some(vec![(x.0, s)])
+}
+
+/// `Conv` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Conv", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            weight: Some(1),
+            quant_inputs: super::QuantInputs::First,
+            qlinear: Some(super::OpKind::QLinearConv),
+            integer: Some(super::OpKind::ConvInteger),
+            ..super::Facts::NONE
+        });

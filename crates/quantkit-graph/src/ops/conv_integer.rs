@@ -121,3 +121,7 @@ pub fn eval_with(
         IntPath::Reference,
     ))
 }
+
+/// `ConvInteger` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("ConvInteger", 10, eval).facts(super::Facts::QUANTIZED);

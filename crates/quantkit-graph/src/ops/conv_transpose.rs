@@ -179,3 +179,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         t.cast(x.dtype)
     }])
 }
+
+/// `ConvTranspose` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("ConvTranspose", 1, eval).facts(super::Facts {
+    weight: Some(1),
+    quant_inputs: super::QuantInputs::First,
+    ..super::Facts::NONE
+});

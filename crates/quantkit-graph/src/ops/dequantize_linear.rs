@@ -87,3 +87,18 @@ fn dequantize_8bit<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
     }
     body(q, z, s)
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let _ = ctx;
+    let (x, s) = (inp.get(0)?, inp.get(1)?);
+    Some(vec![(s.0, x.1.clone())])
+}
+
+/// `DequantizeLinear` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("DequantizeLinear", 10, eval)
+    .infer(infer)
+    .facts(super::Facts {
+        elementwise: true,
+        ..super::Facts::QUANTIZED
+    });

@@ -51,3 +51,7 @@ pub fn quantize(v: &[f32]) -> (Vec<u8>, f32, u8) {
         .collect();
     (q, scale, zp as u8)
 }
+
+/// `DynamicQuantizeLinear` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("DynamicQuantizeLinear", 11, eval).facts(super::Facts::QUANTIZED);

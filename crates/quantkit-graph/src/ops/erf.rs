@@ -59,3 +59,11 @@ pub fn erf64(x: f64) -> f64 {
         r
     }
 }
+
+/// `Erf` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Erf", 9, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        monotone: true,
+        ..super::Facts::ELEMENTWISE
+    });

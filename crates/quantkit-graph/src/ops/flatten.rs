@@ -26,3 +26,27 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .reshaped(vec![outer, inner])
         .map_err(|e| OpError::Invalid(e.to_string()))?])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let r = x.1.len() as i64;
+    let mut a = ctx.node.attr_int("axis", 1).ok()?;
+    if a < 0 {
+        a += r;
+    }
+    let a = a.clamp(0, r) as usize;
+    Some(vec![(
+        x.0,
+        vec![x.1[..a].iter().product(), x.1[a..].iter().product()],
+    )])
+}
+
+/// `Flatten` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Flatten", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            monotone: true,
+            ..super::Facts::MOVES
+        });

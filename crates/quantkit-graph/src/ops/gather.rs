@@ -35,3 +35,9 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     shape.extend_from_slice(&x.shape[axis + 1..]);
     make(x.dtype, shape, x.data.gather(&idx)).map(|t| vec![t])
 }
+
+/// `Gather` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Gather", 1, eval).facts(super::Facts {
+    moves_values: true,
+    ..super::Facts::NONE
+});

@@ -27,3 +27,8 @@ fn gelu_tanh(x: f64) -> f64 {
     let k = (2.0 / std::f64::consts::PI).sqrt();
     0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
 }
+
+/// `Gelu` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Gelu", 20, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts::ELEMENTWISE);

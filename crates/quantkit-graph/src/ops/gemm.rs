@@ -67,3 +67,24 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         t.cast(a.dtype)
     }])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (a, b) = (inp.get(0)?, inp.get(1)?);
+    let node = ctx.node;
+    let ta = usize::from(node.attr_int("transA", 0).ok()? != 0);
+    let tb = usize::from(node.attr_int("transB", 0).ok()? != 0);
+    let (m, n) = (*a.1.get(ta)?, *b.1.get(1 - tb)?);
+    Some(vec![(a.0, vec![m, n])])
+}
+
+/// `Gemm` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Gemm", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            weight: Some(1),
+            quant_inputs: super::QuantInputs::First,
+            qlinear: Some(super::OpKind::QGemm),
+            ..super::Facts::NONE
+        });

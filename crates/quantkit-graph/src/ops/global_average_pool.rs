@@ -23,3 +23,22 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 fn reduce(c: &[f64]) -> f64 {
     c.iter().sum::<f64>() / c.len() as f64
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let _ = ctx;
+    let x = inp.get(0)?;
+    let mut s = x.1.clone();
+    s.get_mut(2..)?.iter_mut().for_each(|d| *d = 1);
+    Some(vec![(x.0, s)])
+}
+
+/// `GlobalAveragePool` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("GlobalAveragePool", 1, eval)
+    .infer(infer)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        monotone: true,
+        qlinear: Some(super::OpKind::QLinearGlobalAveragePool),
+        ..super::Facts::NONE
+    });

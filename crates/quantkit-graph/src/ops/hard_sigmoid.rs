@@ -17,3 +17,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         move |x| (alpha * x + beta).clamp(0.0, 1.0),
     )
 }
+
+/// `HardSigmoid` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("HardSigmoid", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts::ELEMENTWISE);

@@ -14,3 +14,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
     )
 }
+
+/// `HardSwish` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("HardSwish", 14, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts::ELEMENTWISE);

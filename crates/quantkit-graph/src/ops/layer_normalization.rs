@@ -52,3 +52,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         make(DType::F64, stat_shape, Data::F64(inv))?.cast(DType::F32),
     ])
 }
+
+/// `LayerNormalization` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("LayerNormalization", 17, eval).infer(super::registry::same_as_first);

@@ -16,3 +16,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         move |x| if x >= 0.0 { x } else { alpha * x },
     )
 }
+
+/// `LeakyRelu` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("LeakyRelu", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        elementwise: true,
+        qlinear: Some(super::OpKind::QLinearLeakyRelu),
+        ..super::Facts::NONE
+    });

@@ -106,3 +106,22 @@ fn batch_index(sh: &[usize], batch: &[usize]) -> Vec<usize> {
     let _ = strides(&own);
     crate::tensor::broadcast_index(&own, batch)
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let _ = ctx;
+    let (a, b) = (inp.get(0)?, inp.get(1)?);
+    Some(vec![(a.0, matmul_shapes(&a.1, &b.1).ok()?.0)])
+}
+
+/// `MatMul` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("MatMul", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            weight: Some(1),
+            quant_inputs: super::QuantInputs::All,
+            qlinear: Some(super::OpKind::QLinearMatMul),
+            integer: Some(super::OpKind::MatMulInteger),
+            ..super::Facts::NONE
+        });

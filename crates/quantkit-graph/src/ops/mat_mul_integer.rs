@@ -131,3 +131,7 @@ pub fn eval_with(
         IntPath::Reference,
     ))
 }
+
+/// `MatMulInteger` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("MatMulInteger", 10, eval).facts(super::Facts::QUANTIZED);

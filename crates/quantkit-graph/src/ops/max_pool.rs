@@ -186,3 +186,25 @@ fn max_pool_2d_f32(g: &PoolGeom, x: &[f32]) -> Vec<f32> {
     });
     y
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let g = super::pool::PoolGeom::new(ctx, &x.1).ok()?;
+    let mut s = x.1[..2].to_vec();
+    s.extend(g.out_sp);
+    let mut v = vec![(x.0, s.clone())];
+    if ctx.node.outputs.len() > 1 {
+        v.push((crate::tensor::DType::I64, s));
+    }
+    Some(v)
+}
+
+/// `MaxPool` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("MaxPool", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            monotone: true,
+            ..super::Facts::MOVES
+        });

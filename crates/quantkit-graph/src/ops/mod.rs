@@ -9,6 +9,11 @@ use crate::error::OpError;
 use crate::ir::Node;
 use crate::tensor::{DType, Data, Tensor};
 
+pub use registry::{
+    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, OpKind, QuantInputs,
+    MS_DOMAIN, ONNX_DOMAIN,
+};
+
 pub mod add;
 pub mod average_pool;
 pub mod batch_normalization;
@@ -57,6 +62,7 @@ pub mod qlinear_mul;
 pub mod qlinear_sigmoid;
 pub mod quantize_linear;
 pub mod reduce_mean;
+pub mod registry;
 pub mod relu;
 pub mod reshape;
 pub mod resize;
@@ -85,90 +91,7 @@ pub type EvalFn = fn(&OpCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>
 
 /// The implementation of `op_type` in `domain` ("" = ai.onnx), if there is one.
 pub fn lookup(domain: &str, op_type: &str) -> Option<EvalFn> {
-    if domain == "com.microsoft" {
-        // ONNX Runtime's contrib operators, only those its quantizer writes.
-        return match op_type {
-            "QGemm" => Some(qgemm::eval),
-            "QLinearAdd" => Some(qlinear_add::eval),
-            "QLinearAveragePool" => Some(qlinear_average_pool::eval),
-            "QLinearConcat" => Some(qlinear_concat::eval),
-            "QLinearGlobalAveragePool" => Some(qlinear_global_average_pool::eval),
-            "QLinearLeakyRelu" => Some(qlinear_leaky_relu::eval),
-            "QLinearMul" => Some(qlinear_mul::eval),
-            "QLinearSigmoid" => Some(qlinear_sigmoid::eval),
-            _ => None,
-        };
-    }
-    if !(domain.is_empty() || domain == "ai.onnx") {
-        return None;
-    }
-    Some(match op_type {
-        "Add" => add::eval,
-        "AveragePool" => average_pool::eval,
-        "BatchNormalization" => batch_normalization::eval,
-        "Cast" => cast::eval,
-        "Clip" => clip::eval,
-        "Concat" => concat::eval,
-        "Constant" => constant::eval,
-        "Conv" => conv::eval,
-        "ConvInteger" => conv_integer::eval,
-        "ConvTranspose" => conv_transpose::eval,
-        "DequantizeLinear" => dequantize_linear::eval,
-        "Div" => div::eval,
-        "DynamicQuantizeLinear" => dynamic_quantize_linear::eval,
-        "Erf" => erf::eval,
-        "Flatten" => flatten::eval,
-        "Gather" => gather::eval,
-        "Gelu" => gelu::eval,
-        "Gemm" => gemm::eval,
-        "GlobalAveragePool" => global_average_pool::eval,
-        "GlobalMaxPool" => global_max_pool::eval,
-        "HardSigmoid" => hard_sigmoid::eval,
-        "HardSwish" => hard_swish::eval,
-        "Identity" => identity::eval,
-        "LayerNormalization" => layer_normalization::eval,
-        "LeakyRelu" => leaky_relu::eval,
-        "MatMul" => mat_mul::eval,
-        "MatMulInteger" => mat_mul_integer::eval,
-        "MaxPool" => max_pool::eval,
-        "Mul" => mul::eval,
-        "Pad" => pad::eval,
-        "Pow" => pow::eval,
-        "PRelu" => prelu::eval,
-        "QLinearConv" => qlinear_conv::eval,
-        "QLinearMatMul" => qlinear_mat_mul::eval,
-        "QuantizeLinear" => quantize_linear::eval,
-        "ReduceMean" => reduce_mean::eval,
-        "Relu" => relu::eval,
-        "Reshape" => reshape::eval,
-        "Resize" => resize::eval,
-        "Shape" => shape::eval,
-        "Sigmoid" => sigmoid::eval,
-        "Slice" => slice::eval,
-        "Softmax" => softmax::eval,
-        "Sqrt" => sqrt::eval,
-        "Squeeze" => squeeze::eval,
-        "Sub" => sub::eval,
-        "Tanh" => tanh::eval,
-        "Transpose" => transpose::eval,
-        "Unsqueeze" => unsqueeze::eval,
-        _ => return None,
-    })
-}
-
-/// Operators the integer engine runs (QDQ / QOperator forms); used by `inspect`.
-pub fn is_integer_op(op_type: &str) -> bool {
-    matches!(
-        op_type,
-        "QuantizeLinear"
-            | "DequantizeLinear"
-            | "DynamicQuantizeLinear"
-            | "QLinearConv"
-            | "QLinearMatMul"
-            | "QGemm"
-            | "MatMulInteger"
-            | "ConvInteger"
-    )
+    OpKind::of(domain, op_type).map(|k| k.def().eval)
 }
 
 /// Required input `i`.

@@ -100,3 +100,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     make(x.dtype, shape, x.data.gather_or(&idx, value)).map(|t| vec![t])
 }
+
+/// `Pad` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Pad", 1, eval);

@@ -36,3 +36,15 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
     };
     make(x.dtype, shape, data).map(|t| vec![t])
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let _ = ctx;
+    let (a, b) = (inp.get(0)?, inp.get(1)?);
+    Some(vec![(a.0, crate::tensor::broadcast_shapes(&a.1, &b.1)?)])
+}
+
+/// `Pow` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Pow", 1, eval)
+    .infer(infer)
+    .facts(super::Facts::ELEMENTWISE);

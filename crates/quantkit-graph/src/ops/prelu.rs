@@ -45,3 +45,8 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
     }
     make(x.dtype, shape, data).map(|t| vec![t])
 }
+
+/// `PRelu` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("PRelu", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts::ELEMENTWISE);

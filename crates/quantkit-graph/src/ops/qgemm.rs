@@ -199,3 +199,6 @@ fn gemm_i64(
     }
     acc
 }
+
+/// `QGemm` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QGemm", eval).facts(super::Facts::QUANTIZED);

@@ -17,3 +17,6 @@ use crate::tensor::Tensor;
 pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     eval_binary(inputs, "QLinearAdd", |a, b| a + b)
 }
+
+/// `QLinearAdd` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearAdd", eval);

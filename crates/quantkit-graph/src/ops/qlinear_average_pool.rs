@@ -65,3 +65,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     };
     Ok(vec![make_codes(x.dtype, out_shape, &y)?])
 }
+
+/// `QLinearAveragePool` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearAveragePool", eval);

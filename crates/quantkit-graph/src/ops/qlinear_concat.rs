@@ -53,3 +53,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let refs: Vec<Option<&Tensor>> = parts.iter().map(Some).collect();
     super::concat::eval(ctx, &refs)
 }
+
+/// `QLinearConcat` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearConcat", eval);

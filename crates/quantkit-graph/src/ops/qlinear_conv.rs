@@ -110,3 +110,7 @@ pub fn eval_with(
         path,
     ))
 }
+
+/// `QLinearConv` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("QLinearConv", 10, eval).facts(super::Facts::QUANTIZED);

@@ -68,3 +68,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     Ok(vec![make_codes(x.dtype, shape, &y)?])
 }
+
+/// `QLinearGlobalAveragePool` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearGlobalAveragePool", eval);

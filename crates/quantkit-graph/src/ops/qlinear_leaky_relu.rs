@@ -24,3 +24,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
     })
 }
+
+/// `QLinearLeakyRelu` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearLeakyRelu", eval);

@@ -117,3 +117,7 @@ pub fn eval_with(
         path,
     ))
 }
+
+/// `QLinearMatMul` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("QLinearMatMul", 10, eval).facts(super::Facts::QUANTIZED);

@@ -17,3 +17,6 @@ use crate::tensor::Tensor;
 pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     eval_binary(inputs, "QLinearMul", |a, b| a * b)
 }
+
+/// `QLinearMul` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearMul", eval);

@@ -16,3 +16,6 @@ use crate::tensor::Tensor;
 pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     eval_unary(inputs, "QLinearSigmoid", |v| 1.0 / (1.0 + (-v).exp()))
 }
+
+/// `QLinearSigmoid` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::microsoft("QLinearSigmoid", eval);

@@ -248,3 +248,21 @@ fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
     }
     body(x, s, zp)
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let dt = match inp.get(2) {
+        Some(z) => z.0,
+        None => crate::tensor::DType::from_onnx(ctx.node.attr_int("output_dtype", 2).ok()? as i32)?,
+    };
+    Some(vec![(dt, x.1.clone())])
+}
+
+/// `QuantizeLinear` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("QuantizeLinear", 10, eval)
+    .infer(infer)
+    .facts(super::Facts {
+        elementwise: true,
+        ..super::Facts::QUANTIZED
+    });

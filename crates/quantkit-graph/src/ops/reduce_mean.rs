@@ -72,3 +72,6 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     };
     make(x.dtype, shape, data).map(|t| vec![t])
 }
+
+/// `ReduceMean` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("ReduceMean", 1, eval);

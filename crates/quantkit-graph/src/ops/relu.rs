@@ -10,3 +10,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let _ = ctx;
     eval_unary(ctx, inputs, |x| x.max(0.0), |x| x.max(0.0))
 }
+
+/// `Relu` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Relu", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        elementwise: true,
+        monotone: true,
+        clamp: true,
+        ..super::Facts::NONE
+    });

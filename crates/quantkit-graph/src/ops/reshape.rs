@@ -53,3 +53,20 @@ pub fn resolve(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usi
     }
     Ok(out)
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let spec = inp.konst(ctx, 1)?.to_i64_vec();
+    let allowzero = ctx.node.attr_int("allowzero", 0).ok()? != 0;
+    Some(vec![(x.0, resolve(&x.1, &spec, allowzero).ok()?)])
+}
+
+/// `Reshape` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Reshape", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            monotone: true,
+            ..super::Facts::MOVES
+        });

@@ -167,3 +167,6 @@ fn round_cast(t: &Tensor, to: DType) -> Tensor {
     }
     .cast(to)
 }
+
+/// `Resize` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Resize", 10, eval);

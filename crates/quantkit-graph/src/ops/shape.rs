@@ -35,3 +35,15 @@ pub fn shape_of(shape: &[usize], ctx: &OpCtx) -> Result<Tensor, OpError> {
     };
     Ok(Tensor::from_i64(&[dims.len()], dims))
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    Some(vec![(
+        crate::tensor::DType::I64,
+        vec![shape_of(&x.1, ctx).ok()?.len()],
+    )])
+}
+
+/// `Shape` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Shape", 1, eval).infer(infer);

@@ -14,3 +14,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         |x| 1.0 / (1.0 + (-x).exp()),
     )
 }
+
+/// `Sigmoid` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Sigmoid", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        quant_inputs: super::QuantInputs::First,
+        elementwise: true,
+        monotone: true,
+        qlinear: Some(super::OpKind::QLinearSigmoid),
+        ..super::Facts::NONE
+    });

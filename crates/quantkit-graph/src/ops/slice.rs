@@ -88,3 +88,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     make(x.dtype, count, x.data.gather(&idx)).map(|t| vec![t])
 }
+
+/// `Slice` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Slice", 1, eval).facts(super::Facts {
+    moves_values: true,
+    monotone: true,
+    ..super::Facts::NONE
+});

@@ -61,3 +61,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     };
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
+
+/// `Softmax` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Softmax", 1, eval).infer(super::registry::same_as_first);

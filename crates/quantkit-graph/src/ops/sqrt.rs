@@ -9,3 +9,11 @@ use crate::tensor::Tensor;
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     eval_unary(ctx, inputs, f64::sqrt, f32::sqrt)
 }
+
+/// `Sqrt` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Sqrt", 1, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        monotone: true,
+        ..super::Facts::ELEMENTWISE
+    });

@@ -50,3 +50,27 @@ pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor, OpError> {
     }
     make(x.dtype, shape, x.data.gather(&idx))
 }
+
+/// Static shape rule (see [`super::registry::InferFn`]).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let x = inp.get(0)?;
+    let perm: Vec<usize> = match ctx.node.attr_ints("perm").ok()? {
+        Some(p) => p.iter().map(|&v| v as usize).collect(),
+        None => (0..x.1.len()).rev().collect(),
+    };
+    Some(vec![(
+        x.0,
+        perm.iter()
+            .map(|&p| x.1.get(p).copied())
+            .collect::<Option<Vec<_>>>()?,
+    )])
+}
+
+/// `Transpose` in the operator registry.
+pub const DEF: super::OpDef =
+    super::OpDef::onnx("Transpose", 1, eval)
+        .infer(infer)
+        .facts(super::Facts {
+            monotone: true,
+            ..super::Facts::MOVES
+        });

@@ -34,3 +34,9 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .reshaped(shape)
         .map_err(|e| OpError::Invalid(e.to_string()))?])
 }
+
+/// `Unsqueeze` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Unsqueeze", 1, eval).facts(super::Facts {
+    monotone: true,
+    ..super::Facts::MOVES
+});

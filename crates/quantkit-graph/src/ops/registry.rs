@@ -1,0 +1,345 @@
+//! The operator registry: one descriptor ([`OpDef`]) per operator, owned by the operator's
+//! own file, and one line per operator in [`registry!`] below.
+//!
+//! Every layer asks the registry what an operator is: the executor and constant folding
+//! take its evaluation, shape inference its shape rule, the quantizer its [`Facts`] (which
+//! input is a weight, which inputs an integer kernel reads as codes, whether it only moves
+//! values, its QOperator and dynamic forms) and the engine its kind. Other crates name an
+//! operator by [`OpKind`], never by its op-type string.
+//!
+//! Adding an operator: write `ops/<name>.rs` with `eval` and a `pub const DEF: OpDef`, then
+//! add one line `Name => module` to the list below (docs/contributing.md).
+
+use super::{EvalFn, OpCtx};
+use crate::tensor::{DType, Tensor};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The default ONNX domain as the IR stores it (`ai.onnx` is accepted as a synonym).
+pub const ONNX_DOMAIN: &str = "";
+/// ONNX Runtime's contrib-operator domain.
+pub const MS_DOMAIN: &str = "com.microsoft";
+
+/// Whether `domain` names the default ONNX operator set (`""` or `ai.onnx`).
+pub fn is_onnx_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+/// Element type and static shape of one value, as shape inference sees it.
+pub type Info = (DType, Vec<usize>);
+
+/// What a shape rule sees besides the node: the inputs' infos (`None` when unknown or
+/// omitted) and the constant inputs.
+pub struct InferIn<'a> {
+    /// Input infos, in input order.
+    pub ins: &'a [Option<&'a Info>],
+    /// Constant tensors by value name (initializers).
+    pub consts: &'a std::collections::BTreeMap<String, Tensor>,
+}
+
+impl<'a> InferIn<'a> {
+    /// Info of input `i`, if known.
+    pub fn get(&self, i: usize) -> Option<&'a Info> {
+        self.ins.get(i).copied().flatten()
+    }
+    /// Input `i` of `ctx.node` when it is a constant.
+    pub fn konst(&self, ctx: &OpCtx, i: usize) -> Option<&'a Tensor> {
+        ctx.node.inputs.get(i).and_then(|n| self.consts.get(n))
+    }
+}
+
+/// A static shape rule: output infos from input infos, `None` when they cannot be known
+/// without running the operator.
+pub type InferFn = fn(&OpCtx, &InferIn) -> Option<Vec<Info>>;
+
+/// The shape rule of operators whose single output has the type and shape of input 0.
+pub fn same_as_first(_: &OpCtx, inp: &InferIn) -> Option<Vec<Info>> {
+    Some(vec![inp.get(0)?.clone()])
+}
+
+/// Which activation inputs an integer kernel (quantkit's engine, ONNX Runtime's QDQ
+/// fusions) reads as quantized codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantInputs {
+    /// No integer form: the operator runs in float between DequantizeLinear/QuantizeLinear.
+    None,
+    /// Only input 0 (the weight, if any, is quantized per channel separately).
+    First,
+    /// Every input.
+    All,
+}
+
+/// What other layers need to know about an operator without evaluating it.
+#[derive(Clone, Copy, Debug)]
+pub struct Facts {
+    /// Index of the input holding a weight that is quantized per output channel when it
+    /// is a constant (Conv, ConvTranspose, Gemm, MatMul: 1).
+    pub weight: Option<usize>,
+    /// Activation inputs an integer kernel reads quantized.
+    pub quant_inputs: QuantInputs,
+    /// The outputs are input values moved, selected or repeated, never computed (Reshape,
+    /// Transpose, MaxPool...): the operator runs on 8-bit codes with the input's scale.
+    pub moves_values: bool,
+    /// Each output element depends only on the input elements at the same (broadcast)
+    /// position.
+    pub elementwise: bool,
+    /// Non-decreasing in input 0 for any values of the attributes and other inputs.
+    pub monotone: bool,
+    /// The operator only clamps its input (`y = clamp(x, lo, hi)`, see
+    /// [`crate::ops::clip::ClipBounds`]), so it can become the output clamp of the node
+    /// before it.
+    pub clamp: bool,
+    /// The QOperator form ONNX Runtime's quantizer writes for it (QLinearConv, QGemm...).
+    pub qlinear: Option<OpKind>,
+    /// The dynamic-quantization form with int32 output (ConvInteger, MatMulInteger).
+    pub integer: Option<OpKind>,
+    /// The operator computes on quantized integers (QuantizeLinear, QLinearConv...): the
+    /// integer engine runs it.
+    pub quantized: bool,
+}
+
+impl Facts {
+    /// No facts: a float operator with no integer form.
+    pub const NONE: Facts = Facts {
+        weight: None,
+        quant_inputs: QuantInputs::None,
+        moves_values: false,
+        elementwise: false,
+        monotone: false,
+        clamp: false,
+        qlinear: None,
+        integer: None,
+        quantized: false,
+    };
+    /// An element-wise operator with no integer form.
+    pub const ELEMENTWISE: Facts = Facts {
+        elementwise: true,
+        ..Facts::NONE
+    };
+    /// An operator that only moves values of input 0 (runs on codes).
+    pub const MOVES: Facts = Facts {
+        quant_inputs: QuantInputs::First,
+        moves_values: true,
+        ..Facts::NONE
+    };
+    /// An operator of the quantized integer world.
+    pub const QUANTIZED: Facts = Facts {
+        quantized: true,
+        ..Facts::NONE
+    };
+}
+
+/// The descriptor of one operator.
+#[derive(Clone, Copy)]
+pub struct OpDef {
+    /// Domain ("" = ai.onnx).
+    pub domain: &'static str,
+    /// Operator type, as in the file.
+    pub name: &'static str,
+    /// Oldest opset version of the domain whose semantics `eval` implements (the opset
+    /// differences from there on are handled by the operator's file).
+    pub since: i64,
+    /// Evaluation (float, or exact integer for the quantization operators).
+    pub eval: EvalFn,
+    /// Static shape rule, if the operator has one.
+    pub infer: Option<InferFn>,
+    /// Facts other layers ask about.
+    pub facts: Facts,
+}
+
+impl OpDef {
+    /// An ai.onnx operator with no shape rule and no facts.
+    pub const fn onnx(name: &'static str, since: i64, eval: EvalFn) -> OpDef {
+        OpDef {
+            domain: ONNX_DOMAIN,
+            name,
+            since,
+            eval,
+            infer: None,
+            facts: Facts::NONE,
+        }
+    }
+    /// A com.microsoft (ONNX Runtime contrib) operator with no shape rule and no facts.
+    pub const fn microsoft(name: &'static str, eval: EvalFn) -> OpDef {
+        OpDef {
+            domain: MS_DOMAIN,
+            name,
+            since: 1,
+            eval,
+            infer: None,
+            facts: Facts::NONE,
+        }
+    }
+    /// With a shape rule.
+    pub const fn infer(mut self, infer: InferFn) -> OpDef {
+        self.infer = Some(infer);
+        self
+    }
+    /// With facts.
+    pub const fn facts(mut self, facts: Facts) -> OpDef {
+        self.facts = facts;
+        self
+    }
+}
+
+impl std::fmt::Debug for OpDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpDef")
+            .field("domain", &self.domain)
+            .field("name", &self.name)
+            .field("since", &self.since)
+            .field("facts", &self.facts)
+            .finish()
+    }
+}
+
+/// Declares [`OpKind`] and its descriptors from `Kind => module` lines; the variant name
+/// is the op type and `module::DEF` its descriptor (a test checks they agree).
+macro_rules! registry {
+    ($($kind:ident => $module:ident),* $(,)?) => {
+        /// Every operator quantkit knows, by kind. `kind.def()` is its descriptor.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[allow(missing_docs)]
+        pub enum OpKind {
+            $($kind),*
+        }
+
+        impl OpKind {
+            /// Every registered operator, in registry order.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind),*];
+
+            /// The operator's descriptor.
+            pub fn def(self) -> &'static OpDef {
+                match self {
+                    $(OpKind::$kind => &super::$module::DEF),*
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    // ai.onnx
+    Add => add,
+    AveragePool => average_pool,
+    BatchNormalization => batch_normalization,
+    Cast => cast,
+    Clip => clip,
+    Concat => concat,
+    Constant => constant,
+    Conv => conv,
+    ConvInteger => conv_integer,
+    ConvTranspose => conv_transpose,
+    DequantizeLinear => dequantize_linear,
+    Div => div,
+    DynamicQuantizeLinear => dynamic_quantize_linear,
+    Erf => erf,
+    Flatten => flatten,
+    Gather => gather,
+    Gelu => gelu,
+    Gemm => gemm,
+    GlobalAveragePool => global_average_pool,
+    GlobalMaxPool => global_max_pool,
+    HardSigmoid => hard_sigmoid,
+    HardSwish => hard_swish,
+    Identity => identity,
+    LayerNormalization => layer_normalization,
+    LeakyRelu => leaky_relu,
+    MatMul => mat_mul,
+    MatMulInteger => mat_mul_integer,
+    MaxPool => max_pool,
+    Mul => mul,
+    Pad => pad,
+    Pow => pow,
+    PRelu => prelu,
+    QLinearConv => qlinear_conv,
+    QLinearMatMul => qlinear_mat_mul,
+    QuantizeLinear => quantize_linear,
+    ReduceMean => reduce_mean,
+    Relu => relu,
+    Reshape => reshape,
+    Resize => resize,
+    Shape => shape,
+    Sigmoid => sigmoid,
+    Slice => slice,
+    Softmax => softmax,
+    Sqrt => sqrt,
+    Squeeze => squeeze,
+    Sub => sub,
+    Tanh => tanh,
+    Transpose => transpose,
+    Unsqueeze => unsqueeze,
+    // com.microsoft: the ONNX Runtime contrib operators its quantizer writes
+    QGemm => qgemm,
+    QLinearAdd => qlinear_add,
+    QLinearAveragePool => qlinear_average_pool,
+    QLinearConcat => qlinear_concat,
+    QLinearGlobalAveragePool => qlinear_global_average_pool,
+    QLinearLeakyRelu => qlinear_leaky_relu,
+    QLinearMul => qlinear_mul,
+    QLinearSigmoid => qlinear_sigmoid,
+}
+
+impl OpKind {
+    /// The kind of `op_type` in `domain` ("" or "ai.onnx" = the default domain), if quantkit
+    /// has it.
+    pub fn of(domain: &str, op_type: &str) -> Option<OpKind> {
+        static INDEX: OnceLock<HashMap<(&'static str, &'static str), OpKind>> = OnceLock::new();
+        let index = INDEX.get_or_init(|| {
+            OpKind::ALL
+                .iter()
+                .map(|&k| ((k.def().domain, k.def().name), k))
+                .collect()
+        });
+        let domain = if is_onnx_domain(domain) {
+            ONNX_DOMAIN
+        } else {
+            domain
+        };
+        index.get(&(domain, op_type)).copied()
+    }
+
+    /// The op type as written in a model.
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    /// The domain ("" = ai.onnx).
+    pub fn domain(self) -> &'static str {
+        self.def().domain
+    }
+
+    /// The operator's facts.
+    pub fn facts(self) -> &'static Facts {
+        &self.def().facts
+    }
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_names_its_own_descriptor() {
+        for &k in OpKind::ALL {
+            assert_eq!(format!("{k:?}"), k.def().name, "registry line of {k:?}");
+            assert_eq!(OpKind::of(k.domain(), k.name()), Some(k));
+        }
+    }
+
+    #[test]
+    fn lookup_accepts_the_ai_onnx_synonym_and_rejects_other_domains() {
+        assert_eq!(OpKind::of("ai.onnx", "Conv"), Some(OpKind::Conv));
+        assert_eq!(OpKind::of("", "Conv"), Some(OpKind::Conv));
+        assert_eq!(OpKind::of(MS_DOMAIN, "Conv"), None);
+        assert_eq!(OpKind::of(MS_DOMAIN, "QGemm"), Some(OpKind::QGemm));
+        assert_eq!(OpKind::of("", "QGemm"), None);
+        assert_eq!(OpKind::of("", "NoSuchOp"), None);
+    }
+}
