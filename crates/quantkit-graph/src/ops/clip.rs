@@ -1,27 +1,78 @@
 //! `Clip`: y = min(max(x, min), max). `min`/`max` are attributes before opset 11 and optional
 //! inputs after; they default to the type's lowest/highest value. Works on floats and ints.
 
-use super::{input, make, opt_input, OpCtx};
+use super::{input, make, opt_input, OpCtx, OpKind};
 use crate::error::OpError;
+use crate::ir::Node;
 use crate::tensor::{Element, Tensor};
 use crate::{map_data, DType};
+
+/// The interval an activation clamps to: Clip's bounds with the opset rules (attributes
+/// `min`/`max` before opset 11, optional inputs 1 and 2 from 11 on), or Relu's `[0, +∞)`.
+/// An absent bound is infinite.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClipBounds {
+    /// Lower bound (`-∞` when absent).
+    pub lo: f64,
+    /// Upper bound (`+∞` when absent).
+    pub hi: f64,
+}
+
+impl ClipBounds {
+    /// The bounds of a Clip or Relu node (an operator whose facts say `clamp`), in a model of
+    /// default-domain opset `opset`. `bound(i)` gives the value of input `i` (a scalar
+    /// tensor) when the caller knows it; an input bound it does not know is an error.
+    pub fn of(
+        node: &Node,
+        opset: i64,
+        bound: impl Fn(usize) -> Option<f64>,
+    ) -> Result<ClipBounds, OpError> {
+        if node.is(OpKind::Relu) {
+            return Ok(ClipBounds {
+                lo: 0.0,
+                hi: f64::INFINITY,
+            });
+        }
+        if !node.is(OpKind::Clip) {
+            return Err(OpError::Invalid(format!(
+                "{} is not a clamp (Relu or Clip)",
+                node.op_type
+            )));
+        }
+        if opset < 11 {
+            return Ok(ClipBounds {
+                lo: node.attr_float("min", f32::NEG_INFINITY)? as f64,
+                hi: node.attr_float("max", f32::INFINITY)? as f64,
+            });
+        }
+        let get = |i: usize, default: f64| match node.inputs.get(i).filter(|v| !v.is_empty()) {
+            None => Ok(default),
+            Some(v) => bound(i)
+                .ok_or_else(|| OpError::Invalid(format!("Clip bound `{v}` is not a known scalar"))),
+        };
+        Ok(ClipBounds {
+            lo: get(1, f64::NEG_INFINITY)?,
+            hi: get(2, f64::INFINITY)?,
+        })
+    }
+}
 
 /// Evaluates `Clip`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
-    let (lo, hi) = if ctx.opset < 11 {
-        (
-            ctx.node.attr_float("min", f32::NEG_INFINITY)? as f64,
-            ctx.node.attr_float("max", f32::INFINITY)? as f64,
-        )
-    } else {
-        let get = |i: usize, d: f64| {
+    // An empty bound tensor counts as absent, as it always has here.
+    let b = ClipBounds::of(ctx.node, ctx.opset, |i| {
+        Some(
             opt_input(inputs, i)
                 .and_then(|t| t.to_f64_vec().first().copied())
-                .unwrap_or(d)
-        };
-        (get(1, f64::NEG_INFINITY), get(2, f64::INFINITY))
-    };
+                .unwrap_or(if i == 1 {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }),
+        )
+    })?;
+    let (lo, hi) = (b.lo, b.hi);
     if x.dtype == DType::Bool {
         return Err(OpError::DType {
             index: 0,

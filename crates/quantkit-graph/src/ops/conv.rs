@@ -5,11 +5,52 @@
 //! where P is the number of output positions and col holds the receptive fields
 //! (zeros where they fall on padding).
 
-use super::{input, make, opt_input, resolve_pads, window_out, OpCtx};
+use super::{input, make, opt_input, per_axis, positive_ints, window_out, OpCtx, PadSpec};
 use crate::error::OpError;
+use crate::ir::Node;
 use crate::linalg::{sgemm, MatRef};
 use crate::tensor::{DType, Data, Tensor};
 use rayon::prelude::*;
+
+/// The attributes of Conv, ConvInteger and QLinearConv, parsed once and without input
+/// shapes (the geometry, [`ConvGeom`], needs them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvAttrs {
+    /// `group` (≥ 1).
+    pub group: usize,
+    /// `kernel_shape`, when given (it must equal the weight's spatial dims).
+    pub kernel_shape: Option<Vec<usize>>,
+    /// `strides` (positive), default 1 on every axis.
+    pub strides: Option<Vec<usize>>,
+    /// `dilations` (positive), default 1 on every axis.
+    pub dilations: Option<Vec<usize>>,
+    /// `pads` / `auto_pad`.
+    pub pads: PadSpec,
+}
+
+impl ConvAttrs {
+    /// Reads the attributes of `node`.
+    pub fn parse(node: &Node) -> Result<ConvAttrs, OpError> {
+        Ok(ConvAttrs {
+            group: node.attr_int("group", 1)?.max(1) as usize,
+            kernel_shape: match node.attr_ints("kernel_shape")? {
+                None => None,
+                Some(k) if k.iter().all(|&v| v >= 0) => {
+                    Some(k.iter().map(|&v| v as usize).collect())
+                }
+                Some(k) => {
+                    return Err(OpError::attr(
+                        "kernel_shape",
+                        format!("expected non-negative values, got {k:?}"),
+                    ))
+                }
+            },
+            strides: positive_ints(node, "strides")?,
+            dilations: positive_ints(node, "dilations")?,
+            pads: PadSpec::parse(node)?,
+        })
+    }
+}
 
 /// Geometry of a convolution (also used by ConvInteger and QLinearConv).
 #[derive(Clone, Debug)]
@@ -41,6 +82,11 @@ pub struct ConvGeom {
 impl ConvGeom {
     /// Reads the attributes of a Conv-like node for input shape `x` and weight shape `w`.
     pub fn new(ctx: &OpCtx, x: &[usize], w: &[usize]) -> Result<ConvGeom, OpError> {
+        ConvGeom::with(&ConvAttrs::parse(ctx.node)?, x, w)
+    }
+
+    /// The geometry of parsed attributes `a` for input shape `x` and weight shape `w`.
+    pub fn with(a: &ConvAttrs, x: &[usize], w: &[usize]) -> Result<ConvGeom, OpError> {
         if x.len() < 3 || w.len() != x.len() {
             return Err(OpError::shape(
                 "input [N, C, D...] and weight [M, C/group, k...] of equal rank ≥ 3",
@@ -48,29 +94,13 @@ impl ConvGeom {
             ));
         }
         let nd = x.len() - 2;
-        let node = ctx.node;
-        let group = node.attr_int("group", 1)?.max(1) as usize;
-        let k: Vec<usize> = match node.attr_ints("kernel_shape")? {
-            Some(k) => k.iter().map(|&v| v as usize).collect(),
-            None => w[2..].to_vec(),
-        };
+        let group = a.group;
+        let k: Vec<usize> = a.kernel_shape.clone().unwrap_or_else(|| w[2..].to_vec());
         if k.as_slice() != &w[2..] {
             return Err(OpError::shape(format!("weight spatial dims {k:?}"), w));
         }
-        let get = |name: &str| -> Result<Vec<usize>, OpError> {
-            match node.attr_ints(name)? {
-                Some(v) if v.len() == nd && v.iter().all(|&x| x > 0) => {
-                    Ok(v.iter().map(|&x| x as usize).collect())
-                }
-                Some(v) => Err(OpError::attr(
-                    name,
-                    format!("expected {nd} positive values, got {v:?}"),
-                )),
-                None => Ok(vec![1; nd]),
-            }
-        };
-        let strides = get("strides")?;
-        let dilations = get("dilations")?;
+        let strides = per_axis("strides", &a.strides, nd)?;
+        let dilations = per_axis("dilations", &a.dilations, nd)?;
         let (c, m) = (x[1], w[0]);
         if c != w[1] * group || m % group != 0 {
             return Err(OpError::shape(
@@ -79,7 +109,7 @@ impl ConvGeom {
             ));
         }
         let in_sp = x[2..].to_vec();
-        let (pb, pe) = resolve_pads(node, &in_sp, &k, &strides, &dilations)?;
+        let (pb, pe) = a.pads.resolve(&in_sp, &k, &strides, &dilations)?;
         let out_sp = (0..nd)
             .map(|i| {
                 window_out(

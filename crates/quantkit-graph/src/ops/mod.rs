@@ -188,50 +188,118 @@ pub fn window_out(
     Ok(out)
 }
 
-/// Resolves `auto_pad` into explicit begin/end pads for each spatial axis.
-/// `SAME_UPPER` puts the extra padding at the end, `SAME_LOWER` at the beginning.
-pub fn resolve_pads(
-    node: &Node,
-    spatial: &[usize],
-    kernel: &[usize],
-    strides: &[usize],
-    dilations: &[usize],
-) -> Result<(Vec<usize>, Vec<usize>), OpError> {
-    let n = spatial.len();
-    let auto_pad = node.attr_string("auto_pad", "NOTSET")?;
-    match auto_pad.as_str() {
-        "NOTSET" | "" => {
-            let pads = node.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
-            if pads.len() != 2 * n || pads.iter().any(|&p| p < 0) {
-                return Err(OpError::attr(
-                    "pads",
-                    format!("expected {} non-negative values, got {pads:?}", 2 * n),
-                ));
-            }
-            Ok((
-                pads[..n].iter().map(|&p| p as usize).collect(),
-                pads[n..].iter().map(|&p| p as usize).collect(),
-            ))
-        }
-        "VALID" => Ok((vec![0; n], vec![0; n])),
-        "SAME_UPPER" | "SAME_LOWER" => {
-            let mut b = vec![0; n];
-            let mut e = vec![0; n];
-            for i in 0..n {
-                let out = spatial[i].div_ceil(strides[i]);
-                let eff = dilations[i] * (kernel[i] - 1) + 1;
-                let total = ((out - 1) * strides[i] + eff).saturating_sub(spatial[i]);
-                let small = total / 2;
-                if auto_pad == "SAME_UPPER" {
-                    b[i] = small;
-                    e[i] = total - small;
-                } else {
-                    b[i] = total - small;
-                    e[i] = small;
+/// Padding of a sliding-window operator: `pads`/`auto_pad` as written, resolved against an
+/// input size by [`PadSpec::resolve`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PadSpec {
+    /// `auto_pad = NOTSET` with explicit `pads` (begins of every axis, then ends), or none
+    /// (all zero).
+    Explicit(Option<Vec<usize>>),
+    /// `auto_pad = VALID`: no padding (`pads` is ignored).
+    Valid,
+    /// `auto_pad = SAME_UPPER`: output size `ceil(in / stride)`, the odd pad at the end.
+    SameUpper,
+    /// `auto_pad = SAME_LOWER`: the odd pad at the beginning.
+    SameLower,
+}
+
+impl PadSpec {
+    /// Reads `auto_pad` and `pads` (non-negative).
+    pub fn parse(node: &Node) -> Result<PadSpec, OpError> {
+        let auto_pad = node.attr_string("auto_pad", "NOTSET")?;
+        Ok(match auto_pad.as_str() {
+            "NOTSET" | "" => PadSpec::Explicit(match node.attr_ints("pads")? {
+                None => None,
+                Some(p) if p.iter().all(|&v| v >= 0) => {
+                    Some(p.iter().map(|&v| v as usize).collect())
                 }
+                Some(p) => {
+                    return Err(OpError::attr(
+                        "pads",
+                        format!("expected non-negative values, got {p:?}"),
+                    ))
+                }
+            }),
+            "VALID" => PadSpec::Valid,
+            "SAME_UPPER" => PadSpec::SameUpper,
+            "SAME_LOWER" => PadSpec::SameLower,
+            other => return Err(OpError::attr("auto_pad", format!("unknown value {other}"))),
+        })
+    }
+
+    /// Explicit begin/end pads for each spatial axis of an input of size `spatial`.
+    pub fn resolve(
+        &self,
+        spatial: &[usize],
+        kernel: &[usize],
+        strides: &[usize],
+        dilations: &[usize],
+    ) -> Result<(Vec<usize>, Vec<usize>), OpError> {
+        let n = spatial.len();
+        match self {
+            PadSpec::Explicit(None) | PadSpec::Valid => Ok((vec![0; n], vec![0; n])),
+            PadSpec::Explicit(Some(pads)) => {
+                if pads.len() != 2 * n {
+                    return Err(OpError::attr(
+                        "pads",
+                        format!("expected {} non-negative values, got {pads:?}", 2 * n),
+                    ));
+                }
+                Ok((pads[..n].to_vec(), pads[n..].to_vec()))
             }
-            Ok((b, e))
+            PadSpec::SameUpper | PadSpec::SameLower => {
+                let mut b = vec![0; n];
+                let mut e = vec![0; n];
+                for i in 0..n {
+                    let out = spatial[i].div_ceil(strides[i]);
+                    let eff = dilations[i] * (kernel[i] - 1) + 1;
+                    let total = ((out - 1) * strides[i] + eff).saturating_sub(spatial[i]);
+                    let small = total / 2;
+                    if *self == PadSpec::SameUpper {
+                        b[i] = small;
+                        e[i] = total - small;
+                    } else {
+                        b[i] = total - small;
+                        e[i] = small;
+                    }
+                }
+                Ok((b, e))
+            }
         }
-        other => Err(OpError::attr("auto_pad", format!("unknown value {other}"))),
+    }
+
+    /// The pads when they do not depend on the input size (`NOTSET` or `VALID`), as
+    /// begins then ends; `None` for `SAME_*`.
+    pub fn fixed(&self) -> Option<Vec<usize>> {
+        match self {
+            PadSpec::Explicit(Some(p)) => Some(p.clone()),
+            PadSpec::Explicit(None) | PadSpec::Valid => Some(Vec::new()),
+            PadSpec::SameUpper | PadSpec::SameLower => None,
+        }
+    }
+}
+
+/// A list attribute of positive integers (strides, dilations, kernel_shape), `None` when
+/// absent.
+pub fn positive_ints(node: &Node, name: &str) -> Result<Option<Vec<usize>>, OpError> {
+    match node.attr_ints(name)? {
+        None => Ok(None),
+        Some(v) if v.iter().all(|&x| x > 0) => Ok(Some(v.iter().map(|&x| x as usize).collect())),
+        Some(v) => Err(OpError::attr(
+            name,
+            format!("expected positive values, got {v:?}"),
+        )),
+    }
+}
+
+/// `values` (or `[1; nd]` when absent) checked to have one entry per spatial axis.
+pub fn per_axis(name: &str, values: &Option<Vec<usize>>, nd: usize) -> Result<Vec<usize>, OpError> {
+    match values {
+        None => Ok(vec![1; nd]),
+        Some(v) if v.len() == nd => Ok(v.clone()),
+        Some(v) => Err(OpError::attr(
+            name,
+            format!("expected {nd} positive values, got {v:?}"),
+        )),
     }
 }

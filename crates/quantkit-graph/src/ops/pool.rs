@@ -1,7 +1,38 @@
 //! Shared sliding-window machinery of MaxPool and AveragePool (not an operator itself).
 
-use super::{resolve_pads, window_out, OpCtx};
+use super::{per_axis, positive_ints, window_out, OpCtx, PadSpec};
 use crate::error::OpError;
+use crate::ir::Node;
+
+/// The attributes of MaxPool, AveragePool and QLinearAveragePool, parsed once and without
+/// input shapes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolAttrs {
+    /// `kernel_shape` (required, positive).
+    pub kernel_shape: Vec<usize>,
+    /// `strides` (positive), default 1 on every axis.
+    pub strides: Option<Vec<usize>>,
+    /// `dilations` (positive), default 1 on every axis.
+    pub dilations: Option<Vec<usize>>,
+    /// `pads` / `auto_pad`.
+    pub pads: PadSpec,
+    /// `ceil_mode`: output size rounded up.
+    pub ceil_mode: bool,
+}
+
+impl PoolAttrs {
+    /// Reads the attributes of `node`.
+    pub fn parse(node: &Node) -> Result<PoolAttrs, OpError> {
+        Ok(PoolAttrs {
+            kernel_shape: positive_ints(node, "kernel_shape")?
+                .ok_or_else(|| OpError::attr("kernel_shape", "required"))?,
+            strides: positive_ints(node, "strides")?,
+            dilations: positive_ints(node, "dilations")?,
+            pads: PadSpec::parse(node)?,
+            ceil_mode: node.attr_int("ceil_mode", 0)? != 0,
+        })
+    }
+}
 
 /// Pooling geometry over the spatial axes of an `[N, C, D...]` input.
 #[derive(Clone, Debug)]
@@ -27,34 +58,27 @@ pub struct PoolGeom {
 impl PoolGeom {
     /// Reads `kernel_shape`, `strides`, `dilations`, `pads`/`auto_pad` and `ceil_mode`.
     pub fn new(ctx: &OpCtx, shape: &[usize]) -> Result<PoolGeom, OpError> {
+        PoolGeom::with(&PoolAttrs::parse(ctx.node)?, shape)
+    }
+
+    /// The geometry of parsed attributes `a` over an input of shape `shape`.
+    pub fn with(a: &PoolAttrs, shape: &[usize]) -> Result<PoolGeom, OpError> {
         if shape.len() < 3 {
             return Err(OpError::shape("input [N, C, D...]", shape));
         }
         let nd = shape.len() - 2;
-        let node = ctx.node;
-        let k: Vec<usize> = node
-            .attr_ints("kernel_shape")?
-            .ok_or_else(|| OpError::attr("kernel_shape", "required"))?
-            .iter()
-            .map(|&v| v.max(0) as usize)
-            .collect();
-        let get = |name: &str| -> Result<Vec<usize>, OpError> {
-            Ok(node
-                .attr_ints(name)?
-                .map(|v| v.iter().map(|&x| x.max(1) as usize).collect())
-                .unwrap_or_else(|| vec![1; nd]))
-        };
-        let strides = get("strides")?;
-        let dilations = get("dilations")?;
-        if k.len() != nd || strides.len() != nd || dilations.len() != nd {
+        let k = a.kernel_shape.clone();
+        if k.len() != nd {
             return Err(OpError::attr(
                 "kernel_shape",
                 format!("expected {nd} spatial values"),
             ));
         }
-        let ceil = node.attr_int("ceil_mode", 0)? != 0;
+        let strides = per_axis("strides", &a.strides, nd)?;
+        let dilations = per_axis("dilations", &a.dilations, nd)?;
+        let ceil = a.ceil_mode;
         let in_sp = shape[2..].to_vec();
-        let (pb, pe) = resolve_pads(node, &in_sp, &k, &strides, &dilations)?;
+        let (pb, pe) = a.pads.resolve(&in_sp, &k, &strides, &dilations)?;
         let out_sp = (0..nd)
             .map(|i| window_out(in_sp[i], k[i], strides[i], dilations[i], pb[i], pe[i], ceil))
             .collect::<Result<Vec<_>, _>>()?;
