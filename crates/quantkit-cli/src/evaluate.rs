@@ -63,19 +63,7 @@ impl Backend {
     /// (`DynamicQuantizeLinear`, `ConvInteger`, `MatMulInteger`) — the float executor
     /// otherwise.
     pub fn for_graph(graph: &Graph) -> Backend {
-        let quantized = graph.nodes.iter().any(|n| {
-            matches!(
-                n.op_type.as_str(),
-                "QuantizeLinear"
-                    | "DequantizeLinear"
-                    | "QLinearConv"
-                    | "QLinearMatMul"
-                    | "QGemm"
-                    | "DynamicQuantizeLinear"
-                    | "ConvInteger"
-                    | "MatMulInteger"
-            )
-        });
+        let quantized = graph.nodes.iter().any(|n| n.facts().quantized);
         if quantized {
             Backend::Engine
         } else {

@@ -19,7 +19,7 @@ use crate::error::{core, PtqError, Result};
 use crate::prepare::{prepare, prune_initializers, unique};
 use crate::{initializer_bytes, FloatNode, PtqConfig, Summary};
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
-use quantkit_graph::{AttrValue, DType, Data, Graph, Node, Tensor};
+use quantkit_graph::{AttrValue, DType, Data, Graph, Node, OpKind, Tensor};
 use std::collections::{HashMap, HashSet};
 
 /// Rewrites every Conv, MatMul and Gemm with a constant weight into the dynamic-quantization
@@ -78,7 +78,7 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
             check(&graph, &n).err()
         };
         if let Some(reason) = reason {
-            if matches!(n.op_type.as_str(), "Conv" | "MatMul" | "Gemm") {
+            if n.facts().integer.is_some() {
                 left_float.push(FloatNode {
                     name: n.name.clone(),
                     op_type: n.op_type.clone(),
@@ -97,9 +97,9 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
                     unique_in(&graph, &names, &out, &format!("{x}_scale")),
                     unique_in(&graph, &names, &out, &format!("{x}_zero_point")),
                 ];
-                out.push(Node::new(
+                out.push(Node::of(
+                    OpKind::DynamicQuantizeLinear,
                     &format!("{x}_DynamicQuantizeLinear"),
-                    "DynamicQuantizeLinear",
                     &[&x],
                     &[&names[0], &names[1], &names[2]],
                 ));
@@ -170,11 +170,10 @@ fn float_const<'a>(g: &'a Graph, name: Option<&String>) -> Option<&'a Tensor> {
 
 /// Why `n` cannot take the dynamic form (Err), or Ok.
 fn check(g: &Graph, n: &Node) -> std::result::Result<(), String> {
-    if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+    if !n.is_onnx_domain() {
         return Err(format!("operator of domain {}", n.domain));
     }
-    let op = n.op_type.as_str();
-    if !matches!(op, "Conv" | "MatMul" | "Gemm") {
+    if n.facts().integer.is_none() {
         return Err("no dynamic form".into());
     }
     if n.outputs.first().is_none_or(String::is_empty) {
@@ -184,9 +183,9 @@ fn check(g: &Graph, n: &Node) -> std::result::Result<(), String> {
     if n.inputs[0].is_empty() || g.initializers.contains_key(&n.inputs[0]) {
         return Err("input is a constant".into());
     }
-    match op {
-        "MatMul" if w.rank() != 2 => Err("MatMul weight of rank ≠ 2".into()),
-        "Gemm" => {
+    match n.kind() {
+        Some(OpKind::MatMul) if w.rank() != 2 => Err("MatMul weight of rank ≠ 2".into()),
+        Some(OpKind::Gemm) => {
             let attr = |k: &str, d: f32| n.attr_float(k, d).unwrap_or(f32::NAN);
             if n.attr_int("transA", 0).unwrap_or(1) != 0 || attr("alpha", 1.0) != 1.0 {
                 return Err("Gemm with transA or alpha ≠ 1".into());
@@ -201,7 +200,7 @@ fn check(g: &Graph, n: &Node) -> std::result::Result<(), String> {
                 _ => Ok(()),
             }
         }
-        "Conv" => {
+        Some(OpKind::Conv) => {
             if w.rank() < 3 {
                 return Err("Conv weight of rank < 3".into());
             }
@@ -264,9 +263,9 @@ fn rewrite(
     let w = g.initializers[&w_name].clone();
     let wv = w.to_f32_vec();
     let y = n.outputs[0].clone();
-    let conv = n.op_type == "Conv";
+    let conv = n.is(OpKind::Conv);
     // MatMulInteger wants B as [K, N]: undo Gemm's transB on the constant.
-    let (wv, wshape) = if n.op_type == "Gemm" && n.attr_int("transB", 0).unwrap_or(0) != 0 {
+    let (wv, wshape) = if n.is(OpKind::Gemm) && n.attr_int("transB", 0).unwrap_or(0) != 0 {
         let (rows, cols) = (w.shape[0], w.shape[1]);
         let mut t = vec![0f32; wv.len()];
         for r in 0..rows {
@@ -309,34 +308,32 @@ fn rewrite(
     );
     let name = &n.name;
     let acc = unique_in(g, names, out, &format!("{y}_output_quantized"));
-    let mut int_node = if conv {
-        let mut node = Node::new(
-            &format!("{name}_quant"),
-            "ConvInteger",
-            &[xq, &wqn, xz, &wzn],
-            &[&acc],
-        );
-        node.attributes = n.attributes.clone();
-        node
-    } else {
-        Node::new(
-            &format!("{name}_quant"),
-            "MatMulInteger",
-            &[xq, &wqn, xz, &wzn],
-            &[&acc],
-        )
-    };
+    let int_kind = n.facts().integer.expect("checked: a dynamic form exists");
+    let mut int_node = Node::of(
+        int_kind,
+        &format!("{name}_quant"),
+        &[xq, &wqn, xz, &wzn],
+        &[&acc],
+    );
+    if conv {
+        int_node.attributes = n.attributes.clone();
+    }
     int_node.doc_string = n.doc_string.clone();
     out.push(int_node);
     let accf = unique_in(g, names, out, &format!("{y}_output_quantized_cast_output"));
     out.push(
-        Node::new(&format!("{name}_quant_cast"), "Cast", &[&acc], &[&accf])
-            .with_attr("to", AttrValue::Int(i64::from(DType::F32.onnx_code()))),
+        Node::of(
+            OpKind::Cast,
+            &format!("{name}_quant_cast"),
+            &[&acc],
+            &[&accf],
+        )
+        .with_attr("to", AttrValue::Int(i64::from(DType::F32.onnx_code()))),
     );
     let scale = unique_in(g, names, out, &format!("{name}_scales_mul_output"));
-    out.push(Node::new(
+    out.push(Node::of(
+        OpKind::Mul,
         &format!("{name}_scales_mul"),
-        "Mul",
         &[xs, &wsn],
         &[&scale],
     ));
@@ -350,9 +347,9 @@ fn rewrite(
     } else {
         y.clone()
     };
-    out.push(Node::new(
+    out.push(Node::of(
+        OpKind::Mul,
         &format!("{name}_output_scale_mul"),
-        "Mul",
         &[&accf, &scale],
         &[&scaled],
     ));
@@ -370,9 +367,9 @@ fn rewrite(
             &format!("{}_dynamic", n.inputs[2]),
             Tensor::from_f32(&bshape, bv),
         );
-        out.push(Node::new(
+        out.push(Node::of(
+            OpKind::Add,
             &format!("{name}_bias_add"),
-            "Add",
             &[&scaled, &bn],
             &[&y],
         ));

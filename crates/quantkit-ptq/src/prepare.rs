@@ -2,7 +2,8 @@
 //! the preceding convolution, and the opset upgrade that per-axis QDQ needs.
 
 use crate::error::{graph, PtqError, Result};
-use quantkit_graph::{passes, AttrValue, Graph, Node, Tensor};
+use quantkit_graph::ops::is_onnx_domain;
+use quantkit_graph::{passes, AttrValue, Graph, Node, OpKind, Tensor};
 use std::collections::{HashMap, HashSet};
 
 /// What [`prepare`] changed.
@@ -28,13 +29,6 @@ pub fn prepare(g: &mut Graph) -> Result<PrepareReport> {
     })
 }
 
-fn consumers<'a>(g: &'a Graph, value: &str) -> Vec<&'a Node> {
-    g.nodes
-        .iter()
-        .filter(|n| n.inputs.iter().any(|i| i == value))
-        .collect()
-}
-
 /// Folds every inference-mode `BatchNormalization` whose input is produced by a `Conv` (or a
 /// `Gemm` with `alpha = beta = 1`) used by nothing else, with all parameters constant.
 ///
@@ -48,7 +42,7 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
     let mut i = 0;
     while i < g.nodes.len() {
         let bn = &g.nodes[i];
-        if bn.op_type != "BatchNormalization" || !bn.domain.is_empty() {
+        if !bn.is(OpKind::BatchNormalization) {
             i += 1;
             continue;
         }
@@ -65,7 +59,7 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
             && bn.inputs.len() == 5
             && params.is_some()
             && !outputs.contains(&x)
-            && consumers(g, &x).len() == 1
+            && g.readers(&x).len() == 1
             && prod.is_some();
         if !ok {
             i += 1;
@@ -83,11 +77,10 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
         }
         let kk: Vec<f64> = (0..c).map(|j| gamma[j] / (var[j] + eps).sqrt()).collect();
         // Weight layout: which axis holds the output channel.
-        let (w_axis, is_gemm) = match p.op_type.as_str() {
-            "Conv" if p.domain.is_empty() => (0usize, false),
-            "Gemm"
-                if p.domain.is_empty()
-                    && p.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
+        let (w_axis, is_gemm) = match p.kind() {
+            Some(OpKind::Conv) => (0usize, false),
+            Some(OpKind::Gemm)
+                if p.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
                     && p.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0
                     && p.attr_int("transA", 0).unwrap_or(1) == 0 =>
             {
@@ -170,18 +163,7 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
 
 /// A value name not yet used by any initializer, node output or graph input.
 pub(crate) fn unique(g: &Graph, base: &str) -> String {
-    let taken = |n: &str| {
-        g.initializers.contains_key(n)
-            || g.inputs.iter().any(|i| i.name == n)
-            || g.nodes.iter().any(|x| x.outputs.iter().any(|o| o == n))
-    };
-    if !taken(base) {
-        return base.to_string();
-    }
-    (1..)
-        .map(|k| format!("{base}_{k}"))
-        .find(|n| !taken(n))
-        .expect("unbounded")
+    g.unique_name(base)
 }
 
 /// Fresh names for the values and nodes a rewrite adds: a name is never one the graph
@@ -236,13 +218,7 @@ impl Namer {
 
 /// Drops initializers that no node and no graph output reads.
 pub(crate) fn prune_initializers(g: &mut Graph) {
-    let used: std::collections::HashSet<String> = g
-        .nodes
-        .iter()
-        .flat_map(|n| n.inputs.iter().cloned())
-        .chain(g.outputs.iter().map(|o| o.name.clone()))
-        .collect();
-    g.initializers.retain(|k, _| used.contains(k));
+    g.prune_initializers();
 }
 
 /// Raises the default-domain opset to 13 (per-axis `QuantizeLinear`/`DequantizeLinear`),
@@ -263,7 +239,7 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
     }
     let mut nodes = Vec::with_capacity(g.nodes.len());
     for mut n in std::mem::take(&mut g.nodes) {
-        if !n.domain.is_empty() && n.domain != "ai.onnx" {
+        if !n.is_onnx_domain() {
             nodes.push(n);
             continue;
         }
@@ -292,9 +268,9 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
                     let shape = format!("{}_shape", n.name);
                     let flat = format!("{}_flat", n.name);
                     let soft = format!("{}_flat_out", n.name);
-                    nodes.push(Node::new(&shape, "Shape", &[&x], &[&shape]));
+                    nodes.push(Node::of(OpKind::Shape, &shape, &[&x], &[&shape]));
                     nodes.push(
-                        Node::new(&flat, "Flatten", &[&x], &[&flat])
+                        Node::of(OpKind::Flatten, &flat, &[&x], &[&flat])
                             .with_attr("axis", AttrValue::Int(a)),
                     );
                     n.inputs[0] = flat.clone();
@@ -302,7 +278,7 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
                     n.attributes.push(("axis".into(), AttrValue::Int(-1)));
                     let rs = format!("{}_reshape", n.name);
                     nodes.push(n);
-                    nodes.push(Node::new(&rs, "Reshape", &[&soft, &shape], &[&y]));
+                    nodes.push(Node::of(OpKind::Reshape, &rs, &[&soft, &shape], &[&y]));
                 }
             }
             "Squeeze" | "Unsqueeze" | "ReduceSum" | "Split" => {
@@ -329,7 +305,7 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
     }
     g.nodes = nodes;
     for (d, v) in g.opset_imports.iter_mut() {
-        if d.is_empty() || d == "ai.onnx" {
+        if is_onnx_domain(d) {
             *v = 13;
         }
     }

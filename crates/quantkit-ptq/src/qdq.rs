@@ -7,22 +7,13 @@
 use crate::error::{core, PtqError, Result};
 use crate::prepare::{prune_initializers, Namer};
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
-use quantkit_graph::{AttrValue, Data, Graph, Node, Tensor};
+use quantkit_graph::{AttrValue, Data, Graph, Node, OpKind, QuantInputs, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Operators with a constant weight (input 1) quantized per output channel.
-const WEIGHTED: &[&str] = &["Conv", "ConvTranspose", "Gemm", "MatMul"];
-
-/// Operators that integer engines (quantkit's, ONNX Runtime's QDQ fusions) run on quantized
-/// tensors, with the indices of their activation inputs (`None`: all inputs).
-fn integer_op(op: &str) -> Option<Option<&'static [usize]>> {
-    Some(match op {
-        "Conv" | "ConvTranspose" | "Gemm" => Some(&[0]),
-        "MatMul" | "Add" | "Mul" | "Concat" => None,
-        "Relu" | "Clip" | "MaxPool" | "AveragePool" | "GlobalAveragePool" | "Flatten"
-        | "Reshape" | "Transpose" | "Squeeze" | "Unsqueeze" | "LeakyRelu" | "Sigmoid" => Some(&[0]),
-        _ => return None,
-    })
+/// Whether `n` has a weight input that is quantized per output channel when constant
+/// (the registry's `Facts::weight`: Conv, ConvTranspose, Gemm, MatMul).
+fn is_weighted(n: &Node) -> bool {
+    n.facts().weight.is_some()
 }
 
 /// Why a node was left in float.
@@ -77,16 +68,16 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
     for (i, n) in g.nodes.iter().enumerate() {
         let reason = if exclude.contains(&n.name) {
             Some("excluded by --exclude".to_string())
-        } else if !n.domain.is_empty() && n.domain != "ai.onnx" {
+        } else if !n.is_onnx_domain() {
             Some(format!("operator of domain {}", n.domain))
-        } else if integer_op(&n.op_type).is_none() {
+        } else if n.facts().quant_inputs == QuantInputs::None {
             Some("no integer kernel: runs in float between DequantizeLinear/QuantizeLinear".into())
-        } else if WEIGHTED.contains(&n.op_type.as_str())
-            && n.op_type != "MatMul"
+        } else if is_weighted(n)
+            && !n.is(OpKind::MatMul)
             && !n.inputs.get(1).is_some_and(|w| is_float_init(g, w))
         {
             Some("weight is not a constant".into())
-        } else if n.op_type == "Gemm" && n.attr_int("transA", 0).unwrap_or(0) != 0 {
+        } else if n.is(OpKind::Gemm) && n.attr_int("transA", 0).unwrap_or(0) != 0 {
             Some("Gemm with transA".into())
         } else {
             None
@@ -104,7 +95,7 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
     let mut seen = HashSet::new();
     let mut fused_out: HashSet<&str> = HashSet::new();
     for (i, n) in g.nodes.iter().enumerate() {
-        if !quant[i] || !WEIGHTED.contains(&n.op_type.as_str()) {
+        if !quant[i] || !is_weighted(n) {
             continue;
         }
         let out = n.outputs[0].as_str();
@@ -112,10 +103,7 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
             continue;
         }
         if let Some(c) = consumers.get(out) {
-            if c.len() == 1
-                && quant[c[0]]
-                && matches!(g.nodes[c[0]].op_type.as_str(), "Relu" | "Clip")
-            {
+            if c.len() == 1 && quant[c[0]] && g.nodes[c[0]].facts().clamp {
                 fused_out.insert(out);
                 p.fused.push((n.name.clone(), g.nodes[c[0]].name.clone()));
             }
@@ -135,27 +123,26 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
             continue;
         }
         p.quantized.push(n.name.clone());
-        match integer_op(&n.op_type).expect("planned") {
-            Some(idx) => {
-                for &k in idx {
-                    if let Some(v) = n.inputs.get(k) {
-                        add(v, &mut acts);
-                    }
+        match n.facts().quant_inputs {
+            QuantInputs::First => {
+                if let Some(v) = n.inputs.first() {
+                    add(v, &mut acts);
                 }
             }
-            None => {
+            QuantInputs::All => {
                 for v in &n.inputs {
                     add(v, &mut acts);
                 }
             }
+            QuantInputs::None => unreachable!("planned nodes have an integer form"),
         }
         add(&n.outputs[0], &mut acts);
     }
-    if !p.quantized.iter().any(|q| {
-        g.nodes
-            .iter()
-            .any(|n| &n.name == q && WEIGHTED.contains(&n.op_type.as_str()))
-    }) {
+    if !p
+        .quantized
+        .iter()
+        .any(|q| g.nodes.iter().any(|n| &n.name == q && is_weighted(n)))
+    {
         return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
             String::new()
         } else {
@@ -275,15 +262,15 @@ pub fn insert_qdq(
             .insert(a.scale.clone(), Tensor::from_f32(&[], vec![s]));
         g.initializers
             .insert(a.zp.clone(), zp_tensor(&[z], &[], act_signed));
-        nodes.push(Node::new(
+        nodes.push(Node::of(
+            OpKind::QuantizeLinear,
             &a.q_node,
-            "QuantizeLinear",
             &[src, &a.scale, &a.zp],
             &[&a.q],
         ));
-        nodes.push(Node::new(
+        nodes.push(Node::of(
+            OpKind::DequantizeLinear,
             &a.dq_node,
-            "DequantizeLinear",
             &[&a.q, &a.scale, &a.zp],
             &[&a.dq],
         ));
@@ -302,7 +289,7 @@ pub fn insert_qdq(
                 *v = a.dq.clone();
             }
         }
-        if quantized.contains(n.name.as_str()) && WEIGHTED.contains(&n.op_type.as_str()) {
+        if quantized.contains(n.name.as_str()) && is_weighted(&n) {
             quantize_weights(&mut g, &mut namer, &mut n, &in0, act, opts, &mut new_nodes)?;
         }
         let mut pending = Vec::new();
@@ -353,15 +340,15 @@ fn quantize_weights(
     // Output-channel axis (ONNX layouts): Conv [O, I/g, kh, kw] → 0; ConvTranspose
     // [I, O/g, kh, kw] → 1; Gemm B [K, N] → 1 (transB: [N, K] → 0); MatMul B [.., K, N] → last.
     let group = n.attr_int("group", 1).unwrap_or(1);
-    let axis = match n.op_type.as_str() {
-        "Conv" => Some(0),
-        "ConvTranspose" if group == 1 => Some(1),
-        "Gemm" if w.rank() == 2 => Some(if n.attr_int("transB", 0).unwrap_or(0) != 0 {
+    let axis = match n.kind() {
+        Some(OpKind::Conv) => Some(0),
+        Some(OpKind::ConvTranspose) if group == 1 => Some(1),
+        Some(OpKind::Gemm) if w.rank() == 2 => Some(if n.attr_int("transB", 0).unwrap_or(0) != 0 {
             0
         } else {
             1
         }),
-        "MatMul" if w.rank() == 2 => Some(1),
+        Some(OpKind::MatMul) if w.rank() == 2 => Some(1),
         _ => None,
     }
     .filter(|_| opts.per_channel && w.rank() >= 1);
@@ -385,10 +372,10 @@ fn quantize_weights(
                 Some(c) => t.len() == c,
                 None => t.rank() <= 1 || t.shape.iter().filter(|&&d| d != 1).count() <= 1,
             };
-        let gemm_plain = n.op_type != "Gemm"
+        let gemm_plain = !n.is(OpKind::Gemm)
             || (n.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
                 && n.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0);
-        (ok_shape && gemm_plain && n.op_type != "MatMul").then(|| t.to_f32_vec())
+        (ok_shape && gemm_plain && !n.is(OpKind::MatMul)).then(|| t.to_f32_vec())
     });
     if let (Some(b), Some(s_in)) = (&bias, s_in) {
         // Never let the bias scale s_in·s_w underflow to a subnormal, nor a bias saturate
@@ -430,7 +417,7 @@ fn quantize_weights(
     g.initializers
         .insert(sn.clone(), Tensor::from_f32(&pshape, p.scales.clone()));
     let mut dq_inputs = vec![qn, sn];
-    if !omit_weight_zero_point(&n.op_type, &p.zero_points) {
+    if !omit_weight_zero_point(n, &p.zero_points) {
         let zn = namer.value(&format!("{base}.w_zp"));
         g.initializers
             .insert(zn.clone(), zp_tensor(&p.zero_points, &pshape, true));
@@ -438,9 +425,9 @@ fn quantize_weights(
     }
     let dqn = namer.value(&format!("{base}.w_dq"));
     let dq_inputs: Vec<&str> = dq_inputs.iter().map(String::as_str).collect();
-    let mut dq = Node::new(
+    let mut dq = Node::of(
+        OpKind::DequantizeLinear,
         &namer.node(&format!("{base}.w_DQ")),
-        "DequantizeLinear",
         &dq_inputs,
         &[&dqn],
     );
@@ -475,9 +462,9 @@ fn quantize_weights(
         // No zero point: an int32 bias has zero point 0, which is DequantizeLinear's default
         // for an absent `x_zero_point` (whose type is then the int32 of `x`).
         let bdq = namer.value(&format!("{base}.b_dq"));
-        let mut node = Node::new(
+        let mut node = Node::of(
+            OpKind::DequantizeLinear,
             &namer.node(&format!("{base}.b_DQ")),
-            "DequantizeLinear",
             &[&qbn, &bsn],
             &[&bdq],
         );
@@ -496,8 +483,8 @@ fn quantize_weights(
 /// (1.32) no longer fuses `DQ → Gemm → Q` into its int8 `QGemm` when the weight's
 /// zero point is absent (it still fuses Conv and MatMul into `QLinearConv`/`QLinearMatMul`),
 /// so Gemm weights keep an explicit zero vector.
-pub(crate) fn omit_weight_zero_point(op: &str, zero_points: &[i32]) -> bool {
-    op != "Gemm" && zero_points.iter().all(|&z| z == 0)
+pub(crate) fn omit_weight_zero_point(n: &Node, zero_points: &[i32]) -> bool {
+    !n.is(OpKind::Gemm) && zero_points.iter().all(|&z| z == 0)
 }
 
 fn quantize_bias(

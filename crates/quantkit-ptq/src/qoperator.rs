@@ -29,12 +29,13 @@
 use crate::error::{graph, Result};
 use crate::prepare::Namer;
 use crate::qdq::FloatNode;
-use quantkit_graph::{passes, AttrValue, DType, Data, Graph, Node, Tensor};
+use quantkit_graph::ops::clip::ClipBounds;
+use quantkit_graph::{passes, AttrValue, DType, Data, Graph, Node, OpKind, QuantInputs, Tensor};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Domain of ONNX Runtime's contrib operators.
-pub const MS_DOMAIN: &str = "com.microsoft";
+pub use quantkit_graph::MS_DOMAIN;
 
 /// What [`to_qoperator`] did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -65,10 +66,6 @@ struct QVal {
     constant: bool,
 }
 
-fn is_default_domain(n: &Node) -> bool {
-    n.domain.is_empty() || n.domain == "ai.onnx"
-}
-
 /// Rewrites a QDQ graph into QOperator form. The graph must be topologically sorted (as
 /// [`crate::insert_qdq`] leaves it).
 pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
@@ -88,16 +85,12 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
             readers.entry(v.as_str()).or_default().push(i);
         }
     }
-    let is_q = |i: usize| nodes[i].op_type == "QuantizeLinear" && is_default_domain(&nodes[i]);
+    let is_q = |i: usize| nodes[i].is(OpKind::QuantizeLinear);
     // Float value (a DequantizeLinear output) → the quantized value it decodes.
     let mut qv: HashMap<String, QVal> = HashMap::new();
     let mut dq_nodes: HashMap<String, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
-        if n.op_type != "DequantizeLinear"
-            || !is_default_domain(n)
-            || n.inputs.len() < 2
-            || n.outputs.is_empty()
-        {
+        if !n.is(OpKind::DequantizeLinear) || n.inputs.len() < 2 || n.outputs.is_empty() {
             continue;
         }
         let src = n.inputs[0].as_str();
@@ -130,9 +123,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
     let mut replaced: HashMap<usize, Node> = HashMap::new();
     let mut uses_ms = false;
     for (i, n) in nodes.iter().enumerate() {
-        if removed.contains(&i)
-            || matches!(n.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
-        {
+        if removed.contains(&i) || n.is(OpKind::QuantizeLinear) || n.is(OpKind::DequantizeLinear) {
             continue;
         }
         let ctx = Ctx {
@@ -232,12 +223,12 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
     report.quantize_nodes = g
         .nodes
         .iter()
-        .filter(|n| n.op_type == "QuantizeLinear")
+        .filter(|n| n.is(OpKind::QuantizeLinear))
         .count();
     report.dequantize_nodes = g
         .nodes
         .iter()
-        .filter(|n| n.op_type == "DequantizeLinear")
+        .filter(|n| n.is(OpKind::DequantizeLinear))
         .count();
     Ok((g, report))
 }
@@ -339,8 +330,7 @@ impl Ctx<'_> {
     fn out_q(&self, v: &str) -> Option<usize> {
         let r = self.single_reader(v)?;
         let q = &self.nodes[r];
-        (q.op_type == "QuantizeLinear"
-            && is_default_domain(q)
+        (q.is(OpKind::QuantizeLinear)
             && q.inputs.len() >= 3
             && q.attr("axis").is_none()
             && self.scalar(&q.inputs[1]).is_some())
@@ -363,7 +353,7 @@ impl Ctx<'_> {
             .single_reader(y)
             .ok_or("output is not quantized (read by several nodes or a graph output)")?;
         let act = &self.nodes[r];
-        if !matches!(act.op_type.as_str(), "Relu" | "Clip") || !is_default_domain(act) {
+        if !act.facts().clamp {
             return Err("output is not quantized".into());
         }
         let q = self
@@ -395,24 +385,9 @@ impl Ctx<'_> {
     }
 
     fn clip_bounds(&self, act: &Node) -> std::result::Result<(f64, f64), String> {
-        if act.op_type == "Relu" {
-            return Ok((0.0, f64::INFINITY));
-        }
-        let bound = |k: usize, attr: &str, default: f64| -> std::result::Result<f64, String> {
-            match act.inputs.get(k).filter(|s| !s.is_empty()) {
-                Some(v) => self
-                    .scalar(v)
-                    .ok_or_else(|| format!("Clip bound `{v}` is not a constant")),
-                None => Ok(act
-                    .attr_float(attr, default as f32)
-                    .map(f64::from)
-                    .unwrap_or(default)),
-            }
-        };
-        Ok((
-            bound(1, "min", f64::NEG_INFINITY)?,
-            bound(2, "max", f64::INFINITY)?,
-        ))
+        let b = ClipBounds::of(act, self.g.opset(), |k| self.scalar(&act.inputs[k]))
+            .map_err(|e| format!("`{}`: {e}", act.name))?;
+        Ok((b.lo, b.hi))
     }
 
     /// The zero point of constant `w` (of type `dtype`), or, where the QDQ graph left it out,
@@ -499,13 +474,14 @@ impl Ctx<'_> {
         if n.outputs.first().is_none_or(String::is_empty) || n.inputs.is_empty() {
             return Err("no input or no output".into());
         }
-        if !is_default_domain(n) {
+        if !n.is_onnx_domain() {
             return Err(format!("operator of domain {}", n.domain));
         }
-        let op = n.op_type.as_str();
-        match op {
-            "Conv" | "Gemm" | "MatMul" => self.weighted(n),
-            "MaxPool" | "Reshape" | "Flatten" | "Transpose" | "Squeeze" | "Unsqueeze" => {
+        let f = n.facts();
+        match f.qlinear {
+            Some(_) if f.weight.is_some() => self.weighted(n),
+            Some(qop) => self.qlinear(n, qop),
+            None if f.moves_values && f.quant_inputs == QuantInputs::First => {
                 if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
                     return Err("second output (Indices) used".into());
                 }
@@ -521,61 +497,61 @@ impl Ctx<'_> {
                     zp: x.zp.clone(),
                 })
             }
-            "Add" | "Mul" | "Concat" | "GlobalAveragePool" | "AveragePool" | "Sigmoid"
-            | "LeakyRelu" => {
-                let qop = format!("QLinear{op}");
-                let xs: Vec<&QVal> = (0..n.inputs.len())
-                    .map(|k| self.act(n, k))
-                    .collect::<std::result::Result<_, _>>()?;
-                let absorbed = self.out_q(&n.outputs[0]).ok_or("output is not quantized")?;
-                let (ys, yz) = self.out_params(absorbed);
-                let y = self.nodes[absorbed].outputs[0].clone();
-                let mut ins: Vec<String> = Vec::new();
-                if op == "Concat" {
-                    ins.extend([ys, yz]);
-                    for x in xs {
-                        ins.extend([x.q.clone(), x.scale.clone(), x.zp.clone()]);
-                    }
-                } else {
-                    for x in xs {
-                        ins.extend([x.q.clone(), x.scale.clone(), x.zp.clone()]);
-                    }
-                    ins.extend([ys, yz]);
-                }
-                let mut attributes = n.attributes.clone();
-                if matches!(op, "GlobalAveragePool" | "AveragePool") {
-                    attributes.push(("channels_last".into(), AttrValue::Int(0)));
-                }
-                let node = Node {
-                    name: n.name.clone(),
-                    op_type: qop,
-                    domain: MS_DOMAIN.into(),
-                    inputs: ins,
-                    outputs: vec![y],
-                    attributes,
-                    doc_string: String::new(),
-                };
-                Ok(Rewrite::QLinear {
-                    node,
-                    absorbed,
-                    fused: None,
-                })
-            }
-            "Relu" | "Clip" => Err(
+            None if f.clamp => Err(
                 "no QOperator form on its own (Relu/Clip only disappear when fused into a Conv/Gemm/MatMul output range)"
                     .into(),
             ),
-            _ => Err("no QOperator form".into()),
+            None => Err("no QOperator form".into()),
         }
     }
 
+    /// An operator with a QLinear contrib form (`qop`: QLinearAdd, QLinearConcat...), all
+    /// of whose inputs are quantized.
+    fn qlinear(&self, n: &Node, qop: OpKind) -> Why {
+        let xs: Vec<&QVal> = (0..n.inputs.len())
+            .map(|k| self.act(n, k))
+            .collect::<std::result::Result<_, _>>()?;
+        let absorbed = self.out_q(&n.outputs[0]).ok_or("output is not quantized")?;
+        let (ys, yz) = self.out_params(absorbed);
+        let y = self.nodes[absorbed].outputs[0].clone();
+        let mut ins: Vec<String> = Vec::new();
+        if n.is(OpKind::Concat) {
+            ins.extend([ys, yz]);
+            for x in xs {
+                ins.extend([x.q.clone(), x.scale.clone(), x.zp.clone()]);
+            }
+        } else {
+            for x in xs {
+                ins.extend([x.q.clone(), x.scale.clone(), x.zp.clone()]);
+            }
+            ins.extend([ys, yz]);
+        }
+        let mut attributes = n.attributes.clone();
+        if n.is(OpKind::GlobalAveragePool) || n.is(OpKind::AveragePool) {
+            attributes.push(("channels_last".into(), AttrValue::Int(0)));
+        }
+        let node = Node {
+            attributes,
+            ..Node::of(qop, &n.name, &[], &[&y])
+        };
+        let node = Node {
+            inputs: ins,
+            ..node
+        };
+        Ok(Rewrite::QLinear {
+            node,
+            absorbed,
+            fused: None,
+        })
+    }
+
     fn weighted(&self, n: &Node) -> Why {
-        let op = n.op_type.as_str();
+        let conv = n.is(OpKind::Conv);
         let x = self.act(n, 0)?;
         let (absorbed, fused) = self.weighted_output(n)?;
         let (ys, yz) = self.out_params(absorbed);
         let y = self.nodes[absorbed].outputs[0].clone();
-        if op == "MatMul" {
+        if n.is(OpKind::MatMul) {
             let (w, wz) = match self.constant(n, 1) {
                 Ok((w, wt)) => (w, self.zero_point(w, wt, false)?),
                 Err(_) => {
@@ -583,9 +559,9 @@ impl Ctx<'_> {
                     (w, w.zp.clone())
                 }
             };
-            let mut node = Node::new(
+            let mut node = Node::of(
+                OpKind::QLinearMatMul,
                 &n.name,
-                "QLinearMatMul",
                 &[&x.q, &x.scale, &x.zp, &w.q, &w.scale, &wz, &ys, &yz],
                 &[&y],
             );
@@ -614,8 +590,8 @@ impl Ctx<'_> {
             }
         };
         let b = bias.unwrap_or_default();
-        let wz = self.zero_point(w, wt, op == "Conv")?;
-        let (qop, domain, ins, mut attributes) = if op == "Conv" {
+        let wz = self.zero_point(w, wt, conv)?;
+        let (qop, ins, mut attributes) = if conv {
             let mut ins = vec![
                 x.q.clone(),
                 x.scale.clone(),
@@ -629,7 +605,7 @@ impl Ctx<'_> {
             if !b.is_empty() {
                 ins.push(b);
             }
-            ("QLinearConv", "", ins, n.attributes.clone())
+            (OpKind::QLinearConv, ins, n.attributes.clone())
         } else {
             let attr = |k: &str, d: f32| n.attr_float(k, d).unwrap_or(f32::NAN);
             if n.attr_int("transA", 0).unwrap_or(1) != 0 || attr("alpha", 1.0) != 1.0 {
@@ -655,17 +631,14 @@ impl Ctx<'_> {
                 .filter(|(k, _)| k != "beta")
                 .cloned()
                 .collect();
-            ("QGemm", MS_DOMAIN, ins, attrs)
+            (OpKind::QGemm, ins, attrs)
         };
         attributes.retain(|(k, _)| !k.is_empty());
         let node = Node {
-            name: n.name.clone(),
-            op_type: qop.into(),
-            domain: domain.into(),
             inputs: ins,
-            outputs: vec![y],
             attributes,
             doc_string: n.doc_string.clone(),
+            ..Node::of(qop, &n.name, &[], &[&y])
         };
         Ok(Rewrite::QLinear {
             node,

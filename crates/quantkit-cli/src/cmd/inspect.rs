@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Parser;
-use quantkit_graph::{load_model, ops};
+use quantkit_graph::load_model;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,13 +39,13 @@ pub fn run(args: Args) -> Result<()> {
     let integer: Vec<_> = g
         .nodes
         .iter()
-        .filter(|n| ops::is_integer_op(&n.op_type))
+        .filter(|n| n.facts().quantized)
         .map(|n| (n.name.clone(), n.op_type.clone()))
         .collect();
     let unsupported: Vec<_> = g
         .nodes
         .iter()
-        .filter(|n| ops::lookup(&n.domain, &n.op_type).is_none())
+        .filter(|n| n.kind().is_none())
         .map(|n| (n.name.clone(), n.op_type.clone()))
         .collect();
     if args.json {

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use quantkit_core::CalibrationMethod;
+use quantkit_graph::OpKind;
 use quantkit_ptq::{quantize_dynamic, quantize_static, Format, PtqConfig, QdqOptions};
 use std::path::PathBuf;
 
@@ -164,11 +165,9 @@ fn report(
             summary.weights, summary.activations
         );
         for (name, op) in &summary.quantized {
-            let int_op = if op == "Conv" {
-                "ConvInteger"
-            } else {
-                "MatMulInteger"
-            };
+            let int_op = OpKind::of("", op)
+                .and_then(|k| k.facts().integer)
+                .map_or("?", OpKind::name);
             println!("    {name}: {op} -> DynamicQuantizeLinear + {int_op} + Cast + Mul");
         }
     } else {

@@ -86,5 +86,6 @@ pub const DEF: super::OpDef =
             weight: Some(1),
             quant_inputs: super::QuantInputs::First,
             qlinear: Some(super::OpKind::QGemm),
+            integer: Some(super::OpKind::MatMulInteger),
             ..super::Facts::NONE
         });
