@@ -346,8 +346,13 @@ pub struct Uses<'g> {
 impl<'g> Uses<'g> {
     /// Indexes `g` (omitted optional inputs and outputs, `""`, are skipped).
     pub fn new(g: &'g Graph) -> Uses<'g> {
+        Uses::of(&g.nodes, &g.outputs)
+    }
+    /// Indexes a node list with graph outputs `outputs` (for a rewrite that has taken the
+    /// nodes out of their graph).
+    pub fn of(nodes: &'g [Node], outputs: &'g [ValueInfo]) -> Uses<'g> {
         let mut u = Uses::default();
-        for (i, n) in g.nodes.iter().enumerate() {
+        for (i, n) in nodes.iter().enumerate() {
             for v in n.inputs.iter().filter(|v| !v.is_empty()) {
                 u.readers.entry(v.as_str()).or_default().push(i);
             }
@@ -355,7 +360,7 @@ impl<'g> Uses<'g> {
                 u.producer.insert(o.as_str(), i);
             }
         }
-        u.outputs = g.outputs.iter().map(|o| o.name.as_str()).collect();
+        u.outputs = outputs.iter().map(|o| o.name.as_str()).collect();
         u
     }
     /// Index of the node producing `value`.

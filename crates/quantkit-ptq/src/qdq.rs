@@ -7,7 +7,7 @@
 use crate::error::{core, PtqError, Result};
 use crate::prepare::{prune_initializers, Namer};
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
-use quantkit_graph::{AttrValue, Data, Graph, Node, OpKind, QuantInputs, Tensor};
+use quantkit_graph::{AttrValue, Data, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Whether `n` has a weight input that is quantized per output channel when constant
@@ -56,13 +56,7 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
             });
         }
     }
-    let outputs: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
-    let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in &n.inputs {
-            consumers.entry(v.as_str()).or_default().push(i);
-        }
-    }
+    let uses = Uses::new(g);
     let mut p = Plan::default();
     let mut quant = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -99,13 +93,10 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
             continue;
         }
         let out = n.outputs[0].as_str();
-        if outputs.contains(out) {
-            continue;
-        }
-        if let Some(c) = consumers.get(out) {
-            if c.len() == 1 && quant[c[0]] && g.nodes[c[0]].facts().clamp {
+        if let Some(c) = uses.sole_reader(out) {
+            if quant[c] && g.nodes[c].facts().clamp {
                 fused_out.insert(out);
-                p.fused.push((n.name.clone(), g.nodes[c[0]].name.clone()));
+                p.fused.push((n.name.clone(), g.nodes[c].name.clone()));
             }
         }
     }

@@ -30,7 +30,9 @@ use crate::error::{graph, Result};
 use crate::prepare::Namer;
 use crate::qdq::FloatNode;
 use quantkit_graph::ops::clip::ClipBounds;
-use quantkit_graph::{passes, AttrValue, DType, Data, Graph, Node, OpKind, QuantInputs, Tensor};
+use quantkit_graph::{
+    passes, AttrValue, DType, Data, Graph, Node, OpKind, QuantInputs, Tensor, Uses,
+};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -74,17 +76,8 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
         made: BTreeMap::new(),
     });
     let nodes = std::mem::take(&mut g.nodes);
-    let graph_outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
-    let mut producer: HashMap<&str, usize> = HashMap::new();
-    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        for o in n.outputs.iter().filter(|o| !o.is_empty()) {
-            producer.insert(o.as_str(), i);
-        }
-        for v in n.inputs.iter().filter(|v| !v.is_empty()) {
-            readers.entry(v.as_str()).or_default().push(i);
-        }
-    }
+    let graph_outputs = g.outputs.clone();
+    let uses = Uses::of(&nodes, &graph_outputs);
     let is_q = |i: usize| nodes[i].is(OpKind::QuantizeLinear);
     // Float value (a DequantizeLinear output) → the quantized value it decodes.
     let mut qv: HashMap<String, QVal> = HashMap::new();
@@ -98,7 +91,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
         let zp = n.inputs.get(2).filter(|z| !z.is_empty());
         // A constant may leave its zero point out (0 of its own type, as `insert_qdq` writes
         // symmetric weights and int32 biases); activations keep theirs.
-        let from_q = producer.get(src).is_some_and(|&p| is_q(p)) && zp.is_some();
+        let from_q = uses.producer(src).is_some_and(is_q) && zp.is_some();
         if !(constant || from_q) {
             continue;
         }
@@ -129,8 +122,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
         let ctx = Ctx {
             g: &g,
             nodes: &nodes,
-            readers: &readers,
-            graph_outputs: &graph_outputs,
+            uses: &uses,
             qv: &qv,
             zeros: &zeros,
         };
@@ -284,8 +276,7 @@ struct Ctx<'a> {
     g: &'a Graph,
     zeros: &'a RefCell<Zeros>,
     nodes: &'a [Node],
-    readers: &'a HashMap<&'a str, Vec<usize>>,
-    graph_outputs: &'a HashSet<String>,
+    uses: &'a Uses<'a>,
     qv: &'a HashMap<String, QVal>,
 }
 
@@ -317,13 +308,7 @@ impl Ctx<'_> {
     }
 
     fn single_reader(&self, v: &str) -> Option<usize> {
-        if self.graph_outputs.contains(v) {
-            return None;
-        }
-        match self.readers.get(v).map(Vec::as_slice) {
-            Some([r]) => Some(*r),
-            _ => None,
-        }
+        self.uses.sole_reader(v)
     }
 
     /// The QuantizeLinear that is the only reader of `v` (per-tensor).
