@@ -4,7 +4,7 @@
 
 use crate::error::{GraphError, Result};
 use crate::ir::{Dim, Graph};
-use crate::ops::{self, EvalFn, OpCtx};
+use crate::ops::{self, EvalFn, OpCtx, OpKind};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 
@@ -48,23 +48,16 @@ pub fn execute_with(
 /// For each node index, the index of a `Relu` that is the only reader of its `Conv` output
 /// (and that output is not a graph output), so the pair can run fused.
 fn conv_relu_pairs(graph: &Graph) -> HashMap<usize, usize> {
-    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in n.inputs.iter().filter(|v| !v.is_empty()) {
-            readers.entry(v.as_str()).or_default().push(i);
-        }
-    }
+    let uses = crate::ir::Uses::new(graph);
     let mut pairs = HashMap::new();
     for (i, n) in graph.nodes.iter().enumerate() {
-        let is_conv = n.op_type == "Conv" && (n.domain.is_empty() || n.domain == "ai.onnx");
-        if !is_conv || n.outputs.len() != 1 || graph.outputs.iter().any(|o| o.name == n.outputs[0])
-        {
+        if !n.is(OpKind::Conv) || n.outputs.len() != 1 {
             continue;
         }
-        if let Some([j]) = readers.get(n.outputs[0].as_str()).map(|r| r.as_slice()) {
-            let r = &graph.nodes[*j];
-            if r.op_type == "Relu" && r.domain.is_empty() && r.inputs.len() == 1 && *j > i {
-                pairs.insert(i, *j);
+        if let Some(j) = uses.sole_reader(&n.outputs[0]) {
+            let r = &graph.nodes[j];
+            if r.is(OpKind::Relu) && r.inputs.len() == 1 && j > i {
+                pairs.insert(i, j);
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::error::{GraphError, Result};
 use crate::ir::{Dim, Graph, ValueInfo};
-use crate::ops::{self, OpCtx};
+use crate::ops::{self, OpCtx, OpKind};
 use crate::tensor::Tensor;
 use std::collections::{HashMap, HashSet};
 
@@ -52,20 +52,12 @@ pub fn topo_sort(graph: &mut Graph) -> Result<()> {
     Ok(())
 }
 
-/// Ops whose output depends only on their inputs (safe to fold). `DequantizeLinear` is
-/// deterministic too but stays: folding the DQ of an int8 weight would turn a QDQ model
-/// back into a float one on load, and the integer engine compiles exactly that pattern.
-fn foldable(op: &str) -> bool {
-    !matches!(
-        op,
-        "DequantizeLinear"
-            | "RandomNormal"
-            | "RandomUniform"
-            | "RandomNormalLike"
-            | "RandomUniformLike"
-            | "Multinomial"
-            | "Bernoulli"
-    )
+/// Whether a registered node may be folded: its output must depend only on its inputs
+/// (not `Facts::random`). `DequantizeLinear` is deterministic too but stays: folding the DQ
+/// of an int8 weight would turn a QDQ model back into a float one on load, and the integer
+/// engine compiles exactly that pattern.
+fn foldable(node: &crate::ir::Node) -> bool {
+    !node.facts().random && !node.is(OpKind::DequantizeLinear)
 }
 
 /// Folds nodes whose inputs are all initializers into initializers, and `Shape` nodes whose
@@ -87,12 +79,12 @@ pub fn fold_constants(graph: &mut Graph) -> Result<()> {
             kept.push(node);
             continue;
         };
-        if node.outputs.iter().any(|o| outputs.contains(o)) || !foldable(&node.op_type) {
+        if node.outputs.iter().any(|o| outputs.contains(o)) || !foldable(&node) {
             kept.push(node);
             continue;
         }
         let ctx = OpCtx { node: &node, opset };
-        let result = if node.op_type == "Shape" {
+        let result = if node.is(OpKind::Shape) {
             node.inputs
                 .first()
                 .and_then(|i| {

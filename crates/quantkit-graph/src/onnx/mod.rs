@@ -121,7 +121,7 @@ pub fn import_model(model: &proto::ModelProto, what: &str) -> Result<Graph> {
     }
     for (i, n) in g.node.iter().enumerate() {
         let node = node_from_proto(n, i)?;
-        if node.op_type == "Constant" && node.domain.is_empty() && node.outputs.len() == 1 {
+        if node.is(crate::ops::OpKind::Constant) && node.outputs.len() == 1 {
             if let Some(t) = constant_value(&node)? {
                 graph.initializers.insert(node.outputs[0].clone(), t);
                 continue;

@@ -93,9 +93,14 @@ pub struct Facts {
     pub qlinear: Option<OpKind>,
     /// The dynamic-quantization form with int32 output (ConvInteger, MatMulInteger).
     pub integer: Option<OpKind>,
-    /// The operator computes on quantized integers (QuantizeLinear, QLinearConv...): the
-    /// integer engine runs it.
+    /// The operator marks a model as quantized, so the integer engine runs it: the
+    /// quantization operators and the accumulating integer operators (QuantizeLinear,
+    /// DequantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul, QGemm,
+    /// ConvInteger, MatMulInteger; a QOperator model's other contrib ops sit between these).
     pub quantized: bool,
+    /// The output is not a function of the inputs (RandomNormal, Bernoulli...): never
+    /// constant-folded.
+    pub random: bool,
 }
 
 impl Facts {
@@ -110,6 +115,7 @@ impl Facts {
         qlinear: None,
         integer: None,
         quantized: false,
+        random: false,
     };
     /// An element-wise operator with no integer form.
     pub const ELEMENTWISE: Facts = Facts {
