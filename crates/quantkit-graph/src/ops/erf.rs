@@ -64,6 +64,7 @@ pub fn erf64(x: f64) -> f64 {
 pub const DEF: super::OpDef = super::OpDef::onnx("Erf", 9, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
+        unary: true,
         monotone: true,
         ..super::Facts::ELEMENTWISE
     });

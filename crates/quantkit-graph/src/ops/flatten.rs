@@ -47,6 +47,7 @@ pub const DEF: super::OpDef =
     super::OpDef::onnx("Flatten", 1, eval)
         .infer(infer)
         .facts(super::Facts {
+            layout: true,
             monotone: true,
             ..super::Facts::MOVES
         });

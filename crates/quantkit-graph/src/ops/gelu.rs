@@ -31,4 +31,7 @@ fn gelu_tanh(x: f64) -> f64 {
 /// `Gelu` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Gelu", 20, eval)
     .infer(super::registry::same_as_first)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts {
+        unary: true,
+        ..super::Facts::ELEMENTWISE
+    });

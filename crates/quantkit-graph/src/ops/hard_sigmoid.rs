@@ -21,4 +21,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 /// `HardSigmoid` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("HardSigmoid", 1, eval)
     .infer(super::registry::same_as_first)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts {
+        unary: true,
+        ..super::Facts::ELEMENTWISE
+    });

@@ -18,4 +18,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 /// `HardSwish` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("HardSwish", 14, eval)
     .infer(super::registry::same_as_first)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts {
+        unary: true,
+        ..super::Facts::ELEMENTWISE
+    });

@@ -13,6 +13,7 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 pub const DEF: super::OpDef = super::OpDef::onnx("Identity", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
+        unary: true,
         moves_values: true,
         elementwise: true,
         monotone: true,

@@ -21,6 +21,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 pub const DEF: super::OpDef = super::OpDef::onnx("LeakyRelu", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
+        unary: true,
         quant_inputs: super::QuantInputs::First,
         elementwise: true,
         qlinear: Some(super::OpKind::QLinearLeakyRelu),

@@ -85,6 +85,13 @@ pub struct Facts {
     pub elementwise: bool,
     /// Non-decreasing in input 0 for any values of the attributes and other inputs.
     pub monotone: bool,
+    /// Element-wise with one data input: each output element is a function of the input
+    /// element at the same position (given the attributes and constant inputs), so on
+    /// 8-bit codes a 256-entry table computes it.
+    pub unary: bool,
+    /// Only changes the shape or the axis order (Reshape, Flatten, Transpose, Squeeze,
+    /// Unsqueeze): every input element appears once in the output.
+    pub layout: bool,
     /// The operator only clamps its input (`y = clamp(x, lo, hi)`, see
     /// [`crate::ops::clip::ClipBounds`]), so it can become the output clamp of the node
     /// before it.
@@ -111,6 +118,8 @@ impl Facts {
         moves_values: false,
         elementwise: false,
         monotone: false,
+        unary: false,
+        layout: false,
         clamp: false,
         qlinear: None,
         integer: None,

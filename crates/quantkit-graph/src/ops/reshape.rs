@@ -67,6 +67,7 @@ pub const DEF: super::OpDef =
     super::OpDef::onnx("Reshape", 1, eval)
         .infer(infer)
         .facts(super::Facts {
+            layout: true,
             monotone: true,
             ..super::Facts::MOVES
         });

@@ -14,6 +14,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 pub const DEF: super::OpDef = super::OpDef::onnx("Sqrt", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
+        unary: true,
         monotone: true,
         ..super::Facts::ELEMENTWISE
     });

@@ -39,6 +39,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 
 /// `Squeeze` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Squeeze", 1, eval).facts(super::Facts {
+    layout: true,
     monotone: true,
     ..super::Facts::MOVES
 });

@@ -71,6 +71,7 @@ pub const DEF: super::OpDef =
     super::OpDef::onnx("Transpose", 1, eval)
         .infer(infer)
         .facts(super::Facts {
+            layout: true,
             monotone: true,
             ..super::Facts::MOVES
         });

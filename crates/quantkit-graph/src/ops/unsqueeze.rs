@@ -37,6 +37,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 
 /// `Unsqueeze` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Unsqueeze", 1, eval).facts(super::Facts {
+    layout: true,
     monotone: true,
     ..super::Facts::MOVES
 });
