@@ -271,11 +271,23 @@ fn first_difference(want: &[u8], got: &[u8]) -> String {
     format!("{} outputs vs {}", w.len(), g.len())
 }
 
+/// The parent's work folder, removed when the test ends (also by a panic) unless kept.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
 #[test]
 fn every_isa_gives_the_engine_bit_identical_outputs() {
     let t0 = std::time::Instant::now();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("isa_equality.{}", std::process::id()));
+    let work = WorkDir(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("isa_equality.{}", std::process::id())),
+    );
+    let dir = work.0.clone();
     std::fs::create_dir_all(&dir).unwrap();
     let names = build_cases(&dir);
     std::fs::write(dir.join("cases.txt"), names.join("\n")).unwrap();
@@ -333,12 +345,15 @@ fn every_isa_gives_the_engine_bit_identical_outputs() {
         isas.iter().map(|i| i.name()).collect::<Vec<_>>(),
         t0.elapsed().as_secs_f64()
     );
-    std::fs::remove_dir_all(&dir).ok();
-    assert!(
-        failures.is_empty(),
-        "outputs differ from QUANTKIT_ISA=scalar:\n{}",
-        failures.join("\n")
-    );
+    if !failures.is_empty() {
+        // Keep the models, inputs and outputs for a look.
+        std::mem::forget(work);
+        panic!(
+            "outputs differ from QUANTKIT_ISA=scalar (files kept in {}):\n{}",
+            dir.display(),
+            failures.join("\n")
+        );
+    }
 }
 
 /// The format round-trips, so a difference found by the parent is in the outputs.
