@@ -20,21 +20,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the built-in demonstration on the default example.
+    /// Quantize the committed LeNet on the committed Fashion-MNIST sample, run it on the
+    /// integer engine and compare it with the float model.
     Demo(cmd::demo::Args),
     /// Quantize numbers (or a .npy file) and show parameters, values and error.
     Tensor(Box<cmd::tensor::Args>),
-    /// Measure kernel speed on this machine (`bench gemm`, `bench --isa`).
+    /// Measure speed on this machine: a model float vs int8 (`bench MODEL.onnx`), the int8
+    /// kernels (`bench gemm`, `bench conv`), the ISA in use (`bench --isa`).
     Bench(cmd::bench::Args),
     /// Run ONNX node-test case folders and report pass/fail/unsupported.
     Conformance(cmd::conformance::Args),
-    /// Run an ONNX model on .npy/.pb inputs with the float executor.
+    /// Run an ONNX model on .npy/.pb inputs with the float executor, or a quantized one on
+    /// the integer engine (`--engine int8`).
     Run(cmd::run::Args),
     /// Show a model's opset, inputs/outputs, operators and parameters.
     Inspect(cmd::inspect::Args),
-    /// Train a zoo architecture on Fashion-MNIST (IDX) and write it as ONNX.
+    /// Train a zoo architecture on an IDX image set (Fashion-MNIST by default) and write it
+    /// as ONNX.
     Train(Box<cmd::train::Args>),
-    /// Post-training static quantization of an ONNX model to QDQ ONNX.
+    /// Quantize an ONNX model: post-training static quantization to QDQ or QOperator ONNX
+    /// (calibrated on --calib data), or dynamic quantization (--dynamic, no data).
     Quantize(Box<cmd::quantize::Args>),
     /// Accuracy or reconstruction MSE of a model on a data set, optionally against a reference.
     Eval(Box<cmd::eval::Args>),

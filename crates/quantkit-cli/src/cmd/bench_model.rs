@@ -23,7 +23,8 @@ use std::time::Instant;
 pub struct ModelArgs {
     /// Float ONNX model to benchmark (instead of a subcommand).
     pub model: Option<PathBuf>,
-    /// Its int8 QDQ model (default: quantize MODEL now).
+    /// Its quantized model (QDQ, QOperator or dynamic), run on the integer engine
+    /// (default: quantize MODEL now, static QDQ with min/max ranges).
     #[arg(long)]
     pub int8: Option<PathBuf>,
     /// Calibration data when quantizing MODEL now (default: synthetic uniform [0, 1)).

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// Arguments of `quantkit eval`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The ONNX model (float or QDQ).
+    /// The ONNX model: float, or quantized (QDQ, QOperator or dynamic).
     pub model: PathBuf,
     /// Data: IDX folder (e.g. Fashion-MNIST), folder with images.npy, .npy, .npz or an
     /// image folder. u8 data is fed as pixel/255.
@@ -37,8 +37,8 @@ pub struct Args {
     /// Print one JSON object (`sqnr_db` is null when the outputs are identical).
     #[arg(long)]
     pub json: bool,
-    /// Executor of MODEL: `int8` (the integer engine; default for a model with Q/DQ nodes)
-    /// or `float` (the float executor, which simulates Q/DQ exactly). The reference always
+    /// Executor of MODEL: `int8` (the integer engine; default for a quantized model: Q/DQ,
+    /// QLinearConv/QLinearMatMul/QGemm or dynamic-quantization nodes) or `float` (the float executor, which simulates Q/DQ exactly). The reference always
     /// runs on the float executor.
     #[arg(long, value_parser = ["int8", "float"])]
     pub engine: Option<String>,

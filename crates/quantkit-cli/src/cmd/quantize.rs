@@ -23,17 +23,18 @@ pub struct Args {
     /// Output ONNX model (written atomically).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Output format: qdq (QuantizeLinear/DequantizeLinear around float ops) or qoperator
-    /// (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
+    /// Output format of static quantization: qdq (QuantizeLinear/DequantizeLinear around
+    /// float ops) or qoperator (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
     #[arg(long, default_value = "qdq")]
     pub format: String,
-    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
+    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse (not used by
+    /// --dynamic).
     #[arg(long, default_value = "minmax")]
     pub method: String,
     /// One weight scale per tensor instead of per output channel.
     #[arg(long)]
     pub per_tensor: bool,
-    /// Activation type: u8 (default) or i8, both affine.
+    /// Activation type: u8 (default) or i8, both affine (--dynamic: u8 only).
     #[arg(long, default_value = "u8")]
     pub activations: String,
     /// Weight bit width (2 to 8, symmetric, stored as int8).

@@ -26,7 +26,8 @@ pub struct Args {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Also report the time spent in each operator type (with --json: a `profile` list).
+    /// Also report the time spent in each operator type (with --json: a `profile` list);
+    /// float executor only.
     #[arg(long)]
     pub profile: bool,
     /// Run the model this many times and report the fastest run (the first run of a
