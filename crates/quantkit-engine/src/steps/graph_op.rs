@@ -2,7 +2,7 @@
 //! edges, and every node no pattern takes.
 
 use super::Kernel;
-use crate::compile::is_default_domain;
+use crate::compile::helpers::is_default_domain;
 use crate::error::{EngineError, Result};
 use crate::value::Val;
 use crate::Step;
