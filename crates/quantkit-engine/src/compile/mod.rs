@@ -34,16 +34,18 @@
 //! 2. `steps/NAME.rs`: the step, a struct implementing `Kernel`; `mod NAME;` and
 //!    `pub(crate) use` in `steps/mod.rs`.
 //! 3. One line in [`Matcher::try_match`]'s table sending the anchor's operator to `NAME`.
+//!
+//! # Passes
+//!
+//! [`compile`] runs the passes of `passes.rs`: match, remove dead steps, allocate slots, fold
+//! constants, report, liveness.
 
-use crate::error::{EngineError, Result};
-use crate::steps::{GraphOp, Kernel};
-use crate::value::Val;
-use crate::{EngineOptions, NodeReport, Placement, Plan, Step};
+use crate::error::Result;
+use crate::steps::Kernel;
+use crate::{EngineOptions, Plan, Step};
 use codes::{LAYOUT_OPS, TABLE_OPS};
 use helpers::{is_default_domain, Matcher, Why, MS_DOMAIN};
-use quantkit_graph::ops;
 use quantkit_graph::Graph;
-use std::collections::{HashMap, HashSet};
 
 mod add;
 mod codes;
@@ -52,6 +54,7 @@ mod dynamic;
 mod flatten_gemm;
 mod gemm;
 pub(crate) mod helpers;
+mod passes;
 mod pool;
 mod prologue;
 mod quant;
@@ -68,14 +71,6 @@ struct Matched {
     /// DequantizeLinear nodes it reads through (dropped when nothing else reads them).
     through: Vec<usize>,
     kernel_desc: String,
-}
-
-/// A step before slots are assigned: anchor node, kernel, input and output names.
-struct Pending {
-    node: usize,
-    kernel: Box<dyn Kernel>,
-    inputs: Vec<String>,
-    outputs: Vec<String>,
 }
 
 impl<'g> Matcher<'g> {
@@ -126,192 +121,18 @@ impl<'g> Matcher<'g> {
 /// without an integer kernel) become float islands; only an operator that neither the
 /// kernels nor the graph crate implement is an error.
 pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
-    let m = Matcher::new(g, opts);
-    let opset = g.opset();
-    let mut placement: Vec<Option<Placement>> = vec![None; g.nodes.len()];
-    let mut through_of: HashMap<usize, String> = HashMap::new();
-    // Steps as (anchor node index, kernel, input names, output names).
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut reasons: HashMap<usize, String> = HashMap::new();
-    for i in 0..g.nodes.len() {
-        if placement[i].is_some() {
-            continue;
-        }
-        let n = &g.nodes[i];
-        match m.try_match(i) {
-            Some(Ok(mt)) => {
-                placement[i] = Some(Placement::Integer {
-                    kernel: mt.kernel_desc.clone(),
-                });
-                for &a in &mt.absorbed {
-                    placement[a] = Some(Placement::Fused {
-                        into: n.name.clone(),
-                    });
-                }
-                for &t in &mt.through {
-                    through_of.entry(t).or_insert_with(|| n.name.clone());
-                }
-                pending.push(Pending {
-                    node: i,
-                    kernel: mt.kernel,
-                    inputs: mt.inputs,
-                    outputs: vec![mt.output],
-                });
-                continue;
-            }
-            Some(Err(why)) => {
-                reasons.insert(i, why);
-            }
-            None => {}
-        }
-        let f = ops::lookup(&n.domain, &n.op_type).ok_or_else(|| EngineError::UnknownOp {
-            node: n.name.clone(),
-            op_type: n.op_type.clone(),
-            domain: if n.domain.is_empty() {
-                "ai.onnx".into()
-            } else {
-                n.domain.clone()
-            },
-        })?;
-        pending.push(Pending {
-            node: i,
-            kernel: Box::new(GraphOp {
-                node: n.clone(),
-                opset,
-                f,
-            }),
-            inputs: n.inputs.clone(),
-            outputs: n.outputs.clone(),
-        });
-    }
-
-    // Drop steps whose outputs nobody needs (the DQs an integer step reads through).
-    let mut needed: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();
-    let mut keep = vec![false; pending.len()];
-    for (k, p) in pending.iter().enumerate().rev() {
-        if p.outputs.iter().any(|o| needed.contains(o.as_str())) {
-            keep[k] = true;
-            needed.extend(
-                p.inputs
-                    .iter()
-                    .filter(|v| !v.is_empty())
-                    .map(String::as_str),
-            );
-        }
-    }
-
-    let mut slots: HashMap<String, usize> = HashMap::new();
-    let mut consts: Vec<Option<Val>> = Vec::new();
-    let mut slot_of = |name: &str, consts: &mut Vec<Option<Val>>| -> usize {
-        if let Some(&s) = slots.get(name) {
-            return s;
-        }
-        let s = consts.len();
-        consts.push(g.initializers.get(name).cloned().map(Val::nchw));
-        slots.insert(name.to_string(), s);
-        s
-    };
-    let inputs: Vec<_> = g
-        .inputs
-        .iter()
-        .map(|vi| (vi.clone(), slot_of(&vi.name, &mut consts)))
-        .collect();
-    let mut steps: Vec<Step> = Vec::new();
-    for (p, keep) in pending.into_iter().zip(keep) {
-        let Pending {
-            node: ni,
-            kernel,
-            inputs: ins,
-            outputs: outs,
-        } = p;
-        let n = &g.nodes[ni];
-        if !keep {
-            if placement[ni].is_none() {
-                placement[ni] = Some(match through_of.get(&ni) {
-                    Some(a) => Placement::Fused { into: a.clone() },
-                    None => Placement::Constant,
-                });
-            }
-            continue;
-        }
-        let in_slots: Vec<Option<usize>> = ins
-            .iter()
-            .map(|v| (!v.is_empty()).then(|| slot_of(v, &mut consts)))
-            .collect();
-        let out_slots: Vec<Option<usize>> = outs
-            .iter()
-            .map(|v| (!v.is_empty()).then(|| slot_of(v, &mut consts)))
-            .collect();
-        let step = Step {
-            node: n.name.clone(),
-            op_type: n.op_type.clone(),
-            inputs: in_slots,
-            outputs: out_slots,
-            kernel,
-        };
-        // Fold a float step whose inputs are all constants (a weight's DQ when its conv
-        // stayed float): it would compute the same tensor on every run.
-        let all_const = placement[ni].is_none()
-            && step
-                .inputs
-                .iter()
-                .all(|s| s.is_none_or(|s| consts[s].is_some()));
-        if all_const {
-            let args: Vec<Option<&Val>> = step
-                .inputs
-                .iter()
-                .map(|s| s.and_then(|s| consts[s].as_ref()))
-                .collect();
-            let outs = step.kernel.run(&step, &args)?;
-            for (s, v) in step.outputs.iter().zip(outs) {
-                if let Some(s) = s {
-                    consts[*s] = Some(v);
-                }
-            }
-            placement[ni] = Some(Placement::Constant);
-            continue;
-        }
-        if placement[ni].is_none() {
-            placement[ni] = Some(match n.op_type.as_str() {
-                "QuantizeLinear" | "DequantizeLinear" => Placement::Convert,
-                op => Placement::Float {
-                    reason: reasons
-                        .remove(&ni)
-                        .unwrap_or_else(|| format!("no integer kernel for {op}")),
-                },
-            });
-        }
-        steps.push(step);
-    }
-    let outputs: Vec<(String, usize)> = g
-        .outputs
-        .iter()
-        .map(|o| (o.name.clone(), slot_of(&o.name, &mut consts)))
-        .collect();
-    let mut last_use = vec![0usize; consts.len()];
-    for (i, s) in steps.iter().enumerate() {
-        for &v in s.inputs.iter().flatten() {
-            last_use[v] = i;
-        }
-    }
-    for (_, s) in &outputs {
-        last_use[*s] = usize::MAX;
-    }
-    let report = g
-        .nodes
-        .iter()
-        .zip(placement)
-        .map(|(n, p)| NodeReport {
-            node: n.name.clone(),
-            op_type: n.op_type.clone(),
-            placement: p.unwrap_or(Placement::Constant),
-        })
-        .collect();
+    let (pending, mut placed) = passes::match_patterns(g, opts)?;
+    let pending = passes::remove_dead_steps(g, pending, &mut placed);
+    let mut slots = passes::allocate_slots(g, pending);
+    let steps = passes::fold_constants(slots.steps, &mut slots.consts, &mut placed.placement)?;
+    let report = passes::report(g, placed, &steps);
+    let steps: Vec<Step> = steps.into_iter().map(|(_, step)| step).collect();
+    let last_use = passes::liveness(&steps, slots.consts.len(), &slots.outputs);
     Ok(Plan {
         steps,
-        consts,
-        inputs,
-        outputs,
+        consts: slots.consts,
+        inputs: slots.inputs,
+        outputs: slots.outputs,
         last_use,
         report,
     })
