@@ -9,6 +9,8 @@ use quantkit_graph::ops;
 use quantkit_graph::Node;
 
 impl<'g> Matcher<'g> {
+    /// `DQ(a) + DQ(b) [→ Relu | Clip] → Q` anchored at the Add `ni`: both operands 8-bit codes
+    /// of one type with per-tensor parameters.
     pub(super) fn add(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
         if n.inputs.len() != 2 {

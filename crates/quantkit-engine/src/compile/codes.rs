@@ -28,6 +28,8 @@ pub(super) const TABLE_OPS: &[&str] = &[
 pub(super) const LAYOUT_OPS: &[&str] = &["Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"];
 
 impl<'g> Matcher<'g> {
+    /// `DQ(x) → op → Q` anchored at `ni`, the other inputs constant: a layout op (`layout`) on
+    /// the codes, or an element-wise op as a table.
     pub(super) fn codes(&self, ni: usize, layout: bool) -> Why<Matched> {
         let n = &self.g.nodes[ni];
         for v in n.inputs.iter().skip(1).filter(|v| !v.is_empty()) {

@@ -11,6 +11,8 @@ use quantkit_graph::{DType, Data, Node};
 use quantkit_kernels::conv::{ConvParams, ConvWeights};
 
 impl<'g> Matcher<'g> {
+    /// `DQ(x) → Conv(DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q` anchored at the Conv `ni`, with a
+    /// following MaxPool on its codes ([`Matcher::max_pool_after`]).
     pub(super) fn conv(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
         let (dqx, xq, qx) = self.act_input(n)?;

@@ -12,6 +12,9 @@ use quantkit_graph::{DType, Data};
 use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
 
 impl<'g> Matcher<'g> {
+    /// `DQ(x) → Gemm | MatMul(DQ(w) 2-D [, DQ(b)]) [→ Relu | Clip] → Q` anchored at `ni`,
+    /// reading the codes before a Flatten itself when there is one
+    /// ([`Matcher::flatten_before`]).
     pub(super) fn gemm(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
         let is_gemm = n.op_type == "Gemm";

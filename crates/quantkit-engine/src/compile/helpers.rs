@@ -43,6 +43,7 @@ pub(super) struct Tail {
 }
 
 impl<'g> Matcher<'g> {
+    /// Indexes `g`: how many nodes read each value and which node produces it.
     pub(super) fn new(g: &'g Graph, opts: &'g EngineOptions) -> Self {
         let mut readers: HashMap<&str, usize> = HashMap::new();
         let mut producer = HashMap::new();
@@ -64,6 +65,7 @@ impl<'g> Matcher<'g> {
         }
     }
 
+    /// The initializer `name`, if it is one.
     pub(super) fn init(&self, name: &str) -> Option<&'g Tensor> {
         self.g.initializers.get(name)
     }

@@ -9,6 +9,8 @@ use quantkit_graph::{DType, Node};
 use quantkit_kernels::conv::ConvParams;
 
 impl<'g> Matcher<'g> {
+    /// `DQ(x) → MaxPool → Q` anchored at the MaxPool `ni`: the pool on the codes, then a
+    /// table when the output's parameters differ.
     pub(super) fn max_pool(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
         let params = pool_params(n)?;
