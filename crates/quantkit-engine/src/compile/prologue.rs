@@ -2,7 +2,8 @@
 //! operands ending in a `QuantizeLinear` (the input normalisation of image models) becomes
 //! one [`PrologueStep`].
 
-use super::{is_default_domain, Matched, Matcher, Why};
+use super::helpers::{is_default_domain, Matcher, Why};
+use super::Matched;
 use crate::steps::{ChainNode, ConstOp, GraphOp, PrologueStep, MAX_OPS};
 use quantkit_graph::ops::{self, binary::Arith};
 use quantkit_graph::{DType, Node};

@@ -1,0 +1,262 @@
+//! Conv patterns → [`ConvStep`] (`steps/conv.rs`): the QDQ sandwich
+//! `DQ(x) → Conv(DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q`, and `QLinearConv`, which reads and
+//! writes the codes itself. Either takes a following MaxPool on its codes into the step.
+
+use super::helpers::{is_default_domain, Matcher, Tail, Why};
+use super::pool::pool_params;
+use super::quant::{granularity, saturation, Weight};
+use super::Matched;
+use crate::steps::ConvStep;
+use quantkit_graph::{DType, Data, Node};
+use quantkit_kernels::conv::{ConvParams, ConvWeights};
+
+impl<'g> Matcher<'g> {
+    /// `DQ(x) → Conv(DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q` anchored at the Conv `ni`, with a
+    /// following MaxPool on its codes ([`Matcher::max_pool_after`]).
+    pub(super) fn conv(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        let (dqx, xq, qx) = self.act_input(n)?;
+        let wname = n.inputs.get(1).ok_or("no weight")?;
+        let Weight {
+            dq: dqw,
+            values: w,
+            shape: wshape,
+            scales: s_w,
+            zero_points: z_w,
+        } = self.weight(wname, 0)?;
+        if wshape.len() != 4 {
+            return Err(format!(
+                "{}-D weight: the kernel is 2-D conv only",
+                wshape.len()
+            ));
+        }
+        let params = conv_params(n, &wshape)?;
+        let group = params.groups;
+        let c_out = wshape[0];
+        let mut through = vec![dqx, dqw];
+        let bias = match n.inputs.get(2).filter(|b| !b.is_empty()) {
+            None => None,
+            Some(b) => {
+                let (dqb, bv) = self.bias(b, c_out, qx.scale, &s_w)?;
+                through.push(dqb);
+                Some(bv)
+            }
+        };
+        let Tail {
+            absorbed,
+            clamp,
+            q: qi,
+            qp: qy,
+        } = self.tail(&n.outputs[0])?;
+        let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
+        let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
+            .map_err(|e| format!("packing weights: {e}"))?;
+        let kind = conv_kind(&weights);
+        let mut output = self.g.nodes[qi].outputs[0].clone();
+        let mut absorbed = absorbed;
+        let pool = self.max_pool_after(&output, qi).map(|(pool, nodes, out)| {
+            absorbed.extend(nodes);
+            output = out;
+            pool
+        });
+        let desc = format!(
+            "{kind} {}→{} {}x{} {}{}",
+            qx.dtype,
+            qy.dtype,
+            wshape[2],
+            wshape[3],
+            if s_w.len() > 1 {
+                "per-channel"
+            } else {
+                "per-tensor"
+            },
+            match &pool {
+                Some(p) => format!(" + max_pool {}x{}", p.kernel[0], p.kernel[1]),
+                None => String::new(),
+            }
+        );
+        Ok(Matched {
+            kernel: Box::new(ConvStep {
+                weights,
+                stage,
+                pool,
+                x_dtype: qx.dtype,
+                x_zp: qx.zp,
+                y_dtype: qy.dtype,
+                desc: desc.clone(),
+            }),
+            inputs: vec![xq],
+            output,
+            absorbed,
+            through,
+            kernel_desc: desc,
+        })
+    }
+
+    /// `value` (the codes a conv step writes, from QuantizeLinear node `qi`) → DQ → MaxPool
+    /// → Q with the same parameters (the codes pass unchanged), each read only by the next:
+    /// the pool's parameters, those three nodes, and the final Q's output. The conv step then
+    /// pools its own output (`conv2d_quant_max_pool`, exact), saving the pool step's pass
+    /// and, on the Winograd path, three quarters of the output stage.
+    pub(super) fn max_pool_after(
+        &self,
+        value: &str,
+        qi: usize,
+    ) -> Option<(ConvParams, Vec<usize>, String)> {
+        let dq = &self.g.nodes[self.sole_reader(value).ok()?];
+        let pi = self.sole_reader(&dq.outputs[0]).ok()?;
+        let p = &self.g.nodes[pi];
+        if p.op_type != "MaxPool" || !is_default_domain(p) || p.inputs.len() != 1 {
+            return None;
+        }
+        let params = pool_params(p).ok()?;
+        // The pool step's own pattern, DQ(value) → MaxPool → Q, whose DQ → Q pair must be
+        // the identity (same parameters): the pool then runs on the codes.
+        let (dqi, xq, _, q2, _) = self.sandwich(p).ok()?;
+        let q = &self.g.nodes[q2];
+        if xq != value || !matches!(self.table(&self.g.nodes[dqi], None, q), Ok(None)) {
+            return None;
+        }
+        // The nodes come after the conv's Q in node order (the plan keeps that order).
+        if [dqi, pi, q2].iter().any(|&i| i < qi) {
+            return None;
+        }
+        Some((params, vec![dqi, pi, q2], q.outputs[0].clone()))
+    }
+
+    /// `QLinearConv(x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp [, B])`: 2-D, constant weight and
+    /// parameters, optional constant int32 bias of `c_out` values.
+    pub(super) fn qlinear_conv(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        let x = Self::codes_input(n)?;
+        let output = Self::sole_output(n)?;
+        let qx = self.qparams_at(n, 1, 2)?;
+        let w = self.qweight(n, 3, 4, 0)?;
+        let qy = self.qparams_at(n, 6, 7)?;
+        let params = conv_params(n, &w.shape)?;
+        let c_out = w.shape[0];
+        let c_in = w.shape[1]
+            .checked_mul(params.groups)
+            .ok_or_else(|| format!("group {} is too large", params.groups))?;
+        let bias = match n.inputs.get(8).filter(|b| !b.is_empty()) {
+            None => None,
+            Some(_) => {
+                let b = self.const_input(n, 8, "bias")?;
+                match &b.data {
+                    Data::I32(bv) if b.rank() == 1 && bv.len() == c_out => Some(bv.clone()),
+                    _ => {
+                        return Err(format!(
+                            "bias must be int32 of shape [{c_out}] (got {}{:?})",
+                            b.dtype, b.shape
+                        ))
+                    }
+                }
+            }
+        };
+        let has_bias = bias.is_some();
+        let stage = self.stage(qx.scale, &w.scales, qy, saturation(qy), bias, 1.0)?;
+        let weights = ConvWeights::new(&w.values, c_out, c_in, params, &w.zero_points)
+            .map_err(|e| format!("packing weights: {e}"))?;
+        let kind = conv_kind(&weights);
+        // A MaxPool reading only these codes runs inside the conv call.
+        let mut output = output;
+        let mut absorbed = Vec::new();
+        let pool = self.sole_reader(&output).ok().and_then(|pi| {
+            let p = &self.g.nodes[pi];
+            let ok = p.op_type == "MaxPool"
+                && is_default_domain(p)
+                && p.inputs.len() == 1
+                && pi > ni
+                && p.outputs.first().is_some_and(|o| !o.is_empty());
+            let params = pool_params(p).ok().filter(|_| ok)?;
+            absorbed.push(pi);
+            output = p.outputs[0].clone();
+            Some(params)
+        });
+        let desc = format!(
+            "{kind} {}→{} {}x{} {}{}{}{}",
+            qx.dtype,
+            qy.dtype,
+            w.shape[2],
+            w.shape[3],
+            granularity(&w.scales),
+            if w.dtype == DType::U8 {
+                " u8 weights"
+            } else {
+                ""
+            },
+            if has_bias { " + bias" } else { "" },
+            match &pool {
+                Some(p) => format!(" + max_pool {}x{}", p.kernel[0], p.kernel[1]),
+                None => String::new(),
+            }
+        );
+        Ok(Matched {
+            kernel: Box::new(ConvStep {
+                weights,
+                stage,
+                pool,
+                x_dtype: qx.dtype,
+                x_zp: qx.zp,
+                y_dtype: qy.dtype,
+                desc: desc.clone(),
+            }),
+            inputs: vec![x],
+            output,
+            absorbed,
+            through: Vec::new(),
+            kernel_desc: desc,
+        })
+    }
+}
+
+/// The 2-D convolution parameters of a Conv or ConvInteger node with weight shape `wshape`
+/// (`[c_out, c_in/group, kh, kw]`).
+pub(super) fn conv_params(n: &Node, wshape: &[usize]) -> Why<ConvParams> {
+    let attr = |e: quantkit_graph::OpError| e.to_string();
+    let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
+    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
+        return Err(format!("auto_pad {auto_pad} needs the input size"));
+    }
+    let two = |name: &str, default: usize| -> Why<[usize; 2]> {
+        match n.attr_ints(name).map_err(attr)? {
+            None => Ok([default; 2]),
+            Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
+                Ok([v[0] as usize, v[1] as usize])
+            }
+            Some(v) => Err(format!("{name} {v:?} not supported")),
+        }
+    };
+    let pads = match n.attr_ints("pads").map_err(attr)? {
+        None => [0; 4],
+        Some(_) if auto_pad == "VALID" => [0; 4],
+        Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
+            [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
+        }
+        Some(p) => return Err(format!("pads {p:?} not supported")),
+    };
+    if let Some(k) = n.attr_ints("kernel_shape").map_err(attr)? {
+        if k.len() != 2 || k[0] as usize != wshape[2] || k[1] as usize != wshape[3] {
+            return Err(format!("kernel_shape {k:?} differs from the weight"));
+        }
+    }
+    let group = n.attr_int("group", 1).map_err(attr)?.max(1) as usize;
+    let params = ConvParams {
+        kernel: [wshape[2], wshape[3]],
+        stride: two("strides", 1)?,
+        dilation: two("dilations", 1)?,
+        pads,
+        groups: group,
+    };
+    Ok(params)
+}
+
+/// The step name's kernel family: `depthwise conv2d`, `winograd conv2d` or `conv2d`
+/// (im2col + GEMM).
+pub(crate) fn conv_kind(weights: &ConvWeights) -> &'static str {
+    match weights.method() {
+        "depthwise" => "depthwise conv2d",
+        "winograd" => "winograd conv2d",
+        _ => "conv2d",
+    }
+}

@@ -1,0 +1,139 @@
+//! Compilation of a graph into a [`Plan`]: the patterns that turn the QDQ layout (and
+//! QOperator nodes) into integer steps, then the passes that make the steps a plan.
+//!
+//! # Patterns
+//!
+//! Nodes are visited in graph order. A node an earlier step absorbed is skipped; any other
+//! node is tried as the anchor of the pattern its operator selects in
+//! [`Matcher::try_match`], in this order (each matcher sits beside the step it produces):
+//!
+//! | anchor | matcher (`compile/`) | step (`steps/`) |
+//! |---|---|---|
+//! | com.microsoft `QGemm` | `gemm.rs` `qgemm` | `gemm.rs` `GemmStep` |
+//! | `Conv` | `conv.rs` `conv` (+ a following MaxPool: `max_pool_after`) | `conv.rs` `ConvStep` |
+//! | `Gemm`, `MatMul` | `gemm.rs` `gemm` (+ a Flatten in front: `flatten_gemm.rs`) | `gemm.rs` `GemmStep` (+ `flatten_gemm.rs` `FlatInput`) |
+//! | `QLinearConv` | `conv.rs` `qlinear_conv` | `conv.rs` `ConvStep` |
+//! | `QLinearMatMul` | `gemm.rs` `qlinear_matmul` | `gemm.rs` `GemmStep` |
+//! | `MaxPool` | `pool.rs` `max_pool_codes` on codes, else `max_pool` | `pool.rs` `MaxPoolStep` |
+//! | `ConvInteger`, `MatMulInteger` | `dynamic.rs` `dynamic` | `dynamic.rs` `DynamicStep` |
+//! | `Add` | `add.rs` `add`, else `prologue.rs` `prologue` | `add.rs` `AddStep`, `prologue.rs` `PrologueStep` |
+//! | `Sub`, `Mul`, `Div` | `prologue.rs` `prologue` | `prologue.rs` `PrologueStep` |
+//! | layout ops (`LAYOUT_OPS`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
+//! | element-wise ops (`TABLE_OPS`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
+//!
+//! A node no pattern takes, or whose pattern's preconditions fail (the reason goes into the
+//! report), becomes a step running the graph crate's operator (`steps/graph_op.rs`): a float
+//! island or a Q/DQ conversion. The matchers share `helpers.rs` (graph queries, the
+//! `DQ → op → Q` sandwich, the `[Relu | Clip] → Q` tail) and `quant.rs` (quantization
+//! parameters, weights, bias, output stage, code tables).
+//!
+//! # Adding a pattern
+//!
+//! 1. `compile/NAME.rs`: a method `fn NAME(&self, ni: usize) -> Why<Matched>` in an
+//!    `impl Matcher` block, returning why not when a precondition fails; `mod NAME;` below.
+//! 2. `steps/NAME.rs`: the step, a struct implementing `Kernel`; `mod NAME;` and
+//!    `pub(crate) use` in `steps/mod.rs`.
+//! 3. One line in [`Matcher::try_match`]'s table sending the anchor's operator to `NAME`.
+//!
+//! # Passes
+//!
+//! [`compile`] runs the passes of `passes.rs`: match, remove dead steps, allocate slots, fold
+//! constants, report, liveness.
+
+use crate::error::Result;
+use crate::steps::Kernel;
+use crate::{EngineOptions, Plan, Step};
+use codes::{LAYOUT_OPS, TABLE_OPS};
+use helpers::{is_default_domain, Matcher, Why, MS_DOMAIN};
+use quantkit_graph::Graph;
+
+mod add;
+mod codes;
+mod conv;
+mod dynamic;
+mod flatten_gemm;
+mod gemm;
+pub(crate) mod helpers;
+mod passes;
+mod pool;
+mod prologue;
+mod quant;
+
+/// A matched pattern: one integer step standing for several nodes.
+struct Matched {
+    kernel: Box<dyn Kernel>,
+    /// Value names the step reads (input 0 is the 8-bit codes).
+    inputs: Vec<String>,
+    /// The value it writes (the final QuantizeLinear's output).
+    output: String,
+    /// Nodes it absorbs besides the anchor (activation, QuantizeLinear).
+    absorbed: Vec<usize>,
+    /// DequantizeLinear nodes it reads through (dropped when nothing else reads them).
+    through: Vec<usize>,
+    kernel_desc: String,
+}
+
+impl<'g> Matcher<'g> {
+    /// Tries the integer pattern anchored at node `ni`.
+    fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
+        let n = &self.g.nodes[ni];
+        let op = n.op_type.as_str();
+        // Codes straight from another step (QOperator models): MaxPool and layout ops.
+        let codes = || n.inputs.first().and_then(|x| self.code_dtype(x));
+        let m = if n.domain == MS_DOMAIN {
+            match op {
+                "QGemm" => self.qgemm(ni),
+                _ => return None,
+            }
+        } else if !is_default_domain(n) {
+            return None;
+        } else {
+            match op {
+                "Conv" => self.conv(ni),
+                "Gemm" | "MatMul" => self.gemm(ni),
+                "QLinearConv" => self.qlinear_conv(ni),
+                "QLinearMatMul" => self.qlinear_matmul(ni),
+                "MaxPool" => match codes() {
+                    Some(dt) => self.max_pool_codes(ni, dt),
+                    None => self.max_pool(ni),
+                },
+                "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
+                // QLinearAdd of two quantized operands, else a float input prologue.
+                "Add" => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
+                "Sub" | "Mul" | "Div" => self.prologue(ni),
+                _ if LAYOUT_OPS.contains(&op) => match codes() {
+                    Some(dt) => self.layout_codes(ni, dt),
+                    None => self.codes(ni, true),
+                },
+                _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
+                _ => return None,
+            }
+        };
+        Some(if self.opts.keep_float.iter().any(|k| k == &n.name) {
+            Err("kept in float by EngineOptions::keep_float".into())
+        } else {
+            m
+        })
+    }
+}
+
+/// Compiles a graph into an integer plan. Patterns whose preconditions fail (and operators
+/// without an integer kernel) become float islands; only an operator that neither the
+/// kernels nor the graph crate implement is an error.
+pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
+    let (pending, mut placed) = passes::match_patterns(g, opts)?;
+    let pending = passes::remove_dead_steps(g, pending, &mut placed);
+    let mut slots = passes::allocate_slots(g, pending);
+    let steps = passes::fold_constants(slots.steps, &mut slots.consts, &mut placed.placement)?;
+    let report = passes::report(g, placed, &steps);
+    let steps: Vec<Step> = steps.into_iter().map(|(_, step)| step).collect();
+    let last_use = passes::liveness(&steps, slots.consts.len(), &slots.outputs);
+    Ok(Plan {
+        steps,
+        consts: slots.consts,
+        inputs: slots.inputs,
+        outputs: slots.outputs,
+        last_use,
+        report,
+    })
+}

@@ -1,0 +1,89 @@
+//! The kernels a plan step can run: the graph crate's operator (float islands, Q/DQ at the
+//! edges), integer conv, GEMM, max pool, and table/layout steps on 8-bit codes.
+//! Each integer step sits in its own file beside the matcher that produces it
+//! (`steps/conv.rs` ↔ `compile/conv.rs`, ...).
+
+use crate::error::{EngineError, Result};
+use crate::value::Val;
+use crate::Step;
+use quantkit_graph::{DType, Tensor};
+
+mod add;
+mod codes;
+mod conv;
+mod dynamic;
+mod flatten_gemm;
+mod gemm;
+mod graph_op;
+mod pool;
+mod prologue;
+
+pub(crate) use add::AddStep;
+pub(crate) use codes::{CodeStep, Table};
+pub(crate) use conv::ConvStep;
+pub(crate) use dynamic::{DynOp, DynamicStep};
+pub(crate) use flatten_gemm::FlatInput;
+pub(crate) use gemm::GemmStep;
+pub(crate) use graph_op::GraphOp;
+pub(crate) use pool::MaxPoolStep;
+pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
+
+/// What a step runs. Inputs are the step's input slots in order.
+pub(crate) trait Kernel: Send + Sync {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>>;
+    fn describe(&self) -> String;
+    /// Whether the step's one output is its one input unchanged (Identity), so the plan
+    /// may hand the input's buffer on instead of running the step when it is the input's
+    /// last use.
+    fn forwards_input(&self) -> bool {
+        false
+    }
+}
+
+fn bad(step: &Step, value: &str, reason: String) -> EngineError {
+    EngineError::BadOperand {
+        node: step.node.clone(),
+        op_type: step.op_type.clone(),
+        value: value.to_string(),
+        reason,
+    }
+}
+
+fn kernel_err(step: &Step) -> impl FnOnce(quantkit_kernels::KernelError) -> EngineError + '_ {
+    move |source| EngineError::Kernel {
+        node: step.node.clone(),
+        op_type: step.op_type.clone(),
+        source,
+    }
+}
+
+/// The 4-D input `x` in NHWC order (transposed if it is NCHW), or an error naming the step.
+fn nhwc_input<'a>(step: &Step, x: &'a Val) -> Result<std::borrow::Cow<'a, Tensor>> {
+    x.to_nhwc().ok_or_else(|| {
+        bad(
+            step,
+            "input 0",
+            format!("expected 4-D, got {:?}", x.tensor.shape),
+        )
+    })
+}
+
+fn first<'a>(step: &Step, inputs: &[Option<&'a Val>]) -> Result<&'a Val> {
+    inputs
+        .first()
+        .copied()
+        .flatten()
+        .ok_or_else(|| bad(step, "input 0", "missing".into()))
+}
+
+/// Checks that `v` holds 8-bit codes of `want` (u8 or i8).
+fn check_dtype(step: &Step, v: &Val, want: DType) -> Result<()> {
+    if v.tensor.dtype != want {
+        return Err(bad(
+            step,
+            "input 0",
+            format!("expected {want} codes, got {}", v.tensor.dtype),
+        ));
+    }
+    Ok(())
+}
