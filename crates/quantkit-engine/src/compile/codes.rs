@@ -7,25 +7,20 @@ use super::helpers::{Matcher, Why};
 use super::Matched;
 use crate::steps::{CodeStep, GraphOp};
 use quantkit_graph::ops;
-use quantkit_graph::DType;
+use quantkit_graph::{DType, Node};
 
-/// Element-wise operators whose QDQ sandwich becomes a 256-entry table.
-pub(super) const TABLE_OPS: &[&str] = &[
-    "Relu",
-    "Clip",
-    "LeakyRelu",
-    "Sigmoid",
-    "Tanh",
-    "HardSigmoid",
-    "HardSwish",
-    "Gelu",
-    "Erf",
-    "Sqrt",
-    "Identity",
-];
+/// Element-wise operators whose QDQ sandwich becomes a 256-entry table (the registry's
+/// `Facts::unary`: Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu, Erf,
+/// Sqrt, Identity).
+pub(super) fn is_table_op(n: &Node) -> bool {
+    n.facts().unary
+}
 
-/// Operators that only move codes; their QDQ sandwich runs on the codes.
-pub(super) const LAYOUT_OPS: &[&str] = &["Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"];
+/// Operators that only move codes (the registry's `Facts::layout`: Flatten, Reshape,
+/// Transpose, Squeeze, Unsqueeze); their QDQ sandwich runs on the codes.
+pub(super) fn is_layout_op(n: &Node) -> bool {
+    n.facts().layout
+}
 
 impl<'g> Matcher<'g> {
     /// `DQ(x) → op → Q` anchored at `ni`, the other inputs constant: a layout op (`layout`) on

@@ -2,12 +2,13 @@
 //! `DQ(x) → Conv(DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q`, and `QLinearConv`, which reads and
 //! writes the codes itself. Either takes a following MaxPool on its codes into the step.
 
-use super::helpers::{is_default_domain, Matcher, Tail, Why};
-use super::pool::pool_params;
+use super::helpers::{Matcher, Tail, Why};
+use super::pool::{plane_params, pool_params};
 use super::quant::{granularity, saturation, Weight};
 use super::Matched;
 use crate::steps::ConvStep;
-use quantkit_graph::{DType, Data, Node};
+use quantkit_graph::ops::conv::ConvAttrs;
+use quantkit_graph::{DType, Data, Node, OpKind};
 use quantkit_kernels::conv::{ConvParams, ConvWeights};
 
 impl<'g> Matcher<'g> {
@@ -106,7 +107,7 @@ impl<'g> Matcher<'g> {
         let dq = &self.g.nodes[self.sole_reader(value).ok()?];
         let pi = self.sole_reader(&dq.outputs[0]).ok()?;
         let p = &self.g.nodes[pi];
-        if p.op_type != "MaxPool" || !is_default_domain(p) || p.inputs.len() != 1 {
+        if !p.is(OpKind::MaxPool) || p.inputs.len() != 1 {
             return None;
         }
         let params = pool_params(p).ok()?;
@@ -163,8 +164,7 @@ impl<'g> Matcher<'g> {
         let mut absorbed = Vec::new();
         let pool = self.sole_reader(&output).ok().and_then(|pi| {
             let p = &self.g.nodes[pi];
-            let ok = p.op_type == "MaxPool"
-                && is_default_domain(p)
+            let ok = p.is(OpKind::MaxPool)
                 && p.inputs.len() == 1
                 && pi > ni
                 && p.outputs.first().is_some_and(|o| !o.is_empty());
@@ -211,44 +211,23 @@ impl<'g> Matcher<'g> {
 }
 
 /// The 2-D convolution parameters of a Conv or ConvInteger node with weight shape `wshape`
-/// (`[c_out, c_in/group, kh, kw]`).
+/// (`[c_out, c_in/group, kh, kw]`). Attributes are read by the registry's [`ConvAttrs`],
+/// the executor's own parse.
 pub(super) fn conv_params(n: &Node, wshape: &[usize]) -> Why<ConvParams> {
-    let attr = |e: quantkit_graph::OpError| e.to_string();
-    let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
-    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
-        return Err(format!("auto_pad {auto_pad} needs the input size"));
-    }
-    let two = |name: &str, default: usize| -> Why<[usize; 2]> {
-        match n.attr_ints(name).map_err(attr)? {
-            None => Ok([default; 2]),
-            Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
-                Ok([v[0] as usize, v[1] as usize])
-            }
-            Some(v) => Err(format!("{name} {v:?} not supported")),
-        }
-    };
-    let pads = match n.attr_ints("pads").map_err(attr)? {
-        None => [0; 4],
-        Some(_) if auto_pad == "VALID" => [0; 4],
-        Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
-            [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
-        }
-        Some(p) => return Err(format!("pads {p:?} not supported")),
-    };
-    if let Some(k) = n.attr_ints("kernel_shape").map_err(attr)? {
-        if k.len() != 2 || k[0] as usize != wshape[2] || k[1] as usize != wshape[3] {
+    let a = ConvAttrs::parse(n).map_err(|e| e.to_string())?;
+    let (stride, dilation, pads) = plane_params(&a.strides, &a.dilations, &a.pads)?;
+    if let Some(k) = &a.kernel_shape {
+        if k.len() != 2 || k[0] != wshape[2] || k[1] != wshape[3] {
             return Err(format!("kernel_shape {k:?} differs from the weight"));
         }
     }
-    let group = n.attr_int("group", 1).map_err(attr)?.max(1) as usize;
-    let params = ConvParams {
+    Ok(ConvParams {
         kernel: [wshape[2], wshape[3]],
-        stride: two("strides", 1)?,
-        dilation: two("dilations", 1)?,
+        stride,
+        dilation,
         pads,
-        groups: group,
-    };
-    Ok(params)
+        groups: a.group,
+    })
 }
 
 /// The step name's kernel family: `depthwise conv2d`, `winograd conv2d` or `conv2d`

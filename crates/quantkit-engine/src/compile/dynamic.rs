@@ -3,10 +3,11 @@
 //! [→ MaxPool]` as one step reading the float input.
 
 use super::conv::{conv_kind, conv_params};
-use super::helpers::{is_default_domain, Matcher, Why};
+use super::helpers::{Matcher, Why};
 use super::pool::pool_params;
 use super::Matched;
 use crate::steps::{DynOp, DynamicStep};
+use quantkit_graph::OpKind;
 use quantkit_graph::{DType, Data, Node};
 use quantkit_kernels::conv::ConvWeights;
 use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
@@ -46,17 +47,16 @@ impl<'g> Matcher<'g> {
     /// `quantkit-ptq/src/dynamic.rs`). One step reading the float `x`.
     pub(super) fn dynamic(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
-        let conv = n.op_type == "ConvInteger";
+        let conv = n.is(OpKind::ConvInteger);
         if n.inputs.len() < 3 || n.inputs[0].is_empty() || n.inputs[2].is_empty() {
             return Err("the input zero point is absent".into());
         }
-        let di = *self
-            .producer
-            .get(n.inputs[0].as_str())
+        let di = self
+            .uses
+            .producer(n.inputs[0].as_str())
             .ok_or("the input does not come from a DynamicQuantizeLinear")?;
         let d = &self.g.nodes[di];
-        if d.op_type != "DynamicQuantizeLinear"
-            || !is_default_domain(d)
+        if !d.is(OpKind::DynamicQuantizeLinear)
             || d.outputs.len() != 3
             || d.outputs[0] != n.inputs[0]
             || d.outputs[2] != n.inputs[2]
@@ -112,10 +112,7 @@ impl<'g> Matcher<'g> {
         let ci = self.sole_reader(&n.outputs[0])?;
         let cast = &self.g.nodes[ci];
         let to = cast.attr_int("to", 0).map_err(|e| e.to_string())?;
-        if cast.op_type != "Cast"
-            || !is_default_domain(cast)
-            || to != i64::from(DType::F32.onnx_code())
-        {
+        if !cast.is(OpKind::Cast) || to != i64::from(DType::F32.onnx_code()) {
             return Err(format!(
                 "the int32 result feeds {} `{}`, not a Cast to float",
                 cast.op_type, cast.name
@@ -130,16 +127,16 @@ impl<'g> Matcher<'g> {
                 _ => None,
             }
         };
-        let scale_v = (mul.op_type == "Mul" && is_default_domain(mul))
+        let scale_v = (mul.is(OpKind::Mul))
             .then(|| other(mul, &cast.outputs[0]))
             .flatten()
             .ok_or_else(|| format!("the Cast feeds {} `{}`, not a Mul", mul.op_type, mul.name))?;
-        let si = *self
-            .producer
-            .get(scale_v.as_str())
+        let si = self
+            .uses
+            .producer(scale_v.as_str())
             .ok_or_else(|| format!("scale `{scale_v}` is not computed by a Mul"))?;
         let smul = &self.g.nodes[si];
-        if smul.op_type != "Mul" || !is_default_domain(smul) || self.sole_reader(&scale_v)? != mi {
+        if !smul.is(OpKind::Mul) || self.sole_reader(&scale_v)? != mi {
             return Err(format!(
                 "scale `{scale_v}` is not a Mul read only by `{}`",
                 mul.name
@@ -156,7 +153,7 @@ impl<'g> Matcher<'g> {
         let mut bias = None;
         if let Ok(ai) = self.sole_reader(&output) {
             let add = &self.g.nodes[ai];
-            if add.op_type == "Add" && is_default_domain(add) {
+            if add.is(OpKind::Add) {
                 if let Some(b) = other(add, &output) {
                     if let Ok((bv, rank)) = self.channel_const(&b, conv, channels) {
                         bias = Some(bv);
@@ -173,7 +170,7 @@ impl<'g> Matcher<'g> {
         let mut relu = false;
         if let Ok(ri) = self.sole_reader(&output) {
             let r = &self.g.nodes[ri];
-            if r.op_type == "Relu" && is_default_domain(r) && r.outputs.len() == 1 {
+            if r.is(OpKind::Relu) && r.outputs.len() == 1 {
                 relu = true;
                 absorbed.push(ri);
                 output = r.outputs[0].clone();
@@ -183,7 +180,7 @@ impl<'g> Matcher<'g> {
         if conv {
             if let Ok(pi) = self.sole_reader(&output) {
                 let p = &self.g.nodes[pi];
-                if p.op_type == "MaxPool" && is_default_domain(p) && p.inputs.len() == 1 {
+                if p.is(OpKind::MaxPool) && p.inputs.len() == 1 {
                     if let Ok(params) = pool_params(p) {
                         pool = Some(params);
                         absorbed.push(pi);

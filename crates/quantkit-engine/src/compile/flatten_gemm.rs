@@ -2,10 +2,11 @@
 //! reads the pre-Flatten codes itself through [`FlatInput`] (`steps/flatten_gemm.rs`). Not
 //! an anchor of its own; `gemm.rs` asks these matchers.
 
-use super::helpers::{is_default_domain, Matcher};
+use super::helpers::Matcher;
 use super::quant::QWeight;
 use crate::steps::FlatInput;
 use quantkit_graph::DType;
+use quantkit_graph::OpKind;
 use quantkit_kernels::gemm::WeightLayout;
 
 /// The kernel description's note on a GEMM step that reads a Flatten's input.
@@ -35,15 +36,14 @@ impl<'g> Matcher<'g> {
         {
             return None;
         }
-        let qi = *self.producer.get(dq.inputs[0].as_str())?;
+        let qi = self.uses.producer(dq.inputs[0].as_str())?;
         let q = &nodes[qi];
-        if q.op_type != "QuantizeLinear" || !is_default_domain(q) {
+        if !q.is(OpKind::QuantizeLinear) {
             return None;
         }
-        let fi = *self.producer.get(q.inputs.first()?.as_str())?;
+        let fi = self.uses.producer(q.inputs.first()?.as_str())?;
         let f = &nodes[fi];
-        let flat_ok = f.op_type == "Flatten"
-            && is_default_domain(f)
+        let flat_ok = f.is(OpKind::Flatten)
             && f.inputs.len() == 1
             && f.outputs.len() == 1
             && f.attr_int("axis", 1).ok()? == 1
@@ -73,10 +73,9 @@ impl<'g> Matcher<'g> {
         w: &QWeight,
         layout: WeightLayout,
     ) -> (String, Option<FlatInput>, Vec<usize>) {
-        let flatten = self.producer.get(a.as_str()).copied().filter(|&fi| {
+        let flatten = self.uses.producer(a.as_str()).filter(|&fi| {
             let f = &self.g.nodes[fi];
-            f.op_type == "Flatten"
-                && is_default_domain(f)
+            f.is(OpKind::Flatten)
                 && f.inputs.len() == 1
                 && f.outputs.len() == 1
                 && f.attr_int("axis", 1).ok() == Some(1)

@@ -8,6 +8,7 @@ use super::helpers::{Matcher, Tail, Why};
 use super::quant::{granularity, saturation, Weight};
 use super::Matched;
 use crate::steps::{FlatInput, GemmStep};
+use quantkit_graph::OpKind;
 use quantkit_graph::{DType, Data};
 use quantkit_kernels::gemm::{PackedWeights, WeightLayout};
 
@@ -17,7 +18,7 @@ impl<'g> Matcher<'g> {
     /// ([`Matcher::flatten_before`]).
     pub(super) fn gemm(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
-        let is_gemm = n.op_type == "Gemm";
+        let is_gemm = n.is(OpKind::Gemm);
         let attr = |e: quantkit_graph::OpError| e.to_string();
         let trans_b = is_gemm && n.attr_int("transB", 0).map_err(attr)? != 0;
         if is_gemm {

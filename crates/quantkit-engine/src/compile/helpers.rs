@@ -4,19 +4,12 @@
 //! anchor, and which values hold 8-bit codes. Each query is defined here once (they are to
 //! become methods on `Graph`).
 
-use super::codes::LAYOUT_OPS;
+use super::codes::is_layout_op;
 use super::quant::{quantize_bound, Qp};
 use crate::EngineOptions;
-use quantkit_graph::{DType, Graph, Node, Tensor};
-use std::collections::{HashMap, HashSet};
-
-/// Whether `n` is in the default ONNX domain (`""` or `ai.onnx`).
-pub(crate) fn is_default_domain(n: &Node) -> bool {
-    n.domain.is_empty() || n.domain == "ai.onnx"
-}
-
-/// Domain of ONNX Runtime's contrib operators (`QGemm`).
-pub(super) const MS_DOMAIN: &str = "com.microsoft";
+use quantkit_graph::ops::clip::ClipBounds;
+use quantkit_graph::OpKind;
+use quantkit_graph::{DType, Graph, Node, Tensor, Uses};
 
 /// A match result: the value, or why the pattern does not apply (for the report).
 pub(super) type Why<T> = std::result::Result<T, String>;
@@ -25,9 +18,8 @@ pub(super) type Why<T> = std::result::Result<T, String>;
 pub(super) struct Matcher<'g> {
     pub(super) g: &'g Graph,
     pub(super) opts: &'g EngineOptions,
-    pub(super) readers: HashMap<&'g str, usize>,
-    pub(super) graph_outputs: HashSet<&'g str>,
-    pub(super) producer: HashMap<&'g str, usize>,
+    /// Producer and readers of every value.
+    pub(super) uses: Uses<'g>,
     pub(super) opset: i64,
 }
 
@@ -43,24 +35,12 @@ pub(super) struct Tail {
 }
 
 impl<'g> Matcher<'g> {
-    /// Indexes `g`: how many nodes read each value and which node produces it.
+    /// Indexes `g`: which nodes read each value and which node produces it.
     pub(super) fn new(g: &'g Graph, opts: &'g EngineOptions) -> Self {
-        let mut readers: HashMap<&str, usize> = HashMap::new();
-        let mut producer = HashMap::new();
-        for (i, n) in g.nodes.iter().enumerate() {
-            for v in n.inputs.iter().filter(|v| !v.is_empty()) {
-                *readers.entry(v.as_str()).or_default() += 1;
-            }
-            for o in n.outputs.iter().filter(|o| !o.is_empty()) {
-                producer.insert(o.as_str(), i);
-            }
-        }
         Matcher {
             g,
             opts,
-            readers,
-            graph_outputs: g.outputs.iter().map(|o| o.name.as_str()).collect(),
-            producer,
+            uses: Uses::new(g),
             opset: g.opset(),
         }
     }
@@ -72,24 +52,19 @@ impl<'g> Matcher<'g> {
 
     /// The node that reads `value` when it is the value's only use.
     pub(super) fn sole_reader(&self, value: &str) -> Why<usize> {
-        if self.graph_outputs.contains(value) || self.readers.get(value) != Some(&1) {
-            return Err(format!("`{value}` has other readers"));
-        }
-        self.g
-            .nodes
-            .iter()
-            .position(|n| n.inputs.iter().any(|i| i == value))
-            .ok_or_else(|| format!("`{value}` has no reader"))
+        self.uses
+            .sole_reader(value)
+            .ok_or_else(|| format!("`{value}` has other readers"))
     }
 
     /// The DequantizeLinear producing `value`.
     pub(super) fn dq_of(&self, value: &str) -> Why<usize> {
-        let i = *self
-            .producer
-            .get(value)
+        let i = self
+            .uses
+            .producer(value)
             .ok_or_else(|| format!("`{value}` is not produced by a DequantizeLinear"))?;
         let n = &self.g.nodes[i];
-        if n.op_type != "DequantizeLinear" || !is_default_domain(n) {
+        if !n.is(OpKind::DequantizeLinear) {
             return Err(format!(
                 "`{value}` comes from {} `{}`, not a DequantizeLinear",
                 n.op_type, n.name
@@ -141,7 +116,7 @@ impl<'g> Matcher<'g> {
         let (dqx, xq, qx) = self.act_input(n)?;
         let qi = self.sole_reader(&n.outputs[0])?;
         let q = &self.g.nodes[qi];
-        if q.op_type != "QuantizeLinear" || !is_default_domain(q) {
+        if !q.is(OpKind::QuantizeLinear) {
             return Err(format!(
                 "the result feeds {} `{}`, not a QuantizeLinear",
                 q.op_type, q.name
@@ -158,12 +133,8 @@ impl<'g> Matcher<'g> {
         let mut absorbed = Vec::new();
         let mut range = (f32::NEG_INFINITY, f32::INFINITY);
         let n = &self.g.nodes[r];
-        if is_default_domain(n) && (n.op_type == "Relu" || n.op_type == "Clip") {
-            range = if n.op_type == "Relu" {
-                (0.0, f32::INFINITY)
-            } else {
-                self.clip_range(n)?
-            };
+        if n.facts().clamp {
+            range = self.clip_range(n)?;
             absorbed.push(r);
             r = self.sole_reader(&n.outputs[0])?;
         }
@@ -171,7 +142,7 @@ impl<'g> Matcher<'g> {
         let fed = absorbed
             .last()
             .map_or(value, |&a| self.g.nodes[a].outputs[0].as_str());
-        if q.op_type != "QuantizeLinear" || !is_default_domain(q) || q.inputs[0] != fed {
+        if !q.is(OpKind::QuantizeLinear) || q.inputs[0] != fed {
             return Err(format!(
                 "the result feeds {} `{}`, not a QuantizeLinear",
                 q.op_type, q.name
@@ -189,27 +160,17 @@ impl<'g> Matcher<'g> {
         })
     }
 
+    /// The clamp of a Relu or Clip node ([`ClipBounds`], the opset rules of the executor),
+    /// whose bound inputs must be one-element f32 constants.
     pub(super) fn clip_range(&self, n: &Node) -> Why<(f32, f32)> {
-        if self.opset < 11 {
-            let lo = n.attr_float("min", f32::MIN).map_err(|e| e.to_string())?;
-            let hi = n.attr_float("max", f32::MAX).map_err(|e| e.to_string())?;
-            return Ok((lo, hi));
-        }
-        let get = |i: usize, default: f32| -> Why<f32> {
-            match n.inputs.get(i).filter(|v| !v.is_empty()) {
-                None => Ok(default),
-                Some(v) => {
-                    let t = self
-                        .init(v)
-                        .filter(|t| t.dtype == DType::F32 && t.len() == 1)
-                        .ok_or_else(|| {
-                            format!("Clip `{}`: bound `{v}` is not a constant f32", n.name)
-                        })?;
-                    Ok(t.to_f32_vec()[0])
-                }
-            }
-        };
-        Ok((get(1, f32::NEG_INFINITY)?, get(2, f32::INFINITY)?))
+        let b = ClipBounds::of(n, self.opset, |i| {
+            self.init(&n.inputs[i])
+                .filter(|t| t.dtype == DType::F32 && t.len() == 1)
+                .map(|t| f64::from(t.to_f32_vec()[0]))
+        })
+        .map_err(|e| format!("Clip `{}`: {e}", n.name))?;
+        // The bounds came from f32 values (attributes or tensors), so this is exact.
+        Ok((b.lo as f32, b.hi as f32))
     }
 
     /// The code type of `value` when it is known to hold 8-bit codes: a u8/i8 graph input,
@@ -220,7 +181,7 @@ impl<'g> Matcher<'g> {
         let mut v = value;
         // Each step moves to an earlier node, so the walk ends; the bound is a safeguard.
         for _ in 0..=self.g.nodes.len() {
-            let Some(&pi) = self.producer.get(v) else {
+            let Some(pi) = self.uses.producer(v) else {
                 let vi = self.g.inputs.iter().find(|i| i.name == v)?;
                 return vi.dtype.filter(|&d| is_code(d));
             };
@@ -236,19 +197,15 @@ impl<'g> Matcher<'g> {
                     .map(|z| z.dtype)
                     .filter(|&d| is_code(d))
             };
-            let op = p.op_type.as_str();
-            if p.domain == MS_DOMAIN {
-                let y_scale = p.inputs.get(7).is_some_and(|s| !s.is_empty());
-                return (op == "QGemm" && y_scale).then(|| zp_type(8)).flatten();
-            }
-            if !is_default_domain(p) {
-                return None;
-            }
-            match op {
-                "QuantizeLinear" => return zp_type(2),
-                "QLinearConv" | "QLinearMatMul" => return zp_type(7),
-                "MaxPool" => v = p.inputs.first()?,
-                _ if LAYOUT_OPS.contains(&op) => v = p.inputs.first()?,
+            match p.kind() {
+                Some(OpKind::QGemm) => {
+                    let y_scale = p.inputs.get(7).is_some_and(|s| !s.is_empty());
+                    return y_scale.then(|| zp_type(8)).flatten();
+                }
+                Some(OpKind::QuantizeLinear) => return zp_type(2),
+                Some(OpKind::QLinearConv | OpKind::QLinearMatMul) => return zp_type(7),
+                Some(OpKind::MaxPool) => v = p.inputs.first()?,
+                _ if is_layout_op(p) => v = p.inputs.first()?,
                 _ => return None,
             }
         }

@@ -18,8 +18,8 @@
 //! | `ConvInteger`, `MatMulInteger` | `dynamic.rs` `dynamic` | `dynamic.rs` `DynamicStep` |
 //! | `Add` | `add.rs` `add`, else `prologue.rs` `prologue` | `add.rs` `AddStep`, `prologue.rs` `PrologueStep` |
 //! | `Sub`, `Mul`, `Div` | `prologue.rs` `prologue` | `prologue.rs` `PrologueStep` |
-//! | layout ops (`LAYOUT_OPS`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
-//! | element-wise ops (`TABLE_OPS`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
+//! | layout ops (`Facts::layout`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
+//! | element-wise ops (`Facts::unary`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
 //!
 //! A node no pattern takes, or whose pattern's preconditions fail (the reason goes into the
 //! report), becomes a step running the graph crate's operator (`steps/graph_op.rs`): a float
@@ -43,9 +43,10 @@
 use crate::error::Result;
 use crate::steps::Kernel;
 use crate::{EngineOptions, Plan, Step};
-use codes::{LAYOUT_OPS, TABLE_OPS};
-use helpers::{is_default_domain, Matcher, Why, MS_DOMAIN};
+use codes::{is_layout_op, is_table_op};
+use helpers::{Matcher, Why};
 use quantkit_graph::Graph;
+use quantkit_graph::OpKind;
 
 mod add;
 mod codes;
@@ -77,37 +78,28 @@ impl<'g> Matcher<'g> {
     /// Tries the integer pattern anchored at node `ni`.
     fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
         let n = &self.g.nodes[ni];
-        let op = n.op_type.as_str();
         // Codes straight from another step (QOperator models): MaxPool and layout ops.
         let codes = || n.inputs.first().and_then(|x| self.code_dtype(x));
-        let m = if n.domain == MS_DOMAIN {
-            match op {
-                "QGemm" => self.qgemm(ni),
-                _ => return None,
-            }
-        } else if !is_default_domain(n) {
-            return None;
-        } else {
-            match op {
-                "Conv" => self.conv(ni),
-                "Gemm" | "MatMul" => self.gemm(ni),
-                "QLinearConv" => self.qlinear_conv(ni),
-                "QLinearMatMul" => self.qlinear_matmul(ni),
-                "MaxPool" => match codes() {
-                    Some(dt) => self.max_pool_codes(ni, dt),
-                    None => self.max_pool(ni),
-                },
-                "ConvInteger" | "MatMulInteger" => self.dynamic(ni),
-                // QLinearAdd of two quantized operands, else a float input prologue.
-                "Add" => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
-                "Sub" | "Mul" | "Div" => self.prologue(ni),
-                _ if LAYOUT_OPS.contains(&op) => match codes() {
-                    Some(dt) => self.layout_codes(ni, dt),
-                    None => self.codes(ni, true),
-                },
-                _ if TABLE_OPS.contains(&op) => self.codes(ni, false),
-                _ => return None,
-            }
+        let m = match n.kind()? {
+            OpKind::QGemm => self.qgemm(ni),
+            OpKind::Conv => self.conv(ni),
+            OpKind::Gemm | OpKind::MatMul => self.gemm(ni),
+            OpKind::QLinearConv => self.qlinear_conv(ni),
+            OpKind::QLinearMatMul => self.qlinear_matmul(ni),
+            OpKind::MaxPool => match codes() {
+                Some(dt) => self.max_pool_codes(ni, dt),
+                None => self.max_pool(ni),
+            },
+            OpKind::ConvInteger | OpKind::MatMulInteger => self.dynamic(ni),
+            // QLinearAdd of two quantized operands, else a float input prologue.
+            OpKind::Add => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
+            OpKind::Sub | OpKind::Mul | OpKind::Div => self.prologue(ni),
+            _ if is_layout_op(n) => match codes() {
+                Some(dt) => self.layout_codes(ni, dt),
+                None => self.codes(ni, true),
+            },
+            _ if is_table_op(n) => self.codes(ni, false),
+            _ => return None,
         };
         Some(if self.opts.keep_float.iter().any(|k| k == &n.name) {
             Err("kept in float by EngineOptions::keep_float".into())

@@ -8,6 +8,7 @@ use crate::steps::{GraphOp, Kernel};
 use crate::value::Val;
 use crate::{EngineOptions, NodeReport, Placement, Step};
 use quantkit_graph::ops;
+use quantkit_graph::OpKind;
 use quantkit_graph::{Graph, ValueInfo};
 use std::collections::{HashMap, HashSet};
 
@@ -267,14 +268,17 @@ pub(super) fn report(g: &Graph, placed: Placed, steps: &[(usize, Step)]) -> Vec<
     for &(ni, _) in steps {
         let n = &g.nodes[ni];
         if placement[ni].is_none() {
-            placement[ni] = Some(match n.op_type.as_str() {
-                "QuantizeLinear" | "DequantizeLinear" => Placement::Convert,
-                op => Placement::Float {
-                    reason: reasons
-                        .remove(&ni)
-                        .unwrap_or_else(|| format!("no integer kernel for {op}")),
+            placement[ni] = Some(
+                if n.is(OpKind::QuantizeLinear) || n.is(OpKind::DequantizeLinear) {
+                    Placement::Convert
+                } else {
+                    Placement::Float {
+                        reason: reasons
+                            .remove(&ni)
+                            .unwrap_or_else(|| format!("no integer kernel for {}", n.op_type)),
+                    }
                 },
-            });
+            );
         }
     }
     g.nodes

@@ -5,6 +5,8 @@
 use super::helpers::{Matcher, Why};
 use super::Matched;
 use crate::steps::MaxPoolStep;
+use quantkit_graph::ops::pool::PoolAttrs;
+use quantkit_graph::ops::PadSpec;
 use quantkit_graph::{DType, Node};
 use quantkit_kernels::conv::ConvParams;
 
@@ -64,50 +66,55 @@ impl<'g> Matcher<'g> {
 }
 
 /// The 2-D parameters of a MaxPool node the NHWC pooling steps run: floor output size, no
-/// Indices output, explicit pads (or VALID).
+/// Indices output, explicit pads (or VALID). Attributes are read by the registry's
+/// [`PoolAttrs`], the executor's own parse.
 pub(super) fn pool_params(n: &Node) -> Why<ConvParams> {
-    let attr = |e: quantkit_graph::OpError| e.to_string();
     if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
         return Err("the Indices output is used".into());
     }
-    if n.attr_int("ceil_mode", 0).map_err(attr)? != 0 {
+    let a = PoolAttrs::parse(n).map_err(|e| e.to_string())?;
+    if a.ceil_mode {
         return Err("ceil_mode = 1".into());
     }
-    let auto_pad = n.attr_string("auto_pad", "NOTSET").map_err(attr)?;
-    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "") {
-        return Err(format!("auto_pad {auto_pad} needs the input size"));
-    }
-    let k = n
-        .attr_ints("kernel_shape")
-        .map_err(attr)?
-        .unwrap_or_default();
-    if k.len() != 2 || k.iter().any(|&v| v < 1) {
+    let k = &a.kernel_shape;
+    if k.len() != 2 {
         return Err(format!("kernel_shape {k:?}: the kernel is 2-D"));
     }
-    let two = |name: &str| -> Why<[usize; 2]> {
-        match n.attr_ints(name).map_err(attr)? {
+    let (stride, dilation, pads) = plane_params(&a.strides, &a.dilations, &a.pads)?;
+    Ok(ConvParams {
+        kernel: [k[0], k[1]],
+        stride,
+        dilation,
+        pads,
+        groups: 1,
+    })
+}
+
+/// Strides, dilations and `[t, l, b, r]` pads of a 2-D window, when they do not depend on
+/// the input size (the plan is compiled before shapes are known).
+pub(super) fn plane_params(
+    strides: &Option<Vec<usize>>,
+    dilations: &Option<Vec<usize>>,
+    pads: &PadSpec,
+) -> Why<([usize; 2], [usize; 2], [usize; 4])> {
+    let two = |name: &str, v: &Option<Vec<usize>>| -> Why<[usize; 2]> {
+        match v.as_deref() {
             None => Ok([1; 2]),
-            Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 1) => {
-                Ok([v[0] as usize, v[1] as usize])
-            }
+            Some(&[a, b]) => Ok([a, b]),
             Some(v) => Err(format!("{name} {v:?} not supported")),
         }
     };
-    let pads = match n.attr_ints("pads").map_err(attr)? {
-        Some(p) if auto_pad != "VALID" => {
-            if p.len() != 4 || p.iter().any(|&x| x < 0) {
-                return Err(format!("pads {p:?} not supported"));
-            }
-            [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
+    let pads = match pads.fixed() {
+        None => {
+            let name = match pads {
+                PadSpec::SameLower => "SAME_LOWER",
+                _ => "SAME_UPPER",
+            };
+            return Err(format!("auto_pad {name} needs the input size"));
         }
-        _ => [0; 4],
+        Some(p) if p.is_empty() => [0; 4],
+        Some(p) if p.len() == 4 => [p[0], p[1], p[2], p[3]],
+        Some(p) => return Err(format!("pads {p:?} not supported")),
     };
-    let params = ConvParams {
-        kernel: [k[0] as usize, k[1] as usize],
-        stride: two("strides")?,
-        dilation: two("dilations")?,
-        pads,
-        groups: 1,
-    };
-    Ok(params)
+    Ok((two("strides", strides)?, two("dilations", dilations)?, pads))
 }

@@ -2,22 +2,20 @@
 //! operands ending in a `QuantizeLinear` (the input normalisation of image models) becomes
 //! one [`PrologueStep`].
 
-use super::helpers::{is_default_domain, Matcher, Why};
+use super::helpers::{Matcher, Why};
 use super::Matched;
 use crate::steps::{ChainNode, ConstOp, GraphOp, PrologueStep, MAX_OPS};
 use quantkit_graph::ops::{self, binary::Arith};
+use quantkit_graph::OpKind;
 use quantkit_graph::{DType, Node};
 
 /// The operator of an element-wise arithmetic node the prologue takes.
 fn arith(n: &Node) -> Option<Arith> {
-    if !is_default_domain(n) {
-        return None;
-    }
-    Some(match n.op_type.as_str() {
-        "Add" => Arith::Add,
-        "Sub" => Arith::Sub,
-        "Mul" => Arith::Mul,
-        "Div" => Arith::Div,
+    Some(match n.kind()? {
+        OpKind::Add => Arith::Add,
+        OpKind::Sub => Arith::Sub,
+        OpKind::Mul => Arith::Mul,
+        OpKind::Div => Arith::Div,
         _ => return None,
     })
 }
@@ -106,7 +104,7 @@ impl<'g> Matcher<'g> {
             value = n.outputs[0].clone();
             let r = self.sole_reader(&value)?;
             let next = &nodes[r];
-            if next.op_type == "QuantizeLinear" && is_default_domain(next) {
+            if next.is(OpKind::QuantizeLinear) {
                 if next.inputs[0] != value {
                     return Err(format!("`{value}` is not the input of `{}`", next.name));
                 }

@@ -2,11 +2,11 @@
 //! edges, and every node no pattern takes.
 
 use super::Kernel;
-use crate::compile::helpers::is_default_domain;
 use crate::error::{EngineError, Result};
 use crate::value::Val;
 use crate::Step;
 use quantkit_graph::ops::{EvalFn, OpCtx};
+use quantkit_graph::OpKind;
 use quantkit_graph::{Node, Tensor};
 
 /// The graph crate's implementation of a node, on ONNX-ordered tensors.
@@ -41,6 +41,6 @@ impl Kernel for GraphOp {
         format!("{} (graph op)", self.node.op_type)
     }
     fn forwards_input(&self) -> bool {
-        self.node.op_type == "Identity" && is_default_domain(&self.node)
+        self.node.is(OpKind::Identity)
     }
 }
