@@ -24,7 +24,7 @@
 //! [`conv2d_quant_max_pool`] runs a conv and a following max pool in one call; a 2×2
 //! stride-2 pool is reduced on the exact sums before a monotone output stage.
 
-use crate::dispatch::{self, Isa};
+use crate::dispatch::{self, table_for, Body, Isa, Kernels};
 use crate::error::{KernelError, Result};
 use crate::gemm::{
     gemm_strided, gemm_sums_serial, Activations, PackedWeights, PanelSums, SerialBuf, Tile,
@@ -555,9 +555,7 @@ fn conv_impl<T: ActElem, O: QuantType>(
     let m = n * oh * ow;
     match &w.kind {
         Kind::Depthwise { taps, multiplier } => {
-            if !isa.is_supported() {
-                return Err(KernelError::UnsupportedIsa { isa: isa.name() });
-            }
+            let body = table_for(isa)?.depthwise();
             let dw = Depthwise {
                 x,
                 p,
@@ -571,22 +569,27 @@ fn conv_impl<T: ActElem, O: QuantType>(
             if let Some(o) = out_i32.as_deref_mut() {
                 o.par_chunks_mut(row_len.max(1))
                     .enumerate()
-                    .for_each(|(row, acc)| dw.row(isa, row, acc));
+                    .for_each(|(row, acc)| body.run(DwRow { dw: &dw, row, acc }));
             } else if let (Some(o), Some(st)) = (out_q.as_deref_mut(), stage) {
                 let epi = DwEpilogue::new(st, c_out, st.range::<O>());
                 o.par_chunks_mut(row_len.max(1)).enumerate().for_each_init(
                     || vec![0i32; row_len],
                     |acc, (row, out)| {
-                        dw.row(isa, row, acc);
-                        epi.emit(isa, acc, out);
+                        body.run(DwRow { dw: &dw, row, acc });
+                        body.run(DwEmit {
+                            epi: &epi,
+                            acc,
+                            out,
+                        });
                     },
                 );
             }
         }
         Kind::Winograd(ww) => {
-            let wc = winograd_call(isa, x, ww, p, oh, ow, false)?;
-            let writer = TileWriter::new(isa, c_out, stage, out_i32, out_q);
-            run_winograd(isa, &wc, &writer);
+            let k = table_for(isa)?;
+            let wc = winograd_call(x, ww, p, oh, ow, false)?;
+            let writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
+            run_winograd(k, &wc, &writer);
         }
         Kind::SmallCin(pw) => {
             let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());
@@ -651,7 +654,6 @@ fn conv_impl<T: ActElem, O: QuantType>(
 /// The Winograd call of `x` (output `oh × ow`, or its 2×2 max pool when `pool`), after
 /// checking what its exactness bound assumes.
 fn winograd_call<'a, T: ActElem>(
-    isa: Isa,
     x: &'a NhwcInput<'a, T>,
     ww: &'a WinogradWeights,
     p: &ConvParams,
@@ -659,9 +661,6 @@ fn winograd_call<'a, T: ActElem>(
     ow: usize,
     pool: bool,
 ) -> Result<WinogradConv<'a, T>> {
-    if !isa.is_supported() {
-        return Err(KernelError::UnsupportedIsa { isa: isa.name() });
-    }
     // The exactness bound assumes |x − za| ≤ 255, i.e. a zero point of the activation type
     // (as ONNX requires).
     if !(T::MIN..=T::MAX).contains(&x.zero_point) {
@@ -683,10 +682,10 @@ fn winograd_call<'a, T: ActElem>(
     })
 }
 
-/// Runs a Winograd call into `writer`: chunks of whole bands, about [`WINOGRAD_TILES`]
-/// tiles each, in parallel.
+/// Runs a Winograd call into `writer` with the kernels of `k`: chunks of whole bands,
+/// about [`WINOGRAD_TILES`] tiles each, in parallel.
 fn run_winograd<T: ActElem, O: QuantType>(
-    isa: Isa,
+    k: &Kernels,
     wc: &WinogradConv<'_, T>,
     writer: &TileWriter<'_, O>,
 ) {
@@ -694,6 +693,7 @@ fn run_winograd<T: ActElem, O: QuantType>(
         /// Per-thread buffers, kept across calls: growing them zeroes memory, reusing does not.
         static SCRATCH: std::cell::RefCell<winograd::Scratch> = Default::default();
     }
+    let (wino, i16) = (k.winograd(), k.i16());
     let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
     let bands = wc.band_count();
     (0..bands.div_ceil(per_chunk))
@@ -704,7 +704,7 @@ fn run_winograd<T: ActElem, O: QuantType>(
             SCRATCH.with_borrow_mut(|s| {
                 // SAFETY: the caller sized the writer's output for the call (checked shapes),
                 // and the chunks' band ranges (hence their pixels) are disjoint.
-                unsafe { wc.bands(isa, range, s, writer) }
+                unsafe { wc.bands(wino, i16, range, s, writer) }
             })
         });
 }
@@ -752,9 +752,10 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
             Kind::Winograd(ww) if stage.is_monotone_within(1 << 29) => {
                 check(x, w, n * oh * ow * c_out)?;
                 stage.validate("conv2d", c_out)?;
-                let wc = winograd_call(isa, x, ww, &w.params, oh, ow, true)?;
-                let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
-                run_winograd(isa, &wc, &writer);
+                let k = table_for(isa)?;
+                let wc = winograd_call(x, ww, &w.params, oh, ow, true)?;
+                let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
+                run_winograd(k, &wc, &writer);
                 return Ok(shape);
             }
             Kind::SmallCin(_) | Kind::Gemm(_) => {
@@ -773,12 +774,10 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                 if let Some(pw) = pw.filter(monotone) {
                     check(x, w, n * oh * ow * c_out)?;
                     stage.validate("conv2d", c_out)?;
-                    if !isa.is_supported() {
-                        return Err(KernelError::UnsupportedIsa { isa: isa.name() });
-                    }
+                    let k = table_for(isa)?;
                     let small = matches!(w.kind, Kind::SmallCin(_));
-                    if !(small && pooled_small_cin(isa, x, w, pw, stage, [oh, ow], out)) {
-                        pooled_gemm(isa, x, w, pw, stage, [oh, ow], out);
+                    if !(small && pooled_small_cin(k, x, w, pw, stage, [oh, ow], out)) {
+                        pooled_gemm(k, x, w, pw, stage, [oh, ow], out);
                     }
                     return Ok(shape);
                 }
@@ -798,7 +797,7 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
 /// tiles of exact sums are reduced window by window right away, and the 3 maxima go
 /// through the output stage. No block of sums is written and read back.
 fn pooled_small_cin<T: ActElem, O: QuantType>(
-    isa: Isa,
+    k: &Kernels,
     x: &NhwcInput<'_, T>,
     w: &ConvWeights,
     pw: &PackedWeights,
@@ -807,7 +806,7 @@ fn pooled_small_cin<T: ActElem, O: QuantType>(
     out: &mut [O],
 ) -> bool {
     let za = x.zero_point + if T::SIGNED { 128 } else { 0 };
-    let Some(ps) = PanelSums::new(isa, pw, za) else {
+    let Some(ps) = PanelSums::new(k, pw, za) else {
         return false;
     };
     let (n, c_out) = (x.shape[0], w.c_out);
@@ -816,7 +815,8 @@ fn pooled_small_cin<T: ActElem, O: QuantType>(
         return true;
     }
     let sc = SmallCin::new(x, &w.params, oh, ow, !pw.zero_points_all_zero());
-    let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
+    let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
+    let body = k.pooling();
     thread_local! {
         /// Kept across calls (see `run_winograd`).
         static BUFS: std::cell::RefCell<PooledBufs> = Default::default();
@@ -831,14 +831,7 @@ fn pooled_small_cin<T: ActElem, O: QuantType>(
     };
     (0..n * ph).into_par_iter().for_each(|r| {
         // A row starts no parallel work, so the borrow is never re-entered.
-        BUFS.with_borrow_mut(|bufs| {
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
-                // SAFETY: `Isa::Avx2` was checked as supported by the caller.
-                return unsafe { row.run_avx2(r, bufs) };
-            }
-            row.run(r, bufs)
-        })
+        BUFS.with_borrow_mut(|bufs| body.run(PooledRowJob { row: &row, r, bufs }))
     });
     true
 }
@@ -853,13 +846,22 @@ struct PooledRow<'a, O> {
     c_out: usize,
 }
 
-impl<O: QuantType> PooledRow<'_, O> {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn run_avx2(&self, r: usize, bufs: &mut PooledBufs) {
-        self.run(r, bufs)
-    }
+/// [`PooledRow::run`] of row `r`, as a [`Body`] for the table's pooling copy.
+struct PooledRowJob<'a, O> {
+    row: &'a PooledRow<'a, O>,
+    r: usize,
+    bufs: &'a mut PooledBufs,
+}
 
+impl<O: QuantType> Body for PooledRowJob<'_, O> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.row.run(self.r, self.bufs)
+    }
+}
+
+impl<O: QuantType> PooledRow<'_, O> {
     #[inline(always)]
     fn run(&self, r: usize, bufs: &mut PooledBufs) {
         const PIXELS: usize = TILE / NR;
@@ -975,7 +977,7 @@ const POOLED_ROWS: usize = 3;
 /// consecutive GEMM rows), each window's four sums reduced to their maximum, and only those
 /// go through the output stage: a quarter of the stage's work, and no full-size conv output.
 fn pooled_gemm<T: ActElem, O: QuantType>(
-    isa: Isa,
+    k: &Kernels,
     x: &NhwcInput<'_, T>,
     w: &ConvWeights,
     pw: &PackedWeights,
@@ -995,7 +997,8 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
         .then(|| SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero()));
     let direct = p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
     let im2col = (small.is_none() && !direct).then(|| Im2col::new(x, p, 0, w.c_in, oh, ow));
-    let writer = TileWriter::new(isa, c_out, Some(stage), None, Some(out));
+    let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
+    let (mmm, body) = (k.mmm(), k.pooling());
     let k = pw.k();
     thread_local! {
         /// Per-thread buffers, kept across calls (see `run_winograd`).
@@ -1031,7 +1034,7 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
             } else {
                 T::activations(&x.data[first * k..(first + m) * k], m, k, x.zero_point)
             };
-            gemm_sums_serial(isa, &a, pw, sums, c_out, buf);
+            gemm_sums_serial(mmm, &a, pw, sums, c_out, buf);
             // Each window's maximum, up to 16 pixels × 16 channels per stage call.
             for r in 0..prows {
                 let row0 = &sums[2 * r * ow * c_out..][..ow * c_out];
@@ -1040,15 +1043,14 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
                     let cnt = (TILE / NR).min(pwid - x0);
                     for c0 in (0..c_out).step_by(NR) {
                         let cols = NR.min(c_out - c0);
-                        window_max(
-                            isa,
-                            [row0, row1],
-                            2 * x0 * c_out + c0,
+                        body.run(WindowMax {
+                            rows: [row0, row1],
+                            at: 2 * x0 * c_out + c0,
                             cnt,
                             cols,
                             c_out,
                             tile,
-                        );
+                        });
                         let pixel = (b * ph + py0 + r) * pwid + x0;
                         // SAFETY: pooled pixels `pixel..pixel+cnt` of row `py0 + r` belong
                         // to this block only, and channels `c0..c0+cols` exist; the caller
@@ -1063,20 +1065,29 @@ fn pooled_gemm<T: ActElem, O: QuantType>(
 
 /// `tile[i·16 + l]` = the maximum of the 2×2 window of pooled pixel `i < cnt`, channel
 /// `l < cols`, from the two conv rows `rows` (pixels of `c_out` sums, the first window's
-/// top-left sum at `at`). Compiled with AVX2 on AVX2 machines (`vpmaxsd`: baseline x86-64
-/// has no packed i32 maximum).
-#[allow(clippy::too_many_arguments)]
-fn window_max(
-    isa: Isa,
-    rows: [&[i32]; 2],
+/// top-left sum at `at`). Run in the table's pooling copy (AVX2 has `vpmaxsd`; baseline
+/// x86-64 has no packed i32 maximum).
+struct WindowMax<'a> {
+    rows: [&'a [i32]; 2],
     at: usize,
     cnt: usize,
     cols: usize,
     c_out: usize,
-    tile: &mut Tile,
-) {
+    tile: &'a mut Tile,
+}
+
+impl Body for WindowMax<'_> {
+    type Output = ();
     #[inline(always)]
-    fn body(rows: [&[i32]; 2], at: usize, cnt: usize, cols: usize, c_out: usize, tile: &mut Tile) {
+    fn run(self) {
+        let WindowMax {
+            rows,
+            at,
+            cnt,
+            cols,
+            c_out,
+            tile,
+        } = self;
         for i in 0..cnt {
             let at = at + 2 * i * c_out;
             let t = &mut tile.0[i * NR..i * NR + cols];
@@ -1087,26 +1098,6 @@ fn window_max(
             }
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(
-        rows: [&[i32]; 2],
-        at: usize,
-        cnt: usize,
-        cols: usize,
-        c_out: usize,
-        tile: &mut Tile,
-    ) {
-        body(rows, at, cnt, cols, c_out, tile)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar {
-        // SAFETY: every non-scalar ISA implies AVX2, and `isa` was checked as supported.
-        unsafe { avx2(rows, at, cnt, cols, c_out, tile) };
-        return;
-    }
-    let _ = isa;
-    body(rows, at, cnt, cols, c_out, tile)
 }
 
 /// ConvInteger: `out[n,oy,ox,co] = Σ (x − zx)(w − zw)` as i32, NHWC, on the dispatched ISA.
@@ -1162,35 +1153,25 @@ struct Depthwise<'a, T> {
     ow: usize,
 }
 
+/// Raw sums `acc[ox·c_out + co] = Σ_{ky,kx} (x − za)(w − zw)` of output row `row`
+/// (`= b·oh + oy`): a [`Body`], run in the table's depthwise copy.
+struct DwRow<'a, T> {
+    dw: &'a Depthwise<'a, T>,
+    row: usize,
+    acc: &'a mut [i32],
+}
+
+impl<T: ActElem> Body for DwRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.dw.row_body(self.row, self.acc)
+    }
+}
+
 impl<T: ActElem> Depthwise<'_, T> {
-    /// Raw sums `acc[ox·c_out + co] = Σ_{ky,kx} (x − za)(w − zw)` of output row `row`
-    /// (`= b·oh + oy`) on `isa` (checked by the caller).
-    fn row(&self, isa: Isa, row: usize, acc: &mut [i32]) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller checked `isa.is_supported()`, i.e. AVX2 is available.
-            Isa::Avx2 => unsafe { self.row_avx2(row, acc) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above, AVX-512 F/BW are part of `Avx512Vnni`'s detected features.
-            Isa::Avx512Vnni => unsafe { self.row_avx512(row, acc) },
-            _ => self.row_body(row, acc),
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn row_avx2(&self, row: usize, acc: &mut [i32]) {
-        self.row_body(row, acc)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn row_avx512(&self, row: usize, acc: &mut [i32]) {
-        self.row_body(row, acc)
-    }
-
-    /// The one implementation; `inline(always)` so that each `target_feature` wrapper gets
-    /// its own vectorised copy.
+    /// The one implementation; `inline(always)` so that each compiled copy of [`DwRow`]
+    /// gets its own vectorised loop.
     #[inline(always)]
     fn row_body(&self, row: usize, acc: &mut [i32]) {
         let [_, h, wd, c] = self.x.shape;
@@ -1262,31 +1243,7 @@ impl<'a> DwEpilogue<'a> {
         }
     }
 
-    /// Equations (K2)–(K4) for one output row, on `isa` (checked by the caller).
-    fn emit<O: QuantType>(&self, isa: Isa, acc: &[i32], out: &mut [O]) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller checked `isa.is_supported()`.
-            Isa::Avx2 => unsafe { self.emit_avx2(acc, out) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above.
-            Isa::Avx512Vnni => unsafe { self.emit_avx512(acc, out) },
-            _ => self.emit_body(acc, out),
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn emit_avx2<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
-        self.emit_body(acc, out)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn emit_avx512<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
-        self.emit_body(acc, out)
-    }
-
+    /// Equations (K2)–(K4) for one output row.
     #[inline(always)]
     fn emit_body<O: QuantType>(&self, acc: &[i32], out: &mut [O]) {
         let c_out = self.bias.len();
@@ -1305,5 +1262,21 @@ impl<'a> DwEpilogue<'a> {
                 }
             }
         }
+    }
+}
+
+/// [`DwEpilogue::emit_body`] of one output row: a [`Body`], run in the table's depthwise
+/// copy.
+struct DwEmit<'a, 'b, O> {
+    epi: &'a DwEpilogue<'b>,
+    acc: &'a [i32],
+    out: &'a mut [O],
+}
+
+impl<O: QuantType> Body for DwEmit<'_, '_, O> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.epi.emit_body(self.acc, self.out)
     }
 }

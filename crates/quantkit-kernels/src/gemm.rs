@@ -40,7 +40,8 @@
 
 use rayon::prelude::*;
 
-use crate::dispatch::{self, Isa};
+use crate::dispatch::{self, table_for, Isa, Kernels, Mmm, StoreFloatFn, StoreI32Fn, Stores};
+use crate::dispatch::{I16IndirectFn, TileFn};
 use crate::error::{KernelError, Result};
 use crate::output::{OutputStage, QuantType, Requant};
 
@@ -90,7 +91,9 @@ impl PanelGeometry {
         kgroup: VNNI_KGROUP,
     };
 
-    /// The geometry of `isa`'s kernels.
+    /// The geometry of `isa`'s kernels: the one its plug installs in the kernel table
+    /// ([`crate::dispatch::Kernels::geometry`]), known without the CPU supporting `isa` (so
+    /// that weights can be packed for any ISA).
     pub fn of(isa: Isa) -> PanelGeometry {
         match isa {
             Isa::Scalar | Isa::Avx2 => Self::PAIRS,
@@ -175,7 +178,7 @@ impl PackedWeights {
         layout: WeightLayout,
         zero_points: &[i32],
     ) -> Result<Self> {
-        let geom = PanelGeometry::of(dispatch::isa());
+        let geom = dispatch::kernels().geometry();
         Self::pack(geom, k, n, zero_points, -128, w.len(), |kk, nn| {
             let idx = match layout {
                 WeightLayout::KxN => kk * n + nn,
@@ -193,14 +196,19 @@ impl PackedWeights {
         zero_points: &[i32],
         get: impl Fn(usize, usize) -> i8,
     ) -> Result<Self> {
-        let geom = PanelGeometry::of(dispatch::isa());
+        let geom = dispatch::kernels().geometry();
         Self::pack(geom, k, n, zero_points, 0, k * n, get)
     }
 
     /// These weights in the layout of `isa`'s kernels: borrowed when they already are,
     /// otherwise repacked (same stored values, zero points and column sums).
     pub fn for_isa(&self, isa: Isa) -> std::borrow::Cow<'_, PackedWeights> {
-        let geom = PanelGeometry::of(isa);
+        self.for_geometry(PanelGeometry::of(isa))
+    }
+
+    /// These weights in geometry `geom`: borrowed when they already are, otherwise
+    /// repacked.
+    pub(crate) fn for_geometry(&self, geom: PanelGeometry) -> std::borrow::Cow<'_, PackedWeights> {
         if geom == self.geom {
             return std::borrow::Cow::Borrowed(self);
         }
@@ -473,8 +481,9 @@ pub struct Epilogue<'a> {
 }
 
 impl Epilogue<'_> {
+    /// `raw` corrected by (K1) for a row with sum `rowsum`, column `c`.
     #[inline(always)]
-    fn corrected(&self, raw: i32, rowsum: i32, c: usize) -> i32 {
+    pub(crate) fn corrected(&self, raw: i32, rowsum: i32, c: usize) -> i32 {
         let mut v = raw.wrapping_add(self.colterm[c]);
         if let Some(zw) = self.zw {
             v = v.wrapping_sub(zw[c].wrapping_mul(rowsum));
@@ -493,7 +502,8 @@ struct PackedA {
 }
 
 impl PackedA {
-    fn new(a: &Activations<'_>, isa: Isa, geom: PanelGeometry, parallel: bool) -> Self {
+    fn new(a: &Activations<'_>, mmm: &Mmm, parallel: bool) -> Self {
+        let geom = mmm.geometry;
         let kgroups = a.k.div_ceil(geom.kgroup);
         let panels = a.m.div_ceil(geom.mr);
         let mut data = vec![0u32; panels * kgroups * geom.mr];
@@ -505,9 +515,9 @@ impl PackedA {
         if parallel {
             chunks
                 .par_bridge()
-                .for_each(|(p, (dst, sums))| pack_a_panel(a, isa, geom, p, dst, sums));
+                .for_each(|(p, (dst, sums))| pack_a_panel(a, mmm, p, dst, sums));
         } else {
-            chunks.for_each(|(p, (dst, sums))| pack_a_panel(a, isa, geom, p, dst, sums));
+            chunks.for_each(|(p, (dst, sums))| pack_a_panel(a, mmm, p, dst, sums));
         }
         PackedA { data, rowsums }
     }
@@ -515,17 +525,17 @@ impl PackedA {
 
 /// Packs row panel `p` of `a` (rows `p·mr..`, zero rows past the end) into `dst`
 /// (`kgroups·mr` words, k-group major) and the rows' sums of stored values into `sums`.
-/// The stored row is u8 as is, i8 with the sign bit flipped (a + 128). The AVX2 path packs
-/// the pair geometry with vector transposes (`x86_64::avx2::pack`); it writes the same words
-/// (tested against this scalar loop).
+/// The stored row is u8 as is, i8 with the sign bit flipped (a + 128). The packer is the
+/// table's (`mmm.pack`, for `mmm`'s geometry; the AVX2 one writes the same words as the
+/// scalar one, tested).
 pub(crate) fn pack_a_panel(
     a: &Activations<'_>,
-    isa: Isa,
-    geom: PanelGeometry,
+    mmm: &Mmm,
     p: usize,
     dst: &mut [u32],
     sums: &mut [i32],
 ) {
+    let geom = mmm.geometry;
     let rows = geom.mr.min(a.m - p * geom.mr);
     let k = a.k;
     let (bytes, flip): (&[u8], u8) = match a.data {
@@ -550,8 +560,7 @@ pub(crate) fn pack_a_panel(
                     rows,
                     k,
                     if signed { 0x80 } else { 0 },
-                    isa,
-                    geom,
+                    mmm,
                     dst,
                     sums,
                 )
@@ -560,23 +569,21 @@ pub(crate) fn pack_a_panel(
         }
     };
     let panel = &bytes[p * geom.mr * k..(p * geom.mr + rows) * k];
-    pack_rows(panel, rows, k, flip, isa, geom, dst, sums);
+    pack_rows(panel, rows, k, flip, mmm, dst, sums);
 }
 
 /// Packs `rows ≤ mr` rows of `k` stored bytes (`panel[r·k..]`, XORed with `flip`) into a
-/// panel: the body of [`pack_a_panel`].
-#[allow(clippy::too_many_arguments)]
+/// panel with the table's packer: the body of [`pack_a_panel`].
 fn pack_rows(
     panel: &[u8],
     rows: usize,
     k: usize,
     flip: u8,
-    isa: Isa,
-    geom: PanelGeometry,
+    mmm: &Mmm,
     dst: &mut [u32],
     sums: &mut [i32],
 ) {
-    let PanelGeometry { mr, kgroup, .. } = geom;
+    let mr = mmm.geometry.mr;
     // A reused buffer holds the previous block's values: clear the padding rows.
     if rows < mr {
         for g in 0..dst.len() / mr {
@@ -584,42 +591,7 @@ fn pack_rows(
         }
         sums[rows..].fill(0);
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && kgroup == 2 && mr == MR {
-        // SAFETY: Isa::Avx2 is only selected when the CPU has AVX2; the panel holds `rows`
-        // rows of k bytes, dst `⌈k/2⌉·MR` words and sums MR entries.
-        unsafe { crate::x86_64::avx2::pack::avx2_pack_a_pairs(panel, k, rows, flip, dst, sums) };
-        return;
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = isa;
-    for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-        let row = &panel[r * k..(r + 1) * k];
-        *sum = row.iter().map(|&v| (v ^ flip) as i32).sum();
-        if kgroup == 4 {
-            let flip4 = u32::from_ne_bytes([flip; 4]);
-            let mut chunks = row.chunks_exact(4);
-            for (g, c) in chunks.by_ref().enumerate() {
-                dst[g * mr + r] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ flip4;
-            }
-            let rest = chunks.remainder();
-            if !rest.is_empty() {
-                let mut w = [0u8; 4];
-                for (wi, &v) in w.iter_mut().zip(rest) {
-                    *wi = v ^ flip;
-                }
-                dst[(k / 4) * mr + r] = u32::from_le_bytes(w);
-            }
-        } else {
-            let mut chunks = row.chunks_exact(2);
-            for (g, c) in chunks.by_ref().enumerate() {
-                dst[g * mr + r] = (c[0] ^ flip) as u32 | (((c[1] ^ flip) as u32) << 16);
-            }
-            if let [v] = chunks.remainder() {
-                dst[(k / 2) * mr + r] = (v ^ flip) as u32;
-            }
-        }
-    }
+    (mmm.pack)(panel, rows, k, flip, dst, sums);
 }
 
 /// Raw pointer to the output that tasks write disjoint blocks of.
@@ -633,11 +605,15 @@ unsafe impl<T: Send> Sync for OutPtr<T> {}
 
 /// What the epilogue writes.
 enum Sink<'a, T> {
-    I32(OutPtr<i32>),
+    I32 {
+        out: OutPtr<i32>,
+        store: StoreI32Fn,
+    },
     Float {
         scales: Vec<f32>,
         stage: &'a OutputStage,
         out: OutPtr<T>,
+        store: StoreFloatFn<T>,
     },
     Generic {
         stage: &'a OutputStage,
@@ -645,11 +621,25 @@ enum Sink<'a, T> {
     },
 }
 
-impl<'a, T> Sink<'a, T> {
+impl<'a, T: QuantType> Sink<'a, T> {
+    /// The sink that writes raw i32 sums through `out` with `stores`.
+    fn i32(out: *mut i32, stores: &Stores) -> Self {
+        Sink::I32 {
+            out: OutPtr(out),
+            store: stores.i32,
+        }
+    }
+
     /// The sink that applies `stage` to `n` output columns (padded to `npad`) and writes
     /// quantized values through `out`: float requantization with its scales expanded per
-    /// padded column, or the generic per-value stage.
-    fn quantized(stage: &'a OutputStage, n: usize, npad: usize, out: *mut T) -> Self {
+    /// padded column (with `stores`), or the generic per-value stage.
+    fn quantized(
+        stage: &'a OutputStage,
+        n: usize,
+        npad: usize,
+        out: *mut T,
+        stores: &Stores,
+    ) -> Self {
         match &stage.requant {
             Requant::Float(s) => Sink::Float {
                 scales: (0..npad)
@@ -657,64 +647,12 @@ impl<'a, T> Sink<'a, T> {
                     .collect(),
                 stage,
                 out: OutPtr(out),
+                store: stores.float::<T>(),
             },
             Requant::FixedPoint { .. } => Sink::Generic {
                 stage,
                 out: OutPtr(out),
             },
-        }
-    }
-}
-
-fn compute_tile(isa: Isa, rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) {
-    use crate::generic::gemm::generic_gemm_u8i8_i32_6x16 as g;
-    let t = &mut tile.0;
-    match isa {
-        Isa::Scalar => match rows {
-            1 => g::<1>(kgroups, a, b, t),
-            2 => g::<2>(kgroups, a, b, t),
-            3 => g::<3>(kgroups, a, b, t),
-            4 => g::<4>(kgroups, a, b, t),
-            5 => g::<5>(kgroups, a, b, t),
-            _ => g::<6>(kgroups, a, b, t),
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            use crate::x86_64::avx2::gemm::avx2_gemm_u8i8_i32_6x16 as k;
-            // SAFETY: `Isa::Avx2` is only chosen after `is_x86_feature_detected!("avx2")`
-            // (checked again in `check_isa`); the panels have the sizes the kernel reads.
-            unsafe {
-                match rows {
-                    1 => k::<1>(kgroups, a, b, t),
-                    2 => k::<2>(kgroups, a, b, t),
-                    3 => k::<3>(kgroups, a, b, t),
-                    4 => k::<4>(kgroups, a, b, t),
-                    5 => k::<5>(kgroups, a, b, t),
-                    _ => k::<6>(kgroups, a, b, t),
-                }
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => {
-            use crate::x86_64::avx512vnni::gemm::avx512vnni_gemm_u8i8_i32_8x32 as k;
-            // SAFETY: `Isa::Avx512Vnni` is only chosen after detecting AVX-512 F/BW/VL/VNNI
-            // (checked again in `check_isa`); the panels have the sizes the kernel reads.
-            unsafe {
-                match rows {
-                    1 => k::<1>(kgroups, a, b, t),
-                    2 => k::<2>(kgroups, a, b, t),
-                    3 => k::<3>(kgroups, a, b, t),
-                    4 => k::<4>(kgroups, a, b, t),
-                    5 => k::<5>(kgroups, a, b, t),
-                    6 => k::<6>(kgroups, a, b, t),
-                    7 => k::<7>(kgroups, a, b, t),
-                    _ => k::<8>(kgroups, a, b, t),
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512Vnni => {
-            unreachable!("x86 ISAs are never reported as supported off x86-64")
         }
     }
 }
@@ -730,11 +668,11 @@ struct TilePos<'a> {
     ldc: usize,
 }
 
+/// Writes a tile of `nr` columns through `sink` (the table's stores, or the scalar
+/// fixed-point stage).
 // Tile rows and output columns are indexed together; iterators would obscure that.
 #[allow(clippy::needless_range_loop)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn write_tile<T: QuantType>(
-    isa: Isa,
     nr: usize,
     ep: &Epilogue<'_>,
     sink: &Sink<'_, T>,
@@ -751,96 +689,34 @@ fn write_tile<T: QuantType>(
     } = *pos;
     let tile = &tile.0;
     match sink {
-        Sink::I32(out) => {
-            #[cfg(target_arch = "x86_64")]
-            match isa {
-                // SAFETY (both arms): the ISA was checked at dispatch; the block (r0.., c0..)
-                // of `rows × cols` lies inside the M×N output and belongs to this task only.
-                Isa::Avx2 => {
-                    return unsafe {
-                        crate::x86_64::avx2::gemm::avx2_epilogue_i32(
-                            ep,
-                            tile,
-                            rowsums,
-                            rows,
-                            c0,
-                            cols,
-                            out.0.add(r0 * ldc),
-                            ldc,
-                        )
-                    }
-                }
-                Isa::Avx512Vnni => {
-                    return unsafe {
-                        crate::x86_64::avx512vnni::gemm::avx512_epilogue_i32(
-                            ep,
-                            tile,
-                            rowsums,
-                            rows,
-                            c0,
-                            cols,
-                            out.0.add(r0 * ldc),
-                            ldc,
-                        )
-                    }
-                }
-                Isa::Scalar => {}
-            }
-            for r in 0..rows {
-                for c in 0..cols {
-                    let v = ep.corrected(tile[r * nr + c], rowsums[r], c0 + c);
-                    // SAFETY: as above, (r0+r, c0+c) is inside this task's output block.
-                    unsafe { *out.0.add((r0 + r) * ldc + c0 + c) = v };
-                }
-            }
-        }
-        Sink::Float { scales, stage, out } => {
+        // SAFETY (both store arms): the table holds only entries whose ISA its plug
+        // checked; the block (r0.., c0..) of `rows × cols` lies inside the output and
+        // belongs to this task only (the callers' contract), `c0` is a multiple of `nr`.
+        Sink::I32 { out, store } => unsafe {
+            store(ep, tile, rowsums, rows, c0, cols, out.0.add(r0 * ldc), ldc)
+        },
+        Sink::Float {
+            scales,
+            stage,
+            out,
+            store,
+        } => {
             let (lo, hi) = stage.range::<T>();
             let z = stage.zero_point;
-            #[cfg(target_arch = "x86_64")]
-            match isa {
-                // SAFETY (both arms): as for the i32 sink.
-                Isa::Avx2 => {
-                    return unsafe {
-                        crate::x86_64::avx2::gemm::avx2_epilogue_float::<T>(
-                            ep,
-                            scales,
-                            (z, lo, hi),
-                            tile,
-                            rowsums,
-                            rows,
-                            c0,
-                            cols,
-                            out.0.add(r0 * ldc),
-                            ldc,
-                        )
-                    }
-                }
-                Isa::Avx512Vnni if std::mem::size_of::<T>() == 1 => {
-                    return unsafe {
-                        crate::x86_64::avx512vnni::gemm::avx512_epilogue_float::<T>(
-                            ep,
-                            scales,
-                            (z, lo, hi),
-                            tile,
-                            rowsums,
-                            rows,
-                            c0,
-                            cols,
-                            out.0.add(r0 * ldc),
-                            ldc,
-                        )
-                    }
-                }
-                _ => {}
-            }
-            for r in 0..rows {
-                for c in 0..cols {
-                    let v = ep.corrected(tile[r * nr + c], rowsums[r], c0 + c);
-                    let y = crate::output::float_requant(v, scales[c0 + c], z, lo, hi);
-                    // SAFETY: as above.
-                    unsafe { *out.0.add((r0 + r) * ldc + c0 + c) = T::from_clamped(y) };
-                }
+            // SAFETY: as above.
+            unsafe {
+                store(
+                    ep,
+                    scales,
+                    (z, lo, hi),
+                    tile,
+                    rowsums,
+                    rows,
+                    c0,
+                    cols,
+                    out.0.add(r0 * ldc),
+                    ldc,
+                )
             }
         }
         Sink::Generic { stage, out } => {
@@ -861,16 +737,16 @@ fn write_tile<T: QuantType>(
 /// themselves (the Winograd conv): adds the bias, requantizes and stores raw tiles with
 /// the same epilogue code as the GEMM (no zero-point corrections).
 pub(crate) struct TileWriter<'a, T> {
-    isa: Isa,
     colterm: Vec<i32>,
     sink: Sink<'a, T>,
 }
 
 impl<'a, T: QuantType> TileWriter<'a, T> {
     /// A writer of `n` output columns into `out_i32` (raw sums; `stage` is `None`) or
-    /// `out_q` (through `stage`, already validated for `n` channels).
+    /// `out_q` (through `stage`, already validated for `n` channels), with the stores of
+    /// 16-column tiles of `k`.
     pub(crate) fn new(
-        isa: Isa,
+        k: &Kernels,
         n: usize,
         stage: Option<&'a OutputStage>,
         out_i32: Option<&'a mut [i32]>,
@@ -881,12 +757,13 @@ impl<'a, T: QuantType> TileWriter<'a, T> {
         if let Some(b) = stage.and_then(|s| s.bias.as_deref()) {
             colterm[..n].copy_from_slice(b);
         }
+        let stores = k.store16();
         let sink = match (stage, out_i32, out_q) {
-            (None, Some(o), _) => Sink::I32(OutPtr(o.as_mut_ptr())),
-            (Some(stage), _, Some(o)) => Sink::quantized(stage, n, npad, o.as_mut_ptr()),
+            (None, Some(o), _) => Sink::i32(o.as_mut_ptr(), stores),
+            (Some(stage), _, Some(o)) => Sink::quantized(stage, n, npad, o.as_mut_ptr(), stores),
             _ => unreachable!("TileWriter needs an i32 output, or a stage and a quantized output"),
         };
-        TileWriter { isa, colterm, sink }
+        TileWriter { colterm, sink }
     }
 
     /// Writes rows `0..rows` and columns `0..cols` of `tile` (row stride [`NR`]) to output
@@ -920,22 +797,7 @@ impl<'a, T: QuantType> TileWriter<'a, T> {
             cols,
             ldc,
         };
-        // The scalar and AVX2 epilogues read tiles with row stride NR; the AVX-512 ones use
-        // their own tile width, so they are not used here.
-        let isa = if self.isa == Isa::Avx512Vnni {
-            Isa::Avx2
-        } else {
-            self.isa
-        };
-        write_tile(isa, NR, &ep, &self.sink, tile, &pos);
-    }
-}
-
-fn check_isa(isa: Isa) -> Result<()> {
-    if isa.is_supported() {
-        Ok(())
-    } else {
-        Err(KernelError::UnsupportedIsa { isa: isa.name() })
+        write_tile(NR, &ep, &self.sink, tile, &pos);
     }
 }
 
@@ -998,7 +860,7 @@ fn blocking(
 }
 
 fn run<T: QuantType>(
-    isa: Isa,
+    mmm: &Mmm,
     a: &Activations<'_>,
     w: &PackedWeights,
     colterm: &[i32],
@@ -1009,11 +871,7 @@ fn run<T: QuantType>(
         return;
     }
     let geom = w.geom;
-    debug_assert_eq!(
-        geom,
-        PanelGeometry::of(isa),
-        "weights not repacked for {isa}"
-    );
+    debug_assert_eq!(geom, mmm.geometry, "weights not repacked for the kernel");
     let threads = rayon::current_num_threads();
     let work = a.m * w.n * w.k;
     let parallel = threads > 1 && work >= 1 << 18;
@@ -1041,7 +899,7 @@ fn run<T: QuantType>(
     // whole of A up front (for AVX2 pairs that is twice A's size, written to memory and
     // read back). Otherwise several tasks share an A block: pack it once, up front.
     let lazy = tasks_n == 1;
-    let pa = (!lazy).then(|| PackedA::new(a, isa, geom, parallel && a.m * a.k >= 1 << 16));
+    let pa = (!lazy).then(|| PackedA::new(a, mmm, parallel && a.m * a.k >= 1 << 16));
     let panel_len = w.kgroups * geom.mr;
     let new_buf = || {
         if lazy {
@@ -1062,8 +920,7 @@ fn run<T: QuantType>(
                     let i = q - q0;
                     pack_a_panel(
                         a,
-                        isa,
-                        geom,
+                        mmm,
                         q,
                         &mut data[i * panel_len..(i + 1) * panel_len],
                         &mut sums[i * geom.mr..(i + 1) * geom.mr],
@@ -1082,7 +939,7 @@ fn run<T: QuantType>(
                 let r0 = q * geom.mr;
                 let rows = geom.mr.min(a.m - r0);
                 let apanel = &data[i * panel_len..(i + 1) * panel_len];
-                compute_tile(isa, rows, w.kgroups, apanel, b, &mut tile);
+                (mmm.tile)(rows, w.kgroups, apanel, b, &mut tile);
                 let pos = TilePos {
                     rowsums: &sums[i * geom.mr..(i + 1) * geom.mr],
                     r0,
@@ -1091,7 +948,7 @@ fn run<T: QuantType>(
                     cols,
                     ldc,
                 };
-                write_tile(isa, geom.nr, &ep, &sink, &tile, &pos);
+                write_tile(geom.nr, &ep, &sink, &tile, &pos);
             }
         }
     };
@@ -1139,16 +996,16 @@ pub fn gemm_i32_with(
     w: &PackedWeights,
     out: &mut [i32],
 ) -> Result<()> {
-    check_isa(isa)?;
+    let mmm = table_for(isa)?.mmm();
     check_shapes("gemm_i32", a, w, out.len())?;
-    let w = &*w.for_isa(isa);
+    let w = &*w.for_geometry(mmm.geometry);
     let colterm = column_terms(a, w, None);
     run::<u8>(
-        isa,
+        mmm,
         a,
         w,
         &colterm,
-        Sink::I32(OutPtr(out.as_mut_ptr())),
+        Sink::i32(out.as_mut_ptr(), &mmm.store),
         w.n,
     );
     Ok(())
@@ -1174,13 +1031,14 @@ pub fn gemm_quant_with<T: QuantType>(
     stage: &OutputStage,
     out: &mut [T],
 ) -> Result<()> {
-    check_isa(isa)?;
+    let mmm = table_for(isa)?.mmm();
     check_shapes("gemm_quant", a, w, out.len())?;
-    let w = &*w.for_isa(isa);
+    let w = &*w.for_geometry(mmm.geometry);
     stage.validate("gemm_quant", w.n)?;
     let colterm = column_terms(a, w, stage.bias.as_deref());
-    let sink = Sink::quantized(stage, w.n, w.n_panels * w.geom.nr, out.as_mut_ptr());
-    run::<T>(isa, a, w, &colterm, sink, w.n);
+    let npad = w.n_panels * w.geom.nr;
+    let sink = Sink::quantized(stage, w.n, npad, out.as_mut_ptr(), &mmm.store);
+    run::<T>(mmm, a, w, &colterm, sink, w.n);
     Ok(())
 }
 
@@ -1195,9 +1053,9 @@ pub(crate) fn gemm_strided<T: QuantType>(
     out_q: Option<&mut [T]>,
     ldc: usize,
 ) -> Result<()> {
-    check_isa(isa)?;
+    let mmm = table_for(isa)?.mmm();
     check_shapes("conv", a, w, a.m * w.n)?;
-    let w = &*w.for_isa(isa);
+    let w = &*w.for_geometry(mmm.geometry);
     let need = if a.m == 0 { 0 } else { (a.m - 1) * ldc + w.n };
     match (stage, out_i32, out_q) {
         (None, Some(out), _) => {
@@ -1206,14 +1064,8 @@ pub(crate) fn gemm_strided<T: QuantType>(
                 "conv output buffer too small"
             );
             let colterm = column_terms(a, w, None);
-            run::<u8>(
-                isa,
-                a,
-                w,
-                &colterm,
-                Sink::I32(OutPtr(out.as_mut_ptr())),
-                ldc,
-            );
+            let sink = Sink::i32(out.as_mut_ptr(), &mmm.store);
+            run::<u8>(mmm, a, w, &colterm, sink, ldc);
         }
         (Some(stage), _, Some(out)) => {
             assert!(
@@ -1222,8 +1074,9 @@ pub(crate) fn gemm_strided<T: QuantType>(
             );
             stage.validate("conv", w.n)?;
             let colterm = column_terms(a, w, stage.bias.as_deref());
-            let sink = Sink::quantized(stage, w.n, w.n_panels * w.geom.nr, out.as_mut_ptr());
-            run::<T>(isa, a, w, &colterm, sink, ldc);
+            let npad = w.n_panels * w.geom.nr;
+            let sink = Sink::quantized(stage, w.n, npad, out.as_mut_ptr(), &mmm.store);
+            run::<T>(mmm, a, w, &colterm, sink, ldc);
         }
         _ => unreachable!("conv passes either an i32 output or a stage with a quantized output"),
     }
@@ -1233,7 +1086,10 @@ pub(crate) fn gemm_strided<T: QuantType>(
 /// Exact sums of activation panels packed by the caller, one register tile at a time: the
 /// building block of convolutions that reduce tiles themselves (a fused max pool).
 pub(crate) struct PanelSums<'a> {
-    isa: Isa,
+    /// The table's micro-kernel (pairs geometry).
+    tile: TileFn,
+    /// The table's indirect i16 micro-kernel.
+    indirect: I16IndirectFn,
     w: std::borrow::Cow<'a, PackedWeights>,
     colterm: Vec<i32>,
     /// The weight panels widened to i16 (same `[g][16][2]` order) for the indirect
@@ -1242,13 +1098,14 @@ pub(crate) struct PanelSums<'a> {
 }
 
 impl<'a> PanelSums<'a> {
-    /// For weights `w` and activations whose stored (u8-domain) zero point is `za`; `None`
-    /// unless `isa` (supported, checked by the caller) uses the pairs geometry.
-    pub(crate) fn new(isa: Isa, w: &'a PackedWeights, za: i32) -> Option<Self> {
-        if PanelGeometry::of(isa) != PanelGeometry::PAIRS {
+    /// For weights `w` and activations whose stored (u8-domain) zero point is `za`, with
+    /// the kernels of `k`; `None` unless its GEMM uses the pairs geometry.
+    pub(crate) fn new(k: &Kernels, w: &'a PackedWeights, za: i32) -> Option<Self> {
+        if k.geometry() != PanelGeometry::PAIRS {
             return None;
         }
-        let w = w.for_isa(isa);
+        let mmm = k.mmm();
+        let w = w.for_geometry(mmm.geometry);
         let colterm = column_terms_za(za, &w, None);
         let b16 = w.zw_all_zero.then(|| {
             (0..w.n_panels)
@@ -1256,7 +1113,8 @@ impl<'a> PanelSums<'a> {
                 .collect()
         });
         Some(PanelSums {
-            isa,
+            tile: mmm.tile,
+            indirect: k.i16().indirect,
             w,
             colterm,
             b16,
@@ -1280,15 +1138,7 @@ impl<'a> PanelSums<'a> {
             .expect("indirect tiles need zero weight zero points");
         assert!(offsets.len() == w.kgroups && p < w.n_panels);
         let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the ISA was checked as supported by the caller; the kernel checks the
-            // bounds of `a` and `b`.
-            Isa::Avx2 => unsafe {
-                crate::x86_64::avx2::gemm::avx2_gemm_i16_indirect_6x16(a, offsets, b, &mut tile.0)
-            },
-            _ => crate::generic::gemm::generic_gemm_i16_indirect_6x16(a, offsets, b, &mut tile.0),
-        }
+        (self.indirect)(a, offsets, b, &mut tile.0);
         let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
         for row in tile.0[..MR * NR].chunks_exact_mut(NR) {
             let row: &mut [i32; NR] = row.try_into().expect("16 columns");
@@ -1316,7 +1166,7 @@ impl<'a> PanelSums<'a> {
     ) {
         let w = &*self.w;
         assert!(panel.len() >= w.kgroups * MR && p < w.n_panels && rows <= MR);
-        compute_tile(self.isa, rows, w.kgroups, panel, w.panel(p), tile);
+        (self.tile)(rows, w.kgroups, panel, w.panel(p), tile);
         let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
         let zw: [i32; NR] = w.zero_points[p * NR..][..NR]
             .try_into()
@@ -1352,9 +1202,9 @@ pub(crate) struct SerialBuf {
 /// The exact sums `out[r·ldc + j] = Σ_k (a − za)(w − zw)` (wrapping i32, no bias) of every
 /// row of `a` and column `j < w.n`, on the calling thread (callers parallelise over blocks
 /// of rows themselves), with the same packing, micro-kernels and corrections as
-/// [`gemm_i32`]. `isa` must be supported (checked by the caller).
+/// [`gemm_i32`], on `mmm` (read once by the caller for all its blocks).
 pub(crate) fn gemm_sums_serial(
-    isa: Isa,
+    mmm: &Mmm,
     a: &Activations<'_>,
     w: &PackedWeights,
     out: &mut [i32],
@@ -1364,7 +1214,7 @@ pub(crate) fn gemm_sums_serial(
     if a.m == 0 {
         return;
     }
-    let w = &*w.for_isa(isa);
+    let w = &*w.for_geometry(mmm.geometry);
     assert!(
         a.k == w.k && ldc >= w.n && out.len() >= (a.m - 1) * ldc + w.n,
         "gemm_sums_serial: shapes"
@@ -1379,18 +1229,18 @@ pub(crate) fn gemm_sums_serial(
             Some(&w.zero_points)
         },
     };
-    let sink: Sink<'_, u8> = Sink::I32(OutPtr(out.as_mut_ptr()));
+    let sink: Sink<'_, u8> = Sink::i32(out.as_mut_ptr(), &mmm.store);
     let panel_len = w.kgroups * geom.mr;
     buf.panel.resize(panel_len, 0);
     buf.sums.resize(geom.mr, 0);
     let mut tile = Tile([0; TILE]);
     for q in 0..a.m.div_ceil(geom.mr) {
-        pack_a_panel(a, isa, geom, q, &mut buf.panel, &mut buf.sums);
+        pack_a_panel(a, mmm, q, &mut buf.panel, &mut buf.sums);
         let r0 = q * geom.mr;
         let rows = geom.mr.min(a.m - r0);
         for p in 0..w.n_panels {
             let c0 = p * geom.nr;
-            compute_tile(isa, rows, w.kgroups, &buf.panel, w.panel(p), &mut tile);
+            (mmm.tile)(rows, w.kgroups, &buf.panel, w.panel(p), &mut tile);
             let pos = TilePos {
                 rowsums: &buf.sums,
                 r0,
@@ -1400,7 +1250,7 @@ pub(crate) fn gemm_sums_serial(
                 ldc,
             };
             // The block lies inside `out` (asserted above), written by this thread only.
-            write_tile(isa, geom.nr, &ep, &sink, &tile, &pos);
+            write_tile(geom.nr, &ep, &sink, &tile, &pos);
         }
     }
 }
@@ -1425,7 +1275,9 @@ mod tests {
             state ^= state << 17;
             (state >> 56) as u8
         };
-        let geom = PanelGeometry::PAIRS;
+        let scalar = &table_for(Isa::Scalar).unwrap().mmm;
+        let avx2 = &table_for(Isa::Avx2).unwrap().mmm;
+        assert_eq!(avx2.geometry, PanelGeometry::PAIRS);
         let ks: Vec<usize> = (1..=80).chain([127, 128, 129, 288, 1152, 4099]).collect();
         for &k in &ks {
             for m in [1, 5, 6, 7, 12, 17] {
@@ -1439,8 +1291,8 @@ mod tests {
                             .collect();
                         let (mut d0, mut d1) = (garbage.clone(), garbage);
                         let (mut s0, mut s1) = ([-7i32; MR], [-7i32; MR]);
-                        pack_a_panel(&a, Isa::Scalar, geom, p, &mut d0, &mut s0);
-                        pack_a_panel(&a, Isa::Avx2, geom, p, &mut d1, &mut s1);
+                        pack_a_panel(&a, scalar, p, &mut d0, &mut s0);
+                        pack_a_panel(&a, avx2, p, &mut d1, &mut s1);
                         assert_eq!(d0, d1, "words: k {k}, m {m}, panel {p}");
                         assert_eq!(s0, s1, "row sums: k {k}, m {m}, panel {p}");
                     }

@@ -1,7 +1,9 @@
-//! Pooling on NHWC int8 tensors (scalar; the same code on every ISA). Max pool also takes
-//! f32 (the engine's dynamic-quantization step pools its float result).
+//! Pooling on NHWC int8 tensors. Max pool also takes f32 (the engine's dynamic-quantization
+//! step pools its float result); its loop runs in the kernel table's pooling copy (compiled
+//! with AVX2 on AVX2 machines: selects, exact on any ISA). Average pools are scalar.
 
 use crate::conv::ConvParams;
+use crate::dispatch::Body;
 use crate::error::{KernelError, Result};
 use crate::output::QuantType;
 use rayon::prelude::*;
@@ -78,11 +80,10 @@ pub fn max_pool<T: PoolElem>(
     // Images in parallel. The common 2×2 stride-2 window without padding takes the
     // element-wise maximum of its four taps in one pass; other windows start each output
     // pixel as a copy of its first valid tap and take the maximum of the others (a select
-    // per channel, which the compiler vectorises), with no per-pixel allocation. On AVX2
-    // machines the same body is compiled with AVX2 enabled (a select is exact on any ISA).
+    // per channel, which the compiler vectorises), with no per-pixel allocation, in the
+    // table's pooling copy of the loop.
     let pair_window = p.is_pair_window();
-    let avx2 = crate::dispatch::isa() != crate::dispatch::Isa::Scalar
-        && crate::dispatch::Isa::Avx2.is_supported();
+    let body = crate::dispatch::kernels().pooling();
     out.par_chunks_mut(oh * ow * c)
         .enumerate()
         .for_each(|(b, img)| {
@@ -94,14 +95,7 @@ pub fn max_pool<T: PoolElem>(
                 p,
                 pair_window,
             };
-            #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: AVX2 was detected above.
-                unsafe { job.run_avx2() };
-                return;
-            }
-            let _ = avx2;
-            job.run();
+            body.run(job);
         });
     Ok([n, oh, ow, c])
 }
@@ -117,13 +111,8 @@ struct MaxPoolImage<'a, T> {
     pair_window: bool,
 }
 
-impl<T: PoolElem> MaxPoolImage<'_, T> {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn run_avx2(self) {
-        self.run()
-    }
-
+impl<T: PoolElem> Body for MaxPoolImage<'_, T> {
+    type Output = ();
     #[inline(always)]
     fn run(self) {
         let [h, w, c] = self.shape;
