@@ -297,7 +297,7 @@ pub fn table_for(isa: Isa) -> Result<&'static Kernels> {
         .expect("every Isa is in Isa::ALL");
     Ok(TABLES[slot].get_or_init(|| {
         let mut k = crate::generic::generic();
-        for &step in &Isa::ALL[1..=slot] {
+        for &step in &Isa::ALL[..=slot] {
             plug(step, &mut k);
         }
         k.isa = isa;
