@@ -2,7 +2,7 @@
 //! stage, run in the kernel table's depthwise copy.
 
 use super::params::{ActElem, ConvParams, NhwcInput};
-use crate::dispatch::Body;
+use crate::dispatch::SliceBody;
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
 
 /// The depthwise direct kernel's operands: one output row `(b, oy)` at a time.
@@ -18,18 +18,17 @@ pub(super) struct Depthwise<'a, T> {
 }
 
 /// Raw sums `acc[ox·c_out + co] = Σ_{ky,kx} (x − za)(w − zw)` of output row `row`
-/// (`= b·oh + oy`): a [`Body`], run in the table's depthwise copy.
+/// (`= b·oh + oy`) into the first slice (the second is not used): a [`SliceBody`], run in
+/// the table's depthwise copy.
 pub(super) struct DwRow<'a, T> {
     pub(super) dw: &'a Depthwise<'a, T>,
     pub(super) row: usize,
-    pub(super) acc: &'a mut [i32],
 }
 
-impl<T: ActElem> Body for DwRow<'_, T> {
-    type Output = ();
+impl<T: ActElem> SliceBody<i32, u8> for DwRow<'_, T> {
     #[inline(always)]
-    fn run(self) {
-        self.dw.row_body(self.row, self.acc)
+    fn run(&self, acc: &mut [i32], _: &mut [u8]) {
+        self.dw.row_body(self.row, acc)
     }
 }
 
@@ -129,18 +128,15 @@ impl<'a> DwEpilogue<'a> {
     }
 }
 
-/// [`DwEpilogue::emit_body`] of one output row: a [`Body`], run in the table's depthwise
-/// copy.
-pub(super) struct DwEmit<'a, 'b, O> {
+/// The output stage of one row, `acc` (first slice) to `out`: a [`SliceBody`], run in the
+/// table's depthwise copy.
+pub(super) struct DwEmit<'a, 'b> {
     pub(super) epi: &'a DwEpilogue<'b>,
-    pub(super) acc: &'a [i32],
-    pub(super) out: &'a mut [O],
 }
 
-impl<O: QuantType> Body for DwEmit<'_, '_, O> {
-    type Output = ();
+impl<O: QuantType> SliceBody<i32, O> for DwEmit<'_, '_> {
     #[inline(always)]
-    fn run(self) {
-        self.epi.emit_body(self.acc, self.out)
+    fn run(&self, acc: &mut [i32], out: &mut [O]) {
+        self.epi.emit_body(acc, out)
     }
 }

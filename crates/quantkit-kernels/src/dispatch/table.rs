@@ -150,6 +150,14 @@ pub(crate) trait Body {
     fn run(self) -> Self::Output;
 }
 
+/// A loop body over two mutable slices, passed as arguments of the compiled copy (so that
+/// the compiler knows they alias nothing else, which it does not for references inside a
+/// [`Body`] value): [`VectorBody::run_slices`].
+pub(crate) trait SliceBody<A, B> {
+    /// The body; implementations are `#[inline(always)]`.
+    fn run(&self, a: &mut [A], b: &mut [B]);
+}
+
 /// Which compiled copy of a [`Body`] a kernel family uses. The SIMD variants carry a token
 /// that only exists when the CPU was checked for the instructions.
 #[derive(Clone, Copy, Debug)]
@@ -174,6 +182,18 @@ impl VectorBody {
             VectorBody::Avx2(t) => t.run(body),
             #[cfg(target_arch = "x86_64")]
             VectorBody::Avx512(t) => t.run(body),
+        }
+    }
+
+    /// Runs `body` on `a` and `b` in this copy.
+    #[inline(always)]
+    pub(crate) fn run_slices<A, B, F: SliceBody<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+        match self {
+            VectorBody::Generic => body.run(a, b),
+            #[cfg(target_arch = "x86_64")]
+            VectorBody::Avx2(t) => t.run_slices(body, a, b),
+            #[cfg(target_arch = "x86_64")]
+            VectorBody::Avx512(t) => t.run_slices(body, a, b),
         }
     }
 

@@ -13,7 +13,7 @@ pub mod pack;
 pub mod peak;
 pub mod winograd;
 
-use crate::dispatch::{Body, Kernels, Stores, VectorBody};
+use crate::dispatch::{Body, Kernels, SliceBody, Stores, VectorBody};
 use crate::gemm::{Tile, KGROUP, MR, NR, TILE};
 use crate::Isa;
 
@@ -34,6 +34,13 @@ impl Avx2 {
         // SAFETY: `self` exists only when AVX2 was detected.
         unsafe { run_body(body) }
     }
+
+    /// Runs `body` on `a` and `b` compiled with AVX2 enabled.
+    #[inline(always)]
+    pub(crate) fn run_slices<A, B, F: SliceBody<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+        // SAFETY: `self` exists only when AVX2 was detected.
+        unsafe { run_slice_body(body, a, b) }
+    }
 }
 
 /// The AVX2 copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
@@ -43,6 +50,15 @@ impl Avx2 {
 #[target_feature(enable = "avx2")]
 unsafe fn run_body<B: Body>(body: B) -> B::Output {
     body.run()
+}
+
+/// The copy of a [`SliceBody`].
+///
+/// # Safety
+/// As `run_body`.
+#[target_feature(enable = "avx2")]
+unsafe fn run_slice_body<A, B, F: SliceBody<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+    body.run(a, b)
 }
 
 /// Installs the AVX2 kernels in `k` when the CPU has AVX2 (otherwise leaves it as is): the

@@ -10,7 +10,7 @@
 pub mod gemm;
 pub mod peak;
 
-use crate::dispatch::{Body, Kernels, Stores, VectorBody};
+use crate::dispatch::{Body, Kernels, SliceBody, Stores, VectorBody};
 use crate::gemm::{PanelGeometry, Tile, VNNI_KGROUP, VNNI_MR, VNNI_NR};
 use crate::Isa;
 
@@ -31,6 +31,13 @@ impl Avx512 {
         // SAFETY: `self` exists only when AVX-512 F/BW/VL/VNNI were detected.
         unsafe { run_body(body) }
     }
+
+    /// Runs `body` on `a` and `b` compiled with AVX-512 F and BW enabled.
+    #[inline(always)]
+    pub(crate) fn run_slices<A, B, F: SliceBody<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+        // SAFETY: `self` exists only when AVX-512 F/BW/VL/VNNI were detected.
+        unsafe { run_slice_body(body, a, b) }
+    }
 }
 
 /// The AVX-512 copy of a [`Body`].
@@ -40,6 +47,15 @@ impl Avx512 {
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn run_body<B: Body>(body: B) -> B::Output {
     body.run()
+}
+
+/// The copy of a [`SliceBody`].
+///
+/// # Safety
+/// As `run_body`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn run_slice_body<A, B, F: SliceBody<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+    body.run(a, b)
 }
 
 /// Installs the AVX-512 VNNI kernels in `k` when the CPU has them (otherwise leaves it as
