@@ -21,8 +21,7 @@ mod table;
 
 pub use table::{kernels, table_for, Kernels};
 pub(crate) use table::{
-    Body, I16IndirectFn, Mmm, SliceBody, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody,
-    Winograd, I16,
+    Body, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody, Winograd, I16,
 };
 
 use crate::error::{KernelError, Result};

@@ -89,21 +89,19 @@ pub fn max_pool<T: PoolElem>(
         .for_each(|(b, img)| {
             let job = MaxPoolImage {
                 src: &x[b * h * w * c..(b + 1) * h * w * c],
-                img,
                 shape: [h, w, c],
                 out_hw: [oh, ow],
                 p,
                 pair_window,
             };
-            body.run(job);
+            body.run(&job, img, &mut []);
         });
     Ok([n, oh, ow, c])
 }
 
-/// One image of [`max_pool`].
+/// One image of [`max_pool`], written to the body's first buffer.
 struct MaxPoolImage<'a, T> {
     src: &'a [T],
-    img: &'a mut [T],
     /// Input `[h, w, c]`.
     shape: [usize; 3],
     out_hw: [usize; 2],
@@ -111,10 +109,9 @@ struct MaxPoolImage<'a, T> {
     pair_window: bool,
 }
 
-impl<T: PoolElem> Body for MaxPoolImage<'_, T> {
-    type Output = ();
+impl<T: PoolElem> Body<T, u8> for MaxPoolImage<'_, T> {
     #[inline(always)]
-    fn run(self) {
+    fn run(&self, img: &mut [T], _: &mut [u8]) {
         let [h, w, c] = self.shape;
         let [oh, ow] = self.out_hw;
         let p = self.p;
@@ -123,7 +120,7 @@ impl<T: PoolElem> Body for MaxPoolImage<'_, T> {
             for oy in 0..oh {
                 let r0 = &self.src[2 * oy * w * c..][..w * c];
                 let r1 = &self.src[(2 * oy + 1) * w * c..][..w * c];
-                let orow = &mut self.img[oy * ow * c..][..ow * c];
+                let orow = &mut img[oy * ow * c..][..ow * c];
                 for (ox, o) in orow.chunks_exact_mut(c).enumerate() {
                     let (a0, a1) = r0[2 * ox * c..][..2 * c].split_at(c);
                     let (b0, b1) = r1[2 * ox * c..][..2 * c].split_at(c);
@@ -139,7 +136,7 @@ impl<T: PoolElem> Body for MaxPoolImage<'_, T> {
         }
         for oy in 0..oh {
             for ox in 0..ow {
-                let o = &mut self.img[(oy * ow + ox) * c..][..c];
+                let o = &mut img[(oy * ow + ox) * c..][..c];
                 let mut first = true;
                 for ky in 0..p.kernel[0] {
                     let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;

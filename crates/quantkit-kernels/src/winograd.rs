@@ -245,14 +245,14 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
         s: &mut Scratch,
         out: &TileWriter<'_, O>,
     ) {
-        wino.body.run(Bands {
+        let job = Bands {
             wc: self,
             wino,
             i16,
             bands,
-            s,
             out,
-        })
+        };
+        wino.body.run(&job, std::slice::from_mut(s), &mut [])
     }
 
     /// The band loop, run in the table's compiled copy ([`Bands`]).
@@ -425,24 +425,23 @@ fn output_tile(m: &[[i32; TILE]; XI], r: usize) -> [[[i32; NR]; 2]; 2] {
     y
 }
 
-/// [`WinogradConv::bands_body`] as a [`Body`], run in the table's Winograd copy.
+/// [`WinogradConv::bands_body`] with the scratch buffers of the body's first (one-element)
+/// slice, as a [`Body`] run in the table's Winograd copy.
 struct Bands<'a, T, O> {
     wc: &'a WinogradConv<'a, T>,
     wino: &'a Winograd,
     i16: &'a I16,
     bands: Range<usize>,
-    s: &'a mut Scratch,
     out: &'a TileWriter<'a, O>,
 }
 
-impl<T: ActElem, O: QuantType> Body for Bands<'_, T, O> {
-    type Output = ();
+impl<T: ActElem, O: QuantType> Body<Scratch, u8> for Bands<'_, T, O> {
     #[inline(always)]
-    fn run(self) {
+    fn run(&self, s: &mut [Scratch], _: &mut [u8]) {
         // SAFETY: only `WinogradConv::bands` builds a `Bands`, under its own contract.
         unsafe {
             self.wc
-                .bands_body(self.wino, self.i16, self.bands, self.s, self.out)
+                .bands_body(self.wino, self.i16, self.bands.clone(), &mut s[0], self.out)
         }
     }
 }

@@ -2,7 +2,7 @@
 //! stage, run in the kernel table's depthwise copy.
 
 use super::params::{ActElem, ConvParams, NhwcInput};
-use crate::dispatch::SliceBody;
+use crate::dispatch::Body;
 use crate::output::{float_requant, OutputStage, QuantType, Requant};
 
 /// The depthwise direct kernel's operands: one output row `(b, oy)` at a time.
@@ -18,14 +18,14 @@ pub(super) struct Depthwise<'a, T> {
 }
 
 /// Raw sums `acc[ox·c_out + co] = Σ_{ky,kx} (x − za)(w − zw)` of output row `row`
-/// (`= b·oh + oy`) into the first slice (the second is not used): a [`SliceBody`], run in
+/// (`= b·oh + oy`) into the first slice (the second is not used): a [`Body`], run in
 /// the table's depthwise copy.
 pub(super) struct DwRow<'a, T> {
     pub(super) dw: &'a Depthwise<'a, T>,
     pub(super) row: usize,
 }
 
-impl<T: ActElem> SliceBody<i32, u8> for DwRow<'_, T> {
+impl<T: ActElem> Body<i32, u8> for DwRow<'_, T> {
     #[inline(always)]
     fn run(&self, acc: &mut [i32], _: &mut [u8]) {
         self.dw.row_body(self.row, acc)
@@ -128,13 +128,13 @@ impl<'a> DwEpilogue<'a> {
     }
 }
 
-/// The output stage of one row, `acc` (first slice) to `out`: a [`SliceBody`], run in the
+/// The output stage of one row, `acc` (first slice) to `out`: a [`Body`], run in the
 /// table's depthwise copy.
 pub(super) struct DwEmit<'a, 'b> {
     pub(super) epi: &'a DwEpilogue<'b>,
 }
 
-impl<O: QuantType> SliceBody<i32, O> for DwEmit<'_, '_> {
+impl<O: QuantType> Body<i32, O> for DwEmit<'_, '_> {
     #[inline(always)]
     fn run(&self, acc: &mut [i32], out: &mut [O]) {
         self.epi.emit_body(acc, out)

@@ -145,15 +145,15 @@ fn conv_impl<T: ActElem, O: QuantType>(
             if let Some(o) = out_i32.as_deref_mut() {
                 o.par_chunks_mut(row_len.max(1))
                     .enumerate()
-                    .for_each(|(row, acc)| body.run_slices(&DwRow { dw: &dw, row }, acc, &mut []));
+                    .for_each(|(row, acc)| body.run(&DwRow { dw: &dw, row }, acc, &mut []));
             } else if let (Some(o), Some(st)) = (out_q.as_deref_mut(), stage) {
                 let epi = DwEpilogue::new(st, c_out, st.range::<O>());
                 let emit = DwEmit { epi: &epi };
                 o.par_chunks_mut(row_len.max(1)).enumerate().for_each_init(
                     || vec![0i32; row_len],
                     |acc, (row, out)| {
-                        body.run_slices(&DwRow { dw: &dw, row }, acc, &mut []);
-                        body.run_slices(&emit, acc, out);
+                        body.run(&DwRow { dw: &dw, row }, acc, &mut []);
+                        body.run(&emit, acc, out);
                     },
                 );
             }

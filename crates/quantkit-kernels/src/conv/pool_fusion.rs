@@ -140,7 +140,13 @@ pub(super) fn pooled_small_cin<T: ActElem, O: QuantType>(
     };
     (0..n * ph).into_par_iter().for_each(|r| {
         // A row starts no parallel work, so the borrow is never re-entered.
-        BUFS.with_borrow_mut(|bufs| body.run(PooledRowJob { row: &row, r, bufs }))
+        BUFS.with_borrow_mut(|bufs| {
+            body.run(
+                &PooledRowJob { row: &row, r },
+                std::slice::from_mut(bufs),
+                &mut [],
+            )
+        })
     });
     true
 }
@@ -155,18 +161,17 @@ pub(super) struct PooledRow<'a, O> {
     c_out: usize,
 }
 
-/// [`PooledRow::run`] of row `r`, as a [`Body`] for the table's pooling copy.
+/// [`PooledRow::run`] of row `r` with the buffers of the body's first (one-element)
+/// slice, as a [`Body`] for the table's pooling copy.
 pub(super) struct PooledRowJob<'a, O> {
     row: &'a PooledRow<'a, O>,
     r: usize,
-    bufs: &'a mut PooledBufs,
 }
 
-impl<O: QuantType> Body for PooledRowJob<'_, O> {
-    type Output = ();
+impl<O: QuantType> Body<PooledBufs, u8> for PooledRowJob<'_, O> {
     #[inline(always)]
-    fn run(self) {
-        self.row.run(self.r, self.bufs)
+    fn run(&self, bufs: &mut [PooledBufs], _: &mut [u8]) {
+        self.row.run(self.r, &mut bufs[0])
     }
 }
 
@@ -352,14 +357,14 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
                     let cnt = (TILE / NR).min(pwid - x0);
                     for c0 in (0..c_out).step_by(NR) {
                         let cols = NR.min(c_out - c0);
-                        body.run(WindowMax {
+                        let job = WindowMax {
                             rows: [row0, row1],
                             at: 2 * x0 * c_out + c0,
                             cnt,
                             cols,
                             c_out,
-                            tile,
-                        });
+                        };
+                        body.run(&job, &mut tile.0, &mut []);
                         let pixel = (b * ph + py0 + r) * pwid + x0;
                         // SAFETY: pooled pixels `pixel..pixel+cnt` of row `py0 + r` belong
                         // to this block only, and channels `c0..c0+cols` exist; the caller
@@ -374,32 +379,29 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
 
 /// `tile[i·16 + l]` = the maximum of the 2×2 window of pooled pixel `i < cnt`, channel
 /// `l < cols`, from the two conv rows `rows` (pixels of `c_out` sums, the first window's
-/// top-left sum at `at`). Run in the table's pooling copy (AVX2 has `vpmaxsd`; baseline
-/// x86-64 has no packed i32 maximum).
+/// top-left sum at `at`), written to the body's first buffer (a tile). Run in the table's
+/// pooling copy (AVX2 has `vpmaxsd`; baseline x86-64 has no packed i32 maximum).
 pub(super) struct WindowMax<'a> {
     rows: [&'a [i32]; 2],
     at: usize,
     cnt: usize,
     cols: usize,
     c_out: usize,
-    tile: &'a mut Tile,
 }
 
-impl Body for WindowMax<'_> {
-    type Output = ();
+impl Body<i32, u8> for WindowMax<'_> {
     #[inline(always)]
-    fn run(self) {
+    fn run(&self, tile: &mut [i32], _: &mut [u8]) {
         let WindowMax {
             rows,
             at,
             cnt,
             cols,
             c_out,
-            tile,
-        } = self;
+        } = *self;
         for i in 0..cnt {
             let at = at + 2 * i * c_out;
-            let t = &mut tile.0[i * NR..i * NR + cols];
+            let t = &mut tile[i * NR..i * NR + cols];
             let (a0, a1) = (&rows[0][at..at + cols], &rows[0][at + c_out..][..cols]);
             let (b0, b1) = (&rows[1][at..at + cols], &rows[1][at + c_out..][..cols]);
             for ((((t, &p), &q), &r), &s) in t.iter_mut().zip(a0).zip(a1).zip(b0).zip(b1) {

@@ -13,7 +13,7 @@ pub mod pack;
 pub mod peak;
 pub mod winograd;
 
-use crate::dispatch::{Body, Kernels, SliceBody, Stores, VectorBody};
+use crate::dispatch::{Body, Kernels, Stores, VectorBody};
 use crate::gemm::{Tile, KGROUP, MR, NR, TILE};
 use crate::Isa;
 
@@ -28,36 +28,20 @@ impl Avx2 {
         Isa::Avx2.is_supported().then_some(Avx2(()))
     }
 
-    /// Runs `body` compiled with AVX2 enabled.
-    #[inline(always)]
-    pub(crate) fn run<B: Body>(self, body: B) -> B::Output {
-        // SAFETY: `self` exists only when AVX2 was detected.
-        unsafe { run_body(body) }
-    }
-
     /// Runs `body` on `a` and `b` compiled with AVX2 enabled.
     #[inline(always)]
-    pub(crate) fn run_slices<A, B, F: SliceBody<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+    pub(crate) fn run<A, B, F: Body<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
         // SAFETY: `self` exists only when AVX2 was detected.
-        unsafe { run_slice_body(body, a, b) }
+        unsafe { run_body(body, a, b) }
     }
 }
 
-/// The AVX2 copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
+/// The copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support the enabled features.
 #[target_feature(enable = "avx2")]
-unsafe fn run_body<B: Body>(body: B) -> B::Output {
-    body.run()
-}
-
-/// The copy of a [`SliceBody`].
-///
-/// # Safety
-/// As `run_body`.
-#[target_feature(enable = "avx2")]
-unsafe fn run_slice_body<A, B, F: SliceBody<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
     body.run(a, b)
 }
 

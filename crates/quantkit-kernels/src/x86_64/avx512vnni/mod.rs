@@ -10,7 +10,7 @@
 pub mod gemm;
 pub mod peak;
 
-use crate::dispatch::{Body, Kernels, SliceBody, Stores, VectorBody};
+use crate::dispatch::{Body, Kernels, Stores, VectorBody};
 use crate::gemm::{PanelGeometry, Tile, VNNI_KGROUP, VNNI_MR, VNNI_NR};
 use crate::Isa;
 
@@ -25,36 +25,20 @@ impl Avx512 {
         Isa::Avx512Vnni.is_supported().then_some(Avx512(()))
     }
 
-    /// Runs `body` compiled with AVX-512 F and BW enabled.
-    #[inline(always)]
-    pub(crate) fn run<B: Body>(self, body: B) -> B::Output {
-        // SAFETY: `self` exists only when AVX-512 F/BW/VL/VNNI were detected.
-        unsafe { run_body(body) }
-    }
-
     /// Runs `body` on `a` and `b` compiled with AVX-512 F and BW enabled.
     #[inline(always)]
-    pub(crate) fn run_slices<A, B, F: SliceBody<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+    pub(crate) fn run<A, B, F: Body<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
         // SAFETY: `self` exists only when AVX-512 F/BW/VL/VNNI were detected.
-        unsafe { run_slice_body(body, a, b) }
+        unsafe { run_body(body, a, b) }
     }
 }
 
-/// The AVX-512 copy of a [`Body`].
+/// The copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F and BW.
+/// The CPU must support the enabled features.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn run_body<B: Body>(body: B) -> B::Output {
-    body.run()
-}
-
-/// The copy of a [`SliceBody`].
-///
-/// # Safety
-/// As `run_body`.
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn run_slice_body<A, B, F: SliceBody<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
     body.run(a, b)
 }
 
