@@ -1,7 +1,7 @@
 //! The kernel table is the only way to SIMD code: under `QUANTKIT_ISA=scalar` the whole
 //! workload (GEMM, every conv path, conv + max pool, max pool, deconv) takes no SIMD entry
-//! (`dispatch::simd_calls()` stays 0), and under the best ISA of a SIMD machine every path
-//! takes one.
+//! (`dispatch::simd_calls()` stays 0), and under every SIMD ISA of the machine (forced, or
+//! chosen by default) every path takes one.
 //!
 //! The ISA is chosen once per process, so each case runs in a child process of this test
 //! binary with the environment variable set before anything calls `dispatch::isa()`.
@@ -166,17 +166,30 @@ fn scalar_process_takes_no_simd_entry() {
     );
 }
 
+/// Every SIMD ISA this CPU has, forced with `QUANTKIT_ISA`, and the default choice.
 #[test]
-fn best_isa_takes_simd_entries_on_every_path() {
+fn simd_isas_take_simd_entries_on_every_path() {
     if std::env::var_os(CHILD).is_none() {
-        return in_child("best_isa_takes_simd_entries_on_every_path", None);
+        let name = "simd_isas_take_simd_entries_on_every_path";
+        in_child(name, None);
+        for isa in Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar) {
+            if isa.is_supported() {
+                in_child(name, Some(isa.name()));
+            } else {
+                eprintln!("skipping {isa}: this CPU lacks its instructions");
+            }
+        }
+        return;
     }
     let isa = dispatch::isa();
+    match std::env::var("QUANTKIT_ISA") {
+        Ok(forced) => assert_eq!(isa.name(), forced),
+        Err(_) => assert_eq!(isa, dispatch::detect_best()),
+    }
     if isa == Isa::Scalar {
         eprintln!("skipped: this CPU has no SIMD ISA with kernels");
         return;
     }
-    assert_eq!(isa, dispatch::detect_best());
     let seen = workload();
     for (name, calls) in &seen {
         assert!(*calls > 0, "`{name}` took no SIMD entry on {isa}: {seen:?}");
