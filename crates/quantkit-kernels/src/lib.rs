@@ -35,7 +35,6 @@ pub mod output;
 pub mod peak;
 pub mod pool;
 pub mod reference;
-mod small_cin;
 pub mod winograd;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

@@ -26,17 +26,18 @@
 //! stride-2 pool is reduced on the exact sums before a monotone output stage.
 //!
 //! Files: `params` (geometry, input types), `weights` (packing and the choice of path),
-//! `im2col` (the implicit im2col), `depthwise`, `winograd` (running `crate::winograd`),
-//! `pool_fusion` (conv + max pool); this file holds the entry points and the driver.
+//! `im2col` (the implicit im2col), `small_cin` (planes of words for C_in ≤ 4), `depthwise`,
+//! `winograd` (running `crate::winograd`), `pool_fusion` (conv + max pool); this file holds
+//! the entry points and the driver.
 
 mod depthwise;
 mod im2col;
 mod params;
 mod pool_fusion;
+mod small_cin;
 mod weights;
 mod winograd;
 
-pub(crate) use params::PixelPos;
 pub use params::{ActElem, ConvParams, NhwcInput};
 pub use pool_fusion::{conv2d_quant_max_pool, conv2d_quant_max_pool_with};
 pub use weights::{ConvAlgorithm, ConvWeights};
@@ -45,10 +46,10 @@ use crate::dispatch::{self, table_for, Isa};
 use crate::error::{KernelError, Result};
 use crate::gemm::{gemm_strided, Activations, TileWriter};
 use crate::output::{OutputStage, QuantType, Requant};
-use crate::small_cin::SmallCin;
 use depthwise::{Depthwise, DwEmit, DwEpilogue, DwRow};
 use im2col::Im2col;
 use rayon::prelude::*;
+use small_cin::SmallCin;
 use weights::Kind;
 use winograd::{run_winograd, winograd_call};
 

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::im2col::Im2col;
 use super::params::{ActElem, ConvParams, NhwcInput};
+use super::small_cin::SmallCin;
 use super::weights::{ConvWeights, Kind};
 use super::winograd::{run_winograd, winograd_call};
 use super::{check, conv2d_output_shape, conv2d_quant_with};
@@ -16,7 +17,6 @@ use crate::gemm::{
 };
 use crate::output::{OutputStage, QuantType};
 use crate::pool::{max_pool, PoolElem};
-use crate::small_cin::SmallCin;
 
 /// QLinearConv followed by an ONNX MaxPool (NHWC, floor output size; `pool.groups` is
 /// ignored) in one call, on the dispatched ISA: `out` is the pooled output, whose shape is

@@ -2,16 +2,16 @@
 //! few channels, depthwise).
 
 use super::params::ConvParams;
+use super::small_cin;
 use crate::error::{KernelError, Result};
 use crate::gemm::PackedWeights;
-use crate::small_cin;
 use crate::winograd::{self, WinogradWeights};
 
 pub(super) enum Kind {
     Gemm(Vec<PackedWeights>),
     Winograd(WinogradWeights),
     /// im2col + GEMM with k-pairs of channel pairs or row pairs, packed from precomputed
-    /// planes of words ([`crate::small_cin`]); the weights have its packed K.
+    /// planes of words ([`super::small_cin`]); the weights have its packed K.
     SmallCin(PackedWeights),
     Depthwise {
         /// `[ky][kx][co]` of `w − zw`.
