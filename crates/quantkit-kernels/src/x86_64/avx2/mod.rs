@@ -53,8 +53,9 @@ pub(crate) fn plug(k: &mut Kernels) {
     let Some(avx2) = Avx2::detect() else {
         return;
     };
-    // Every entry below is an AVX2 `#[target_feature]` function or a private adapter of
-    // one; this is the only place that installs them, after the check above.
+    // SAFETY (relied on by every caller of these entries): each is an AVX2
+    // `#[target_feature]` function or a private adapter of one, and this is the only place
+    // that installs them, after the check above.
     let stores = Stores {
         isa: Isa::Avx2,
         i32: gemm::avx2_epilogue_i32,

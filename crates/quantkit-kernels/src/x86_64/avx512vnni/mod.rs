@@ -51,8 +51,9 @@ pub(crate) fn plug(k: &mut Kernels) {
     let Some(avx512) = Avx512::detect() else {
         return;
     };
-    // The entries below are AVX-512 `#[target_feature]` functions or a private adapter of
-    // one; this is the only place that installs them, after the check above.
+    // SAFETY (relied on by every caller of these entries): each is an AVX-512
+    // `#[target_feature]` function or a private adapter of one, and this is the only place
+    // that installs them, after the check above.
     k.mmm.isa = Isa::Avx512Vnni;
     k.mmm.geometry = PanelGeometry::QUADS;
     k.mmm.tile = tile_u8i8;
