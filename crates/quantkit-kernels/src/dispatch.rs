@@ -6,9 +6,23 @@
 //! can compare implementations on one machine. A forced ISA that the CPU lacks, or that
 //! this build has no kernels for, falls back to the best available one and says so once
 //! on stderr — it never executes an illegal instruction.
+//!
+//! The kernels themselves are reached through one table per ISA ([`Kernels`], built by
+//! [`table_for`]; [`kernels`] is the dispatched one): the generic table of `generic/` with
+//! each ISA module's `plug` applied. [`simd_calls`] counts the kernel calls that went to a
+//! non-scalar entry, so a test can check that `QUANTKIT_ISA=scalar` keeps the process
+//! scalar.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+mod table;
+
+pub use table::{kernels, table_for, Kernels};
+pub(crate) use table::{
+    Body, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody, Winograd, I16,
+};
 
 use crate::error::{KernelError, Result};
 
@@ -135,4 +149,24 @@ pub fn isa() -> Isa {
         },
         _ => detect_best(),
     })
+}
+
+/// Kernel calls that went through a non-scalar table entry.
+static SIMD_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one kernel call through an entry family when it is SIMD code. Relaxed: the count
+/// orders nothing, and it is taken once per call (a GEMM, a conv, a pool), not per tile.
+#[inline]
+pub(crate) fn note_use(simd: bool) {
+    if simd {
+        SIMD_CALLS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Number of kernel calls since the process started that used a SIMD entry of a kernel
+/// table (GEMM micro-kernels, packers, output stages, Winograd transforms, depthwise and
+/// pooling loops). It stays 0 under `QUANTKIT_ISA=scalar` as long as only the dispatched
+/// entry points are used (the `*_with(isa, …)` ones use `isa`'s table).
+pub fn simd_calls() -> u64 {
+    SIMD_CALLS.load(Ordering::Relaxed)
 }

@@ -3,8 +3,10 @@
 //!
 //! Layout: `generic/` holds the portable scalar version of every kernel (the reference the
 //! SIMD code must equal bit for bit), `x86_64/<isa>/` the SIMD versions, and [`dispatch`]
-//! picks one per process (overridable with `QUANTKIT_ISA`). The numeric contracts
-//! (zero-point algebra, output stages) are derived in `docs/kernels.md`.
+//! picks one ISA per process (overridable with `QUANTKIT_ISA`) whose kernel table
+//! ([`dispatch::Kernels`]: the generic entries, overridden by each ISA module's `plug`) is
+//! the only way any kernel reaches SIMD code. The numeric contracts (zero-point algebra,
+//! output stages) are derived in `docs/kernels.md`.
 //!
 //! ```
 //! use quantkit_kernels::gemm::{gemm_quant, Activations, PackedWeights, WeightLayout};
@@ -33,7 +35,6 @@ pub mod output;
 pub mod peak;
 pub mod pool;
 pub mod reference;
-mod small_cin;
 pub mod winograd;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

@@ -1,7 +1,9 @@
-//! Pooling on NHWC int8 tensors (scalar; the same code on every ISA). Max pool also takes
-//! f32 (the engine's dynamic-quantization step pools its float result).
+//! Pooling on NHWC int8 tensors. Max pool also takes f32 (the engine's dynamic-quantization
+//! step pools its float result); its loop runs in the kernel table's pooling copy (compiled
+//! with AVX2 on AVX2 machines: selects, exact on any ISA). Average pools are scalar.
 
 use crate::conv::ConvParams;
+use crate::dispatch::Body;
 use crate::error::{KernelError, Result};
 use crate::output::QuantType;
 use rayon::prelude::*;
@@ -78,38 +80,28 @@ pub fn max_pool<T: PoolElem>(
     // Images in parallel. The common 2×2 stride-2 window without padding takes the
     // element-wise maximum of its four taps in one pass; other windows start each output
     // pixel as a copy of its first valid tap and take the maximum of the others (a select
-    // per channel, which the compiler vectorises), with no per-pixel allocation. On AVX2
-    // machines the same body is compiled with AVX2 enabled (a select is exact on any ISA).
+    // per channel, which the compiler vectorises), with no per-pixel allocation, in the
+    // table's pooling copy of the loop.
     let pair_window = p.is_pair_window();
-    let avx2 = crate::dispatch::isa() != crate::dispatch::Isa::Scalar
-        && crate::dispatch::Isa::Avx2.is_supported();
+    let body = crate::dispatch::kernels().pooling();
     out.par_chunks_mut(oh * ow * c)
         .enumerate()
         .for_each(|(b, img)| {
             let job = MaxPoolImage {
                 src: &x[b * h * w * c..(b + 1) * h * w * c],
-                img,
                 shape: [h, w, c],
                 out_hw: [oh, ow],
                 p,
                 pair_window,
             };
-            #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: AVX2 was detected above.
-                unsafe { job.run_avx2() };
-                return;
-            }
-            let _ = avx2;
-            job.run();
+            body.run(&job, img, &mut []);
         });
     Ok([n, oh, ow, c])
 }
 
-/// One image of [`max_pool`].
+/// One image of [`max_pool`], written to the body's first buffer.
 struct MaxPoolImage<'a, T> {
     src: &'a [T],
-    img: &'a mut [T],
     /// Input `[h, w, c]`.
     shape: [usize; 3],
     out_hw: [usize; 2],
@@ -117,15 +109,9 @@ struct MaxPoolImage<'a, T> {
     pair_window: bool,
 }
 
-impl<T: PoolElem> MaxPoolImage<'_, T> {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn run_avx2(self) {
-        self.run()
-    }
-
+impl<T: PoolElem> Body<T, u8> for MaxPoolImage<'_, T> {
     #[inline(always)]
-    fn run(self) {
+    fn run(&self, img: &mut [T], _: &mut [u8]) {
         let [h, w, c] = self.shape;
         let [oh, ow] = self.out_hw;
         let p = self.p;
@@ -134,7 +120,7 @@ impl<T: PoolElem> MaxPoolImage<'_, T> {
             for oy in 0..oh {
                 let r0 = &self.src[2 * oy * w * c..][..w * c];
                 let r1 = &self.src[(2 * oy + 1) * w * c..][..w * c];
-                let orow = &mut self.img[oy * ow * c..][..ow * c];
+                let orow = &mut img[oy * ow * c..][..ow * c];
                 for (ox, o) in orow.chunks_exact_mut(c).enumerate() {
                     let (a0, a1) = r0[2 * ox * c..][..2 * c].split_at(c);
                     let (b0, b1) = r1[2 * ox * c..][..2 * c].split_at(c);
@@ -150,7 +136,7 @@ impl<T: PoolElem> MaxPoolImage<'_, T> {
         }
         for oy in 0..oh {
             for ox in 0..ow {
-                let o = &mut self.img[(oy * ow + ox) * c..][..c];
+                let o = &mut img[(oy * ow + ox) * c..][..c];
                 let mut first = true;
                 for ky in 0..p.kernel[0] {
                     let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;

@@ -44,8 +44,9 @@
 use std::ops::Range;
 
 use crate::conv::{ActElem, NhwcInput};
-use crate::dispatch::Isa;
+use crate::dispatch::{Body, Winograd, I16};
 use crate::gemm::{Tile, TileWriter, NR, TILE};
+use crate::generic::winograd as generic_winograd;
 use crate::output::QuantType;
 
 /// Positions of the 4×4 transform domain.
@@ -230,48 +231,39 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
     }
 
     /// Computes the output pixels of `bands` and hands each 2-pixel row of a tile, 16
-    /// channels at a time, to `out` (the GEMM's output stage) on `isa` (checked by the
-    /// caller).
+    /// channels at a time, to `out` (the GEMM's output stage), with the table's Winograd
+    /// loop copy and input transform (`wino`) and i16 micro-kernel (`i16`).
     ///
     /// # Safety
     /// `out` must write an output of `n·oh·ow` pixels (pooled: `n·(oh/2)·(ow/2)`) of
     /// `c_out` channels, and no other thread may be writing the pixels of `bands`.
     pub(crate) unsafe fn bands<O: QuantType>(
         &self,
-        isa: Isa,
+        wino: &Winograd,
+        i16: &I16,
         bands: Range<usize>,
         s: &mut Scratch,
         out: &TileWriter<'_, O>,
     ) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller checked `isa.is_supported()`; every AVX-512 VNNI CPU has
-            // AVX2 (checked here again). The output contract is the caller's.
-            Isa::Avx2 | Isa::Avx512Vnni if std::arch::is_x86_feature_detected!("avx2") => unsafe {
-                self.bands_avx2(bands, s, out)
-            },
-            // SAFETY: the caller's contract.
-            _ => unsafe { self.bands_body::<false, O>(bands, s, out) },
-        }
+        let job = Bands {
+            wc: self,
+            wino,
+            i16,
+            bands,
+            out,
+        };
+        wino.body.run(&job, std::slice::from_mut(s), &mut [])
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn bands_avx2<O: QuantType>(
-        &self,
-        bands: Range<usize>,
-        s: &mut Scratch,
-        out: &TileWriter<'_, O>,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe { self.bands_body::<true, O>(bands, s, out) }
-    }
-
-    /// The one implementation; `AVX2` picks the micro-kernel, and `inline(always)` gives the
-    /// AVX2 wrapper its own vectorised copy of the transforms.
+    /// The band loop, run in the table's compiled copy ([`Bands`]).
+    ///
+    /// # Safety
+    /// As [`Self::bands`].
     #[inline(always)]
-    unsafe fn bands_body<const AVX2: bool, O: QuantType>(
+    unsafe fn bands_body<O: QuantType>(
         &self,
+        wino: &Winograd,
+        i16: &I16,
         bands: Range<usize>,
         s: &mut Scratch,
         out: &TileWriter<'_, O>,
@@ -293,7 +285,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             for t in 0..tiles {
                 let bi = bands.start + t / self.tw;
                 let (b, ty, tx) = (bi / self.th, bi % self.th, t % self.tw);
-                self.input_tile::<AVX2>(b, ty, tx, v16, plane * 2, t * kgroups * 2);
+                self.input_tile(wino, b, ty, tx, v16, plane * 2, t * kgroups * 2);
             }
         }
 
@@ -307,7 +299,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                 let rows = (tiles - rb).min(MR);
                 for xi in 0..XI {
                     let a = &s.v[xi * plane + rb * kgroups..(xi + 1) * plane];
-                    gemm_i16::<AVX2>(rows, kgroups, a, w.panel(xi, p), &mut s.m[xi]);
+                    (i16.tile)(rows, kgroups, a, kgroups, w.panel(xi, p), &mut s.m[xi]);
                 }
                 let m: &[[i32; TILE]; XI] = s.m[..XI].try_into().expect("16 tiles");
                 let mut r = 0;
@@ -360,9 +352,11 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
 
     /// `V = Bᵀ d B` of tile `(b, ty, tx)`: value `(ξ, c)` to `v[ξ·plane + off + c]` (i16
     /// units), with the pair padding channel (odd `c_in`) set to 0.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn input_tile<const AVX2: bool>(
+    fn input_tile(
         &self,
+        wino: &Winograd,
         b: usize,
         ty: usize,
         tx: usize,
@@ -372,8 +366,8 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
     ) {
         let [_, h, wd, c] = self.x.shape;
         let za = self.x.zero_point;
-        // The 16 source pixels, row-major; taps in the padding read `zero` (d = 0).
-        let mut src: [&[T]; XI] = [&self.zero[..]; XI];
+        // The 16 source pixels' bytes, row-major; taps in the padding read `zero` (d = 0).
+        let mut src: [&[u8]; XI] = [T::as_bytes(&self.zero); XI];
         for i in 0..4 {
             let iy = (2 * ty + i) as isize - self.pad_t as isize;
             if iy < 0 || iy >= h as isize {
@@ -382,122 +376,26 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             for j in 0..4 {
                 let ix = (2 * tx + j) as isize - self.pad_l as isize;
                 if ix >= 0 && ix < wd as isize {
-                    src[i * 4 + j] =
-                        &self.x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c];
+                    src[i * 4 + j] = T::as_bytes(
+                        &self.x.data[((b * h + iy as usize) * wd + ix as usize) * c..][..c],
+                    );
                 }
             }
         }
         let mut c0 = 0;
-        while c0 < c {
-            let n = (c - c0).min(CB);
-            #[cfg(target_arch = "x86_64")]
-            if AVX2 && n == CB {
-                // SAFETY: `AVX2` is only true inside the AVX2 wrapper; every source slice
-                // holds `c ≥ c0 + 16` values and every destination row `c0 + 16` i16.
-                unsafe { input_block_avx2::<T>(&src, c0, za, v, plane, off) };
-                c0 += n;
-                continue;
-            }
-            let mut d = [[0i16; CB]; XI];
-            for (dk, sk) in d.iter_mut().zip(&src) {
-                for (o, &x) in dk.iter_mut().zip(&sk[c0..c0 + n]) {
-                    *o = (x.to_i32() - za) as i16;
-                }
-            }
-            let vt = transform_input(&d);
-            for (xi, vx) in vt.iter().enumerate() {
-                v[xi * plane + off + c0..][..n].copy_from_slice(&vx[..n]);
-            }
-            c0 += n;
+        while c0 + CB <= c {
+            // SAFETY: every source slice holds `c ≥ c0 + 16` bytes and every destination
+            // row `c0 + 16` values (`plane` covers the call's tiles and channels); the
+            // entry's ISA was checked by the plug that installed it.
+            unsafe { (wino.input)(&src, T::SIGNED, c0, za, v, plane, off) };
+            c0 += CB;
+        }
+        if c0 < c {
+            generic_winograd::winograd_input(&src, T::SIGNED, c0, c - c0, za, v, plane, off);
         }
         if c % 2 == 1 {
             for xi in 0..XI {
                 v[xi * plane + off + c] = 0;
-            }
-        }
-    }
-}
-
-/// `Bᵀ d B` on 16 channels at once; `d` and the result are row-major 4×4 (index `4i + j`).
-/// Bᵀ applied to four values is `[d0 − d2, d1 + d2, d2 − d1, d1 − d3]`: first down each
-/// column, then along each row. Written out lane by lane so it vectorises to one register
-/// per value.
-#[inline(always)]
-fn transform_input(d: &[[i16; CB]; XI]) -> [[i16; CB]; XI] {
-    let mut v = [[0i16; CB]; XI];
-    for l in 0..CB {
-        let mut t = [0i16; XI];
-        for j in 0..4 {
-            let (d0, d1, d2, d3) = (d[j][l], d[4 + j][l], d[8 + j][l], d[12 + j][l]);
-            t[j] = d0 - d2;
-            t[4 + j] = d1 + d2;
-            t[8 + j] = d2 - d1;
-            t[12 + j] = d1 - d3;
-        }
-        for i in 0..4 {
-            let (t0, t1, t2, t3) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
-            v[4 * i][l] = t0 - t2;
-            v[4 * i + 1][l] = t1 + t2;
-            v[4 * i + 2][l] = t2 - t1;
-            v[4 * i + 3][l] = t1 - t3;
-        }
-    }
-    v
-}
-
-/// [`transform_input`] of channels `c0..c0+16` with AVX2: the 16 source pixels widened to
-/// i16 minus the zero point (one `vpmovzxbw`/`vpmovsxbw` and one `vpsubw` each), the
-/// transform in sixteen registers, sixteen 32-byte stores to `v[ξ·plane + off + c0..]`.
-///
-/// # Safety
-/// AVX2 must be available; every `src[k]` must hold at least `c0 + 16` values and `v` at
-/// least `15·plane + off + c0 + 16`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn input_block_avx2<T: ActElem>(
-    src: &[&[T]; XI],
-    c0: usize,
-    za: i32,
-    v: &mut [i16],
-    plane: usize,
-    off: usize,
-) {
-    use std::arch::x86_64::*;
-    debug_assert!(src.iter().all(|s| s.len() >= c0 + CB));
-    debug_assert!(v.len() >= (XI - 1) * plane + off + c0 + CB);
-    // SAFETY: the function contract (AVX2, bounds).
-    unsafe {
-        let zv = _mm256_set1_epi16(za as i16);
-        let mut d = [_mm256_setzero_si256(); XI];
-        for (dk, sk) in d.iter_mut().zip(src) {
-            let raw = _mm_loadu_si128(T::as_bytes(sk).as_ptr().add(c0) as *const __m128i);
-            let wide = if T::SIGNED {
-                _mm256_cvtepi8_epi16(raw)
-            } else {
-                _mm256_cvtepu8_epi16(raw)
-            };
-            *dk = _mm256_sub_epi16(wide, zv);
-        }
-        // Bᵀ down each column j, then along each row i (as in `transform_input`).
-        let mut t = [_mm256_setzero_si256(); XI];
-        for j in 0..4 {
-            let (d0, d1, d2, d3) = (d[j], d[4 + j], d[8 + j], d[12 + j]);
-            t[j] = _mm256_sub_epi16(d0, d2);
-            t[4 + j] = _mm256_add_epi16(d1, d2);
-            t[8 + j] = _mm256_sub_epi16(d2, d1);
-            t[12 + j] = _mm256_sub_epi16(d1, d3);
-        }
-        let p = v.as_mut_ptr().add(off + c0);
-        for i in 0..4 {
-            let (t0, t1, t2, t3) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
-            let out = [
-                _mm256_sub_epi16(t0, t2),
-                _mm256_add_epi16(t1, t2),
-                _mm256_sub_epi16(t2, t1),
-                _mm256_sub_epi16(t1, t3),
-            ];
-            for (j, o) in out.into_iter().enumerate() {
-                _mm256_storeu_si256(p.add((4 * i + j) * plane) as *mut __m256i, o);
             }
         }
     }
@@ -527,37 +425,23 @@ fn output_tile(m: &[[i32; TILE]; XI], r: usize) -> [[[i32; NR]; 2]; 2] {
     y
 }
 
-/// One 6×16 (or fewer rows) i16 GEMM tile on the chosen micro-kernel.
-#[inline(always)]
-fn gemm_i16<const AVX2: bool>(
-    rows: usize,
-    kgroups: usize,
-    a: &[u32],
-    b: &[i16],
-    out: &mut [i32; TILE],
-) {
-    let lda = kgroups;
-    assert!(rows <= MR && a.len() >= (rows - 1) * lda + kgroups && b.len() >= kgroups * NR * 2);
-    macro_rules! call {
-        ($r:literal) => {{
-            #[cfg(target_arch = "x86_64")]
-            if AVX2 {
-                // SAFETY: `AVX2` is only true inside the AVX2 wrapper (the CPU has AVX2), and
-                // the bounds were asserted above.
-                unsafe {
-                    crate::x86_64::avx2::gemm::avx2_gemm_i16_6x16::<$r>(kgroups, a, lda, b, out)
-                };
-                return;
-            }
-            crate::generic::gemm::generic_gemm_i16_6x16::<$r>(kgroups, a, lda, b, out)
-        }};
-    }
-    match rows {
-        1 => call!(1),
-        2 => call!(2),
-        3 => call!(3),
-        4 => call!(4),
-        5 => call!(5),
-        _ => call!(6),
+/// [`WinogradConv::bands_body`] with the scratch buffers of the body's first (one-element)
+/// slice, as a [`Body`] run in the table's Winograd copy.
+struct Bands<'a, T, O> {
+    wc: &'a WinogradConv<'a, T>,
+    wino: &'a Winograd,
+    i16: &'a I16,
+    bands: Range<usize>,
+    out: &'a TileWriter<'a, O>,
+}
+
+impl<T: ActElem, O: QuantType> Body<Scratch, u8> for Bands<'_, T, O> {
+    #[inline(always)]
+    fn run(&self, s: &mut [Scratch], _: &mut [u8]) {
+        // SAFETY: only `WinogradConv::bands` builds a `Bands`, under its own contract.
+        unsafe {
+            self.wc
+                .bands_body(self.wino, self.i16, self.bands.clone(), &mut s[0], self.out)
+        }
     }
 }

@@ -1,6 +1,45 @@
 //! Scalar GEMM microkernel on the packed layouts of [`crate::gemm`].
 
-use crate::gemm::{KGROUP, MR, NR, TILE};
+use crate::gemm::{Tile, KGROUP, MR, NR, TILE};
+
+/// The table entry of [`generic_gemm_u8i8_i32_6x16`]: `rows ≤ 6` rows (checks the panel
+/// lengths; the kernel indexes them anyway).
+pub(crate) fn generic_tile_u8i8_6x16(
+    rows: usize,
+    kgroups: usize,
+    a: &[u32],
+    b: &[i8],
+    tile: &mut Tile,
+) {
+    let t = &mut tile.0;
+    match rows {
+        1 => generic_gemm_u8i8_i32_6x16::<1>(kgroups, a, b, t),
+        2 => generic_gemm_u8i8_i32_6x16::<2>(kgroups, a, b, t),
+        3 => generic_gemm_u8i8_i32_6x16::<3>(kgroups, a, b, t),
+        4 => generic_gemm_u8i8_i32_6x16::<4>(kgroups, a, b, t),
+        5 => generic_gemm_u8i8_i32_6x16::<5>(kgroups, a, b, t),
+        _ => generic_gemm_u8i8_i32_6x16::<6>(kgroups, a, b, t),
+    }
+}
+
+/// The table entry of [`generic_gemm_i16_6x16`]: `rows ≤ 6` rows of A at stride `lda`.
+pub(crate) fn generic_tile_i16_6x16(
+    rows: usize,
+    kgroups: usize,
+    a: &[u32],
+    lda: usize,
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    match rows {
+        1 => generic_gemm_i16_6x16::<1>(kgroups, a, lda, b, out),
+        2 => generic_gemm_i16_6x16::<2>(kgroups, a, lda, b, out),
+        3 => generic_gemm_i16_6x16::<3>(kgroups, a, lda, b, out),
+        4 => generic_gemm_i16_6x16::<4>(kgroups, a, lda, b, out),
+        5 => generic_gemm_i16_6x16::<5>(kgroups, a, lda, b, out),
+        _ => generic_gemm_i16_6x16::<6>(kgroups, a, lda, b, out),
+    }
+}
 
 /// `generic_gemm_u8i8_i32_6x16`: raw products of `R ≤ 6` packed activation rows with one
 /// packed weight panel of 16 columns, over `kgroups` groups of [`KGROUP`] k-values.

@@ -11,3 +11,126 @@
 pub mod gemm;
 pub mod pack;
 pub mod peak;
+pub mod winograd;
+
+use crate::dispatch::{Body, Kernels, Stores, VectorBody};
+use crate::gemm::{Tile, KGROUP, MR, NR, TILE};
+use crate::Isa;
+
+/// Proof that the CPU has AVX2: only [`Avx2::detect`] makes one, so code holding it may
+/// run AVX2 instructions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2(());
+
+impl Avx2 {
+    /// `Some` when the CPU has AVX2.
+    pub(crate) fn detect() -> Option<Self> {
+        Isa::Avx2.is_supported().then_some(Avx2(()))
+    }
+
+    /// Runs `body` on `a` and `b` compiled with AVX2 enabled.
+    #[inline(always)]
+    pub(crate) fn run<A, B, F: Body<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+        // SAFETY: `self` exists only when AVX2 was detected.
+        unsafe { run_body(body, a, b) }
+    }
+}
+
+/// The copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
+///
+/// # Safety
+/// The CPU must support the enabled features.
+#[target_feature(enable = "avx2")]
+unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+    body.run(a, b)
+}
+
+/// Installs the AVX2 kernels in `k` when the CPU has AVX2 (otherwise leaves it as is): the
+/// 6×16 u8×i8 and i16 micro-kernels (pairs geometry, the generic one), the pair packer,
+/// the stores of 16-column tiles, the Winograd input transform, and AVX2 copies of the
+/// Winograd, depthwise and pooling loops.
+pub(crate) fn plug(k: &mut Kernels) {
+    let Some(avx2) = Avx2::detect() else {
+        return;
+    };
+    // SAFETY (relied on by every caller of these entries): each is an AVX2
+    // `#[target_feature]` function or a private adapter of one, and this is the only place
+    // that installs them, after the check above.
+    let stores = Stores {
+        isa: Isa::Avx2,
+        i32: gemm::avx2_epilogue_i32,
+        u8: gemm::avx2_epilogue_float::<u8>,
+        i8: gemm::avx2_epilogue_float::<i8>,
+    };
+    k.mmm.isa = Isa::Avx2;
+    k.mmm.geometry = crate::gemm::PanelGeometry::PAIRS;
+    k.mmm.tile = tile_u8i8;
+    k.mmm.pack = pack_pairs;
+    k.mmm.store = stores;
+    k.store16 = stores;
+    k.i16.isa = Isa::Avx2;
+    k.i16.tile = tile_i16;
+    k.i16.indirect = tile_i16_indirect;
+    k.winograd.body = VectorBody::Avx2(avx2);
+    k.winograd.input_isa = Isa::Avx2;
+    k.winograd.input = winograd::avx2_winograd_input_16;
+    k.depthwise = VectorBody::Avx2(avx2);
+    k.pooling = VectorBody::Avx2(avx2);
+}
+
+/// Entry of [`gemm::avx2_gemm_u8i8_i32_6x16`].
+fn tile_u8i8(rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) {
+    assert!(a.len() >= kgroups * MR && b.len() >= kgroups * NR * KGROUP && rows <= MR);
+    use gemm::avx2_gemm_u8i8_i32_6x16 as k;
+    let t = &mut tile.0;
+    // SAFETY: installed only by `plug`, after detecting AVX2; lengths asserted above.
+    unsafe {
+        match rows {
+            1 => k::<1>(kgroups, a, b, t),
+            2 => k::<2>(kgroups, a, b, t),
+            3 => k::<3>(kgroups, a, b, t),
+            4 => k::<4>(kgroups, a, b, t),
+            5 => k::<5>(kgroups, a, b, t),
+            _ => k::<6>(kgroups, a, b, t),
+        }
+    }
+}
+
+/// Entry of [`pack::avx2_pack_a_pairs`].
+fn pack_pairs(panel: &[u8], rows: usize, k: usize, flip: u8, dst: &mut [u32], sums: &mut [i32]) {
+    assert!(
+        rows <= MR
+            && panel.len() >= rows * k
+            && dst.len() >= k.div_ceil(2) * MR
+            && sums.len() >= rows
+    );
+    // SAFETY: installed only by `plug`, after detecting AVX2; lengths asserted above.
+    unsafe { pack::avx2_pack_a_pairs(panel, k, rows, flip, dst, sums) }
+}
+
+/// Entry of [`gemm::avx2_gemm_i16_6x16`].
+fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: &mut [i32; TILE]) {
+    assert!(
+        (1..=MR).contains(&rows)
+            && a.len() >= (rows - 1) * lda + kgroups
+            && b.len() >= kgroups * NR * 2
+    );
+    use gemm::avx2_gemm_i16_6x16 as k;
+    // SAFETY: installed only by `plug`, after detecting AVX2; lengths asserted above.
+    unsafe {
+        match rows {
+            1 => k::<1>(kgroups, a, lda, b, out),
+            2 => k::<2>(kgroups, a, lda, b, out),
+            3 => k::<3>(kgroups, a, lda, b, out),
+            4 => k::<4>(kgroups, a, lda, b, out),
+            5 => k::<5>(kgroups, a, lda, b, out),
+            _ => k::<6>(kgroups, a, lda, b, out),
+        }
+    }
+}
+
+/// Entry of [`gemm::avx2_gemm_i16_indirect_6x16`] (which checks its bounds itself).
+fn tile_i16_indirect(a: &[u32], offsets: &[usize], b: &[i16], out: &mut [i32; TILE]) {
+    // SAFETY: installed only by `plug`, after detecting AVX2.
+    unsafe { gemm::avx2_gemm_i16_indirect_6x16(a, offsets, b, out) }
+}

@@ -9,3 +9,85 @@
 
 pub mod gemm;
 pub mod peak;
+
+use crate::dispatch::{Body, Kernels, Stores, VectorBody};
+use crate::gemm::{PanelGeometry, Tile, VNNI_KGROUP, VNNI_MR, VNNI_NR};
+use crate::Isa;
+
+/// Proof that the CPU has AVX-512 F, BW, VL and VNNI ([`Isa::Avx512Vnni`]): only
+/// [`Avx512::detect`] makes one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512(());
+
+impl Avx512 {
+    /// `Some` when the CPU has AVX-512 F, BW, VL and VNNI.
+    pub(crate) fn detect() -> Option<Self> {
+        Isa::Avx512Vnni.is_supported().then_some(Avx512(()))
+    }
+
+    /// Runs `body` on `a` and `b` compiled with AVX-512 F and BW enabled.
+    #[inline(always)]
+    pub(crate) fn run<A, B, F: Body<A, B>>(self, body: &F, a: &mut [A], b: &mut [B]) {
+        // SAFETY: `self` exists only when AVX-512 F/BW/VL/VNNI were detected.
+        unsafe { run_body(body, a, b) }
+    }
+}
+
+/// The copy of a [`Body`]: its `#[inline(always)]` `run` is compiled here.
+///
+/// # Safety
+/// The CPU must support the enabled features.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
+    body.run(a, b)
+}
+
+/// Installs the AVX-512 VNNI kernels in `k` when the CPU has them (otherwise leaves it as
+/// is): its own GEMM geometry ([`PanelGeometry::QUADS`], 8×32 tiles, k in quads) with the
+/// `vpdpbusd` micro-kernel, the quad packer and 512-bit stores, and AVX-512 copies of the
+/// depthwise loops. Everything else (i16 kernels, Winograd, pooling, 16-column stores) stays
+/// as the plugs before it (AVX2) left it.
+pub(crate) fn plug(k: &mut Kernels) {
+    let Some(avx512) = Avx512::detect() else {
+        return;
+    };
+    // SAFETY (relied on by every caller of these entries): each is an AVX-512
+    // `#[target_feature]` function or a private adapter of one, and this is the only place
+    // that installs them, after the check above.
+    k.mmm.isa = Isa::Avx512Vnni;
+    k.mmm.geometry = PanelGeometry::QUADS;
+    k.mmm.tile = tile_u8i8;
+    k.mmm.pack = crate::generic::pack::generic_pack_a_quads;
+    k.mmm.store = Stores {
+        isa: Isa::Avx512Vnni,
+        i32: gemm::avx512_epilogue_i32,
+        u8: gemm::avx512_epilogue_float::<u8>,
+        i8: gemm::avx512_epilogue_float::<i8>,
+    };
+    k.depthwise = VectorBody::Avx512(avx512);
+}
+
+/// Entry of [`gemm::avx512vnni_gemm_u8i8_i32_8x32`].
+fn tile_u8i8(rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) {
+    assert!(
+        a.len() >= kgroups * VNNI_MR
+            && b.len() >= kgroups * VNNI_NR * VNNI_KGROUP
+            && rows <= VNNI_MR
+    );
+    use gemm::avx512vnni_gemm_u8i8_i32_8x32 as k;
+    let t = &mut tile.0;
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI; lengths
+    // asserted above.
+    unsafe {
+        match rows {
+            1 => k::<1>(kgroups, a, b, t),
+            2 => k::<2>(kgroups, a, b, t),
+            3 => k::<3>(kgroups, a, b, t),
+            4 => k::<4>(kgroups, a, b, t),
+            5 => k::<5>(kgroups, a, b, t),
+            6 => k::<6>(kgroups, a, b, t),
+            7 => k::<7>(kgroups, a, b, t),
+            _ => k::<8>(kgroups, a, b, t),
+        }
+    }
+}

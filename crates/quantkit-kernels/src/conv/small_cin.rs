@@ -23,7 +23,7 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{ActElem, ConvParams, NhwcInput, PixelPos};
+use super::params::{ActElem, ConvParams, NhwcInput, PixelPos};
 use crate::gemm::MR;
 
 /// Largest C_in packed this way.

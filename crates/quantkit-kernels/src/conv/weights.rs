@@ -1,0 +1,198 @@
+//! Conv weights packed once, and the choice of path they are packed for (GEMM, Winograd,
+//! few channels, depthwise).
+
+use super::params::ConvParams;
+use super::small_cin;
+use crate::error::{KernelError, Result};
+use crate::gemm::PackedWeights;
+use crate::winograd::{self, WinogradWeights};
+
+pub(super) enum Kind {
+    Gemm(Vec<PackedWeights>),
+    Winograd(WinogradWeights),
+    /// im2col + GEMM with k-pairs of channel pairs or row pairs, packed from precomputed
+    /// planes of words ([`super::small_cin`]); the weights have its packed K.
+    SmallCin(PackedWeights),
+    Depthwise {
+        /// `[ky][kx][co]` of `w − zw`.
+        taps: Vec<i32>,
+        multiplier: usize,
+    },
+}
+
+/// How a convolution that is not depthwise is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvAlgorithm {
+    /// Winograd F(2×2, 3×3) for 3×3 stride-1 undilated single-group convs with at least
+    /// 8 input channels whose exactness bound holds ([`crate::winograd`]); for single-group
+    /// convs with at most 4 input channels (other than 1×1 stride-1 unpadded ones, which
+    /// need no im2col), im2col + GEMM with channels padded to pairs and panels packed
+    /// directly from widened pixels; im2col + GEMM otherwise.
+    #[default]
+    Auto,
+    /// Always the plain im2col + GEMM (the reference path Winograd and the few-channel
+    /// packing are tested against).
+    Im2col,
+}
+
+/// Convolution weights packed once for [`conv2d_i32`](super::conv2d_i32) / [`conv2d_quant`](super::conv2d_quant).
+pub struct ConvWeights {
+    pub(super) params: ConvParams,
+    pub(super) c_in: usize,
+    pub(super) c_out: usize,
+    pub(super) kind: Kind,
+}
+
+impl ConvWeights {
+    /// Packs ONNX-ordered i8 weights `[c_out, c_in/groups, kh, kw]` with zero point(s)
+    /// `zero_points` (1 or `c_out` entries).
+    pub fn new(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+    ) -> Result<Self> {
+        Self::with_algorithm(
+            weights,
+            c_out,
+            c_in,
+            params,
+            zero_points,
+            ConvAlgorithm::Auto,
+        )
+    }
+
+    /// [`ConvWeights::new`] with an explicit choice of algorithm (every choice gives the
+    /// same, exact result).
+    pub fn with_algorithm(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        algorithm: ConvAlgorithm,
+    ) -> Result<Self> {
+        const OP: &str = "conv2d";
+        let g = params.groups;
+        if g == 0 || !c_in.is_multiple_of(g) || !c_out.is_multiple_of(g) || c_in == 0 || c_out == 0
+        {
+            return Err(KernelError::InvalidArgument {
+                op: OP,
+                arg: "groups",
+                reason: format!("groups {g} must divide C_in {c_in} and C_out {c_out}"),
+            });
+        }
+        let [kh, kw] = params.kernel;
+        let (cin_g, cout_g) = (c_in / g, c_out / g);
+        let expected = c_out * cin_g * kh * kw;
+        if weights.len() != expected {
+            return Err(KernelError::BufferLength {
+                op: OP,
+                arg: "weights",
+                expected,
+                got: weights.len(),
+            });
+        }
+        if zero_points.len() != 1 && zero_points.len() != c_out {
+            return Err(KernelError::ChannelCount {
+                op: OP,
+                arg: "weight zero_points",
+                channels: c_out,
+                got: zero_points.len(),
+            });
+        }
+        let zp = |co: usize| {
+            if zero_points.len() == 1 {
+                zero_points[0]
+            } else {
+                zero_points[co]
+            }
+        };
+        let widx =
+            |co: usize, ci: usize, ky: usize, kx: usize| ((co * cin_g + ci) * kh + ky) * kw + kx;
+        let winograd_shape = g == 1
+            && params.kernel == [3, 3]
+            && params.stride == [1, 1]
+            && params.dilation == [1, 1]
+            && c_in >= winograd::MIN_C_IN;
+        let winograd = if algorithm == ConvAlgorithm::Auto && winograd_shape {
+            WinogradWeights::new(weights, c_out, c_in, zp)
+        } else {
+            None
+        };
+        let one_by_one =
+            params.kernel == [1, 1] && params.stride == [1, 1] && params.pads == [0; 4];
+        let kind = if let Some(ww) = winograd {
+            Kind::Winograd(ww)
+        } else if algorithm == ConvAlgorithm::Auto
+            && g == 1
+            && c_in <= small_cin::MAX_C_IN
+            && !one_by_one
+            && (0..c_out).all(|co| (-128..=127).contains(&zp(co)))
+        {
+            let packed = small_cin::PackedK::new(c_in, params.kernel);
+            let zps: Vec<i32> = (0..c_out).map(zp).collect();
+            Kind::SmallCin(PackedWeights::from_fn(packed.k(), c_out, &zps, |kk, j| {
+                packed.weight(kk, zps[j], |ci, ky, kx| weights[widx(j, ci, ky, kx)])
+            })?)
+        } else if cin_g == 1 && g == c_in && g > 1 {
+            let mut taps = vec![0i32; kh * kw * c_out];
+            for co in 0..c_out {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        taps[(ky * kw + kx) * c_out + co] =
+                            weights[widx(co, 0, ky, kx)] as i32 - zp(co);
+                    }
+                }
+            }
+            Kind::Depthwise {
+                taps,
+                multiplier: cout_g,
+            }
+        } else {
+            let k = kh * kw * cin_g;
+            let mut packs = Vec::with_capacity(g);
+            for gi in 0..g {
+                let zps: Vec<i32> = (0..cout_g).map(|j| zp(gi * cout_g + j)).collect();
+                packs.push(PackedWeights::from_fn(k, cout_g, &zps, |kk, j| {
+                    let (tap, ci) = (kk / cin_g, kk % cin_g);
+                    weights[widx(gi * cout_g + j, ci, tap / kw, tap % kw)]
+                })?);
+            }
+            Kind::Gemm(packs)
+        };
+        Ok(ConvWeights {
+            params,
+            c_in,
+            c_out,
+            kind,
+        })
+    }
+
+    /// Output channels.
+    pub fn c_out(&self) -> usize {
+        self.c_out
+    }
+
+    /// The geometry.
+    pub fn params(&self) -> &ConvParams {
+        &self.params
+    }
+
+    /// Whether the dedicated depthwise kernel is used.
+    pub fn is_depthwise(&self) -> bool {
+        matches!(self.kind, Kind::Depthwise { .. })
+    }
+
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"gemm-pairs"`
+    /// (im2col + GEMM over channels padded to pairs, for C_in ≤ 4) or `"gemm"`.
+    pub fn method(&self) -> &'static str {
+        match self.kind {
+            Kind::Depthwise { .. } => "depthwise",
+            Kind::Winograd(_) => "winograd",
+            Kind::SmallCin(_) => "gemm-pairs",
+            Kind::Gemm(_) => "gemm",
+        }
+    }
+}

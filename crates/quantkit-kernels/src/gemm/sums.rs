@@ -1,0 +1,181 @@
+//! Exact sums for convolutions that reduce tiles themselves (the fused conv + max pool):
+//! tile by tile on caller-packed panels, or serially over a block of rows.
+
+use super::activations::Activations;
+use super::geometry::{PanelGeometry, Tile, MR, NR, TILE};
+use super::pack::pack_a_panel;
+use super::sink::{column_terms, column_terms_za, write_tile, Epilogue, Sink, TilePos};
+use super::weights::PackedWeights;
+use crate::dispatch::{I16IndirectFn, Kernels, Mmm, TileFn};
+
+/// Exact sums of activation panels packed by the caller, one register tile at a time: the
+/// building block of convolutions that reduce tiles themselves (a fused max pool).
+pub(crate) struct PanelSums<'a> {
+    /// The table's micro-kernel (pairs geometry).
+    tile: TileFn,
+    /// The table's indirect i16 micro-kernel.
+    indirect: I16IndirectFn,
+    w: std::borrow::Cow<'a, PackedWeights>,
+    colterm: Vec<i32>,
+    /// The weight panels widened to i16 (same `[g][16][2]` order) for the indirect
+    /// micro-kernel, when every weight zero point is 0 (no row sums needed).
+    b16: Option<Vec<i16>>,
+}
+
+impl<'a> PanelSums<'a> {
+    /// For weights `w` and activations whose stored (u8-domain) zero point is `za`, with
+    /// the kernels of `k`; `None` unless its GEMM uses the pairs geometry.
+    pub(crate) fn new(k: &Kernels, w: &'a PackedWeights, za: i32) -> Option<Self> {
+        if k.geometry() != PanelGeometry::PAIRS {
+            return None;
+        }
+        let mmm = k.mmm();
+        let w = w.for_geometry(mmm.geometry);
+        let colterm = column_terms_za(za, &w, None);
+        let b16 = w.zw_all_zero.then(|| {
+            (0..w.n_panels)
+                .flat_map(|p| w.panel(p).iter().map(|&v| v as i16))
+                .collect()
+        });
+        Some(PanelSums {
+            tile: mmm.tile,
+            indirect: k.i16().indirect,
+            w,
+            colterm,
+            b16,
+        })
+    }
+
+    /// Whether [`Self::tile_indirect`] is available (every weight zero point is 0).
+    pub(crate) fn has_indirect(&self) -> bool {
+        self.b16.is_some()
+    }
+
+    /// [`Self::tile`] of 6 full rows whose k-group `g` words are `a[offsets[g]..+6]`
+    /// (no packing: the i16 indirect micro-kernel reads them in place); only when
+    /// [`Self::has_indirect`].
+    #[inline(always)]
+    pub(crate) fn tile_indirect(&self, a: &[u32], offsets: &[usize], p: usize, tile: &mut Tile) {
+        let w = &*self.w;
+        let b16 = self
+            .b16
+            .as_deref()
+            .expect("indirect tiles need zero weight zero points");
+        assert!(offsets.len() == w.kgroups && p < w.n_panels);
+        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        (self.indirect)(a, offsets, b, &mut tile.0);
+        let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
+        for row in tile.0[..MR * NR].chunks_exact_mut(NR) {
+            let row: &mut [i32; NR] = row.try_into().expect("16 columns");
+            for c in 0..NR {
+                row[c] = row[c].wrapping_add(ct[c]);
+            }
+        }
+    }
+
+    /// Column panels of the weights.
+    pub(crate) fn n_panels(&self) -> usize {
+        self.w.n_panels
+    }
+
+    /// `tile[r·16 + c] = Σ_k (a − za)(w − zw)` for rows `r < rows` of `panel` (pairs
+    /// layout, `kgroups·6` words, stored row sums `rowsums`) and columns `16p + c`.
+    #[inline(always)]
+    pub(crate) fn tile(
+        &self,
+        panel: &[u32],
+        rowsums: &[i32; MR],
+        rows: usize,
+        p: usize,
+        tile: &mut Tile,
+    ) {
+        let w = &*self.w;
+        assert!(panel.len() >= w.kgroups * MR && p < w.n_panels && rows <= MR);
+        (self.tile)(rows, w.kgroups, panel, w.panel(p), tile);
+        let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
+        let zw: [i32; NR] = w.zero_points[p * NR..][..NR]
+            .try_into()
+            .expect("16 columns");
+        let rows_of: &mut [i32; MR * NR] = (&mut tile.0[..MR * NR]).try_into().expect("6 rows");
+        for r in 0..rows {
+            let rs = rowsums[r];
+            let row: &mut [i32; NR] = (&mut rows_of[r * NR..(r + 1) * NR])
+                .try_into()
+                .expect("16 columns");
+            if w.zw_all_zero {
+                for c in 0..NR {
+                    row[c] = row[c].wrapping_add(ct[c]);
+                }
+            } else {
+                for c in 0..NR {
+                    row[c] = row[c]
+                        .wrapping_add(ct[c])
+                        .wrapping_sub(zw[c].wrapping_mul(rs));
+                }
+            }
+        }
+    }
+}
+
+/// Reused buffers of [`gemm_sums_serial`]: one packed A panel and its row sums.
+#[derive(Default)]
+pub(crate) struct SerialBuf {
+    panel: Vec<u32>,
+    sums: Vec<i32>,
+}
+
+/// The exact sums `out[r·ldc + j] = Σ_k (a − za)(w − zw)` (wrapping i32, no bias) of every
+/// row of `a` and column `j < w.n`, on the calling thread (callers parallelise over blocks
+/// of rows themselves), with the same packing, micro-kernels and corrections as
+/// [`gemm_i32`], on `mmm` (read once by the caller for all its blocks).
+pub(crate) fn gemm_sums_serial(
+    mmm: &Mmm,
+    a: &Activations<'_>,
+    w: &PackedWeights,
+    out: &mut [i32],
+    ldc: usize,
+    buf: &mut SerialBuf,
+) {
+    if a.m == 0 {
+        return;
+    }
+    let w = &*w.for_geometry(mmm.geometry);
+    assert!(
+        a.k == w.k && ldc >= w.n && out.len() >= (a.m - 1) * ldc + w.n,
+        "gemm_sums_serial: shapes"
+    );
+    let geom = w.geom;
+    let colterm = column_terms(a, w, None);
+    let ep = Epilogue {
+        colterm: &colterm,
+        zw: if w.zw_all_zero {
+            None
+        } else {
+            Some(&w.zero_points)
+        },
+    };
+    let sink: Sink<'_, u8> = Sink::i32(out.as_mut_ptr(), &mmm.store);
+    let panel_len = w.kgroups * geom.mr;
+    buf.panel.resize(panel_len, 0);
+    buf.sums.resize(geom.mr, 0);
+    let mut tile = Tile([0; TILE]);
+    for q in 0..a.m.div_ceil(geom.mr) {
+        pack_a_panel(a, mmm, q, &mut buf.panel, &mut buf.sums);
+        let r0 = q * geom.mr;
+        let rows = geom.mr.min(a.m - r0);
+        for p in 0..w.n_panels {
+            let c0 = p * geom.nr;
+            (mmm.tile)(rows, w.kgroups, &buf.panel, w.panel(p), &mut tile);
+            let pos = TilePos {
+                rowsums: &buf.sums,
+                r0,
+                rows,
+                c0,
+                cols: geom.nr.min(w.n - c0),
+                ldc,
+            };
+            // The block lies inside `out` (asserted above), written by this thread only.
+            write_tile(geom.nr, &ep, &sink, &tile, &pos);
+        }
+    }
+}
