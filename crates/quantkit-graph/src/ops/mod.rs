@@ -32,6 +32,7 @@ registry::registry! {
     Clip => clip,
     Concat => concat,
     Constant => constant,
+    ConstantOfShape => constant_of_shape,
     Conv => conv,
     ConvInteger => conv_integer,
     ConvTranspose => conv_transpose,
