@@ -38,6 +38,7 @@ registry::registry! {
     ConvTranspose => conv_transpose,
     DequantizeLinear => dequantize_linear,
     Div => div,
+    Dropout => dropout,
     DynamicQuantizeLinear => dynamic_quantize_linear,
     Erf => erf,
     Flatten => flatten,
