@@ -73,6 +73,7 @@ registry::registry! {
     Sqrt => sqrt,
     Squeeze => squeeze,
     Sub => sub,
+    Sum => sum,
     Tanh => tanh,
     Transpose => transpose,
     Unsqueeze => unsqueeze,
