@@ -64,6 +64,7 @@ registry::registry! {
     QLinearMatMul => qlinear_mat_mul,
     QuantizeLinear => quantize_linear,
     ReduceMean => reduce_mean,
+    ReduceSum => reduce_sum,
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
