@@ -72,6 +72,7 @@ registry::registry! {
     Sigmoid => sigmoid,
     Slice => slice,
     Softmax => softmax,
+    Split => split,
     Sqrt => sqrt,
     Squeeze => squeeze,
     Sub => sub,
