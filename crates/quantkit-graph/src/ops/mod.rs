@@ -52,6 +52,7 @@ registry::registry! {
     Identity => identity,
     LayerNormalization => layer_normalization,
     LeakyRelu => leaky_relu,
+    LogSoftmax => log_softmax,
     LRN => lrn,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
