@@ -47,6 +47,7 @@ registry::registry! {
     Gemm => gemm,
     GlobalAveragePool => global_average_pool,
     GlobalMaxPool => global_max_pool,
+    Hardmax => hardmax,
     HardSigmoid => hard_sigmoid,
     HardSwish => hard_swish,
     Identity => identity,
