@@ -65,6 +65,7 @@ registry::registry! {
     QLinearConv => qlinear_conv,
     QLinearMatMul => qlinear_mat_mul,
     QuantizeLinear => quantize_linear,
+    Range => range,
     ReduceMean => reduce_mean,
     ReduceSum => reduce_sum,
     Relu => relu,
