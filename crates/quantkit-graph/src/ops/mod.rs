@@ -58,6 +58,7 @@ registry::registry! {
     LRN => lrn,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
+    Max => max,
     MaxPool => max_pool,
     Mul => mul,
     Pad => pad,
