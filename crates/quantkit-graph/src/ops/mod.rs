@@ -60,6 +60,7 @@ registry::registry! {
     MatMulInteger => mat_mul_integer,
     Max => max,
     MaxPool => max_pool,
+    Mean => mean,
     Min => min,
     Mul => mul,
     Pad => pad,
