@@ -41,6 +41,7 @@ registry::registry! {
     Dropout => dropout,
     DynamicQuantizeLinear => dynamic_quantize_linear,
     Erf => erf,
+    Exp => exp,
     Expand => expand,
     Flatten => flatten,
     Gather => gather,
