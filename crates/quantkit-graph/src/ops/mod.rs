@@ -55,6 +55,7 @@ registry::registry! {
     Identity => identity,
     LayerNormalization => layer_normalization,
     LeakyRelu => leaky_relu,
+    Log => log,
     LogSoftmax => log_softmax,
     LRN => lrn,
     MatMul => mat_mul,
