@@ -44,6 +44,7 @@ registry::registry! {
     Exp => exp,
     Expand => expand,
     Flatten => flatten,
+    Floor => floor,
     Gather => gather,
     Gelu => gelu,
     Gemm => gemm,
