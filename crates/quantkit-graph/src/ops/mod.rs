@@ -29,6 +29,7 @@ registry::registry! {
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
+    Ceil => ceil,
     Clip => clip,
     Concat => concat,
     Constant => constant,
