@@ -25,6 +25,7 @@ pub mod unary;
 // `OpKind` variant and its descriptor `<module>::DEF`; see `registry.rs`).
 registry::registry! {
     // ai.onnx
+    Abs => abs,
     Add => add,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
