@@ -68,6 +68,7 @@ registry::registry! {
     Mean => mean,
     Min => min,
     Mul => mul,
+    Neg => neg,
     Pad => pad,
     Pow => pow,
     PRelu => prelu,
