@@ -76,6 +76,7 @@ registry::registry! {
     QLinearMatMul => qlinear_mat_mul,
     QuantizeLinear => quantize_linear,
     Range => range,
+    Reciprocal => reciprocal,
     ReduceMean => reduce_mean,
     ReduceSum => reduce_sum,
     Relu => relu,
