@@ -10,73 +10,100 @@ use crate::ir::Node;
 use crate::tensor::{DType, Data, Tensor};
 
 pub use registry::{
-    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, OpKind, QuantInputs,
-    MS_DOMAIN, ONNX_DOMAIN,
+    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, QuantInputs, MS_DOMAIN,
+    ONNX_DOMAIN,
 };
 
-pub mod add;
-pub mod average_pool;
-pub mod batch_normalization;
 pub mod binary;
-pub mod cast;
-pub mod clip;
-pub mod concat;
-pub mod constant;
-pub mod conv;
-pub mod conv_integer;
-pub mod conv_transpose;
-pub mod dequantize_linear;
-pub mod div;
-pub mod dynamic_quantize_linear;
-pub mod erf;
-pub mod flatten;
-pub mod gather;
-pub mod gelu;
-pub mod gemm;
-pub mod global_average_pool;
-pub mod global_max_pool;
-pub mod hard_sigmoid;
-pub mod hard_swish;
-pub mod identity;
 pub mod int_kernels;
-pub mod layer_normalization;
-pub mod leaky_relu;
-pub mod mat_mul;
-pub mod mat_mul_integer;
-pub mod max_pool;
-pub mod mul;
-pub mod pad;
 pub mod pool;
-pub mod pow;
-pub mod prelu;
-pub mod qgemm;
 pub mod qlinear;
-pub mod qlinear_add;
-pub mod qlinear_average_pool;
-pub mod qlinear_concat;
-pub mod qlinear_conv;
-pub mod qlinear_global_average_pool;
-pub mod qlinear_leaky_relu;
-pub mod qlinear_mat_mul;
-pub mod qlinear_mul;
-pub mod qlinear_sigmoid;
-pub mod quantize_linear;
-pub mod reduce_mean;
 pub mod registry;
-pub mod relu;
-pub mod reshape;
-pub mod resize;
-pub mod shape;
-pub mod sigmoid;
-pub mod slice;
-pub mod softmax;
-pub mod sqrt;
-pub mod squeeze;
-pub mod sub;
-pub mod tanh;
-pub mod transpose;
 pub mod unary;
-pub mod unsqueeze;
+
+// The operators: one line each (the line declares the module `ops/<module>.rs`, the
+// `OpKind` variant and its descriptor `<module>::DEF`; see `registry.rs`).
+registry::registry! {
+    // ai.onnx
+    Abs => abs,
+    Add => add,
+    AveragePool => average_pool,
+    BatchNormalization => batch_normalization,
+    Cast => cast,
+    Ceil => ceil,
+    Clip => clip,
+    Concat => concat,
+    Constant => constant,
+    ConstantOfShape => constant_of_shape,
+    Conv => conv,
+    ConvInteger => conv_integer,
+    ConvTranspose => conv_transpose,
+    DequantizeLinear => dequantize_linear,
+    Div => div,
+    Dropout => dropout,
+    DynamicQuantizeLinear => dynamic_quantize_linear,
+    Erf => erf,
+    Exp => exp,
+    Expand => expand,
+    Flatten => flatten,
+    Floor => floor,
+    Gather => gather,
+    Gelu => gelu,
+    Gemm => gemm,
+    GlobalAveragePool => global_average_pool,
+    GlobalMaxPool => global_max_pool,
+    Hardmax => hardmax,
+    HardSigmoid => hard_sigmoid,
+    HardSwish => hard_swish,
+    Identity => identity,
+    LayerNormalization => layer_normalization,
+    LeakyRelu => leaky_relu,
+    Log => log,
+    LogSoftmax => log_softmax,
+    LRN => lrn,
+    MatMul => mat_mul,
+    MatMulInteger => mat_mul_integer,
+    Max => max,
+    MaxPool => max_pool,
+    Mean => mean,
+    Min => min,
+    Mul => mul,
+    Neg => neg,
+    Pad => pad,
+    Pow => pow,
+    PRelu => prelu,
+    QLinearConv => qlinear_conv,
+    QLinearMatMul => qlinear_mat_mul,
+    QuantizeLinear => quantize_linear,
+    Range => range,
+    Reciprocal => reciprocal,
+    ReduceMean => reduce_mean,
+    ReduceSum => reduce_sum,
+    Relu => relu,
+    Reshape => reshape,
+    Resize => resize,
+    Shape => shape,
+    Sigmoid => sigmoid,
+    Slice => slice,
+    Softmax => softmax,
+    Split => split,
+    Sqrt => sqrt,
+    Squeeze => squeeze,
+    Sub => sub,
+    Sum => sum,
+    Tanh => tanh,
+    Transpose => transpose,
+    Unsqueeze => unsqueeze,
+    // com.microsoft: the ONNX Runtime contrib operators its quantizer writes
+    QGemm => qgemm,
+    QLinearAdd => qlinear_add,
+    QLinearAveragePool => qlinear_average_pool,
+    QLinearConcat => qlinear_concat,
+    QLinearGlobalAveragePool => qlinear_global_average_pool,
+    QLinearLeakyRelu => qlinear_leaky_relu,
+    QLinearMul => qlinear_mul,
+    QLinearSigmoid => qlinear_sigmoid,
+}
 
 /// What an operator sees besides its inputs.
 pub struct OpCtx<'a> {

@@ -8,7 +8,8 @@
 //! operator by [`OpKind`], never by its op-type string.
 //!
 //! Adding an operator: write `ops/<name>.rs` with `eval` and a `pub const DEF: OpDef`, then
-//! add one line `Name => module` to the list below (docs/contributing.md).
+//! add one line `Name => module` to the `registry!` list in `ops/mod.rs`; that line also
+//! declares the module, so nothing else changes.
 
 use super::{EvalFn, OpCtx};
 use crate::tensor::{DType, Tensor};
@@ -208,10 +209,14 @@ impl std::fmt::Debug for OpDef {
     }
 }
 
-/// Declares [`OpKind`] and its descriptors from `Kind => module` lines; the variant name
-/// is the op type and `module::DEF` its descriptor (a test checks they agree).
+/// Declares the operator modules, [`OpKind`] and its descriptors from `Kind => module`
+/// lines (invoked once, in `ops/mod.rs`, whose directory holds the operator files): each
+/// line declares `pub mod module;` (the file `ops/module.rs`), the variant `Kind` (the op
+/// type) and makes `module::DEF` its descriptor (a test checks the names agree).
 macro_rules! registry {
     ($($kind:ident => $module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
         /// Every operator quantkit knows, by kind. `kind.def()` is its descriptor.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[allow(missing_docs)]
@@ -224,76 +229,19 @@ macro_rules! registry {
             pub const ALL: &'static [OpKind] = &[$(OpKind::$kind),*];
 
             /// The operator's descriptor.
-            pub fn def(self) -> &'static OpDef {
+            pub fn def(self) -> &'static $crate::ops::registry::OpDef {
                 match self {
-                    $(OpKind::$kind => &super::$module::DEF),*
+                    $(OpKind::$kind => &$module::DEF),*
                 }
             }
         }
     };
 }
+pub(crate) use registry;
 
-registry! {
-    // ai.onnx
-    Add => add,
-    AveragePool => average_pool,
-    BatchNormalization => batch_normalization,
-    Cast => cast,
-    Clip => clip,
-    Concat => concat,
-    Constant => constant,
-    Conv => conv,
-    ConvInteger => conv_integer,
-    ConvTranspose => conv_transpose,
-    DequantizeLinear => dequantize_linear,
-    Div => div,
-    DynamicQuantizeLinear => dynamic_quantize_linear,
-    Erf => erf,
-    Flatten => flatten,
-    Gather => gather,
-    Gelu => gelu,
-    Gemm => gemm,
-    GlobalAveragePool => global_average_pool,
-    GlobalMaxPool => global_max_pool,
-    HardSigmoid => hard_sigmoid,
-    HardSwish => hard_swish,
-    Identity => identity,
-    LayerNormalization => layer_normalization,
-    LeakyRelu => leaky_relu,
-    MatMul => mat_mul,
-    MatMulInteger => mat_mul_integer,
-    MaxPool => max_pool,
-    Mul => mul,
-    Pad => pad,
-    Pow => pow,
-    PRelu => prelu,
-    QLinearConv => qlinear_conv,
-    QLinearMatMul => qlinear_mat_mul,
-    QuantizeLinear => quantize_linear,
-    ReduceMean => reduce_mean,
-    Relu => relu,
-    Reshape => reshape,
-    Resize => resize,
-    Shape => shape,
-    Sigmoid => sigmoid,
-    Slice => slice,
-    Softmax => softmax,
-    Sqrt => sqrt,
-    Squeeze => squeeze,
-    Sub => sub,
-    Tanh => tanh,
-    Transpose => transpose,
-    Unsqueeze => unsqueeze,
-    // com.microsoft: the ONNX Runtime contrib operators its quantizer writes
-    QGemm => qgemm,
-    QLinearAdd => qlinear_add,
-    QLinearAveragePool => qlinear_average_pool,
-    QLinearConcat => qlinear_concat,
-    QLinearGlobalAveragePool => qlinear_global_average_pool,
-    QLinearLeakyRelu => qlinear_leaky_relu,
-    QLinearMul => qlinear_mul,
-    QLinearSigmoid => qlinear_sigmoid,
-}
+/// Declared by the `registry!` list in `ops/mod.rs`; re-exported here for paths that name
+/// the registry.
+pub use super::OpKind;
 
 impl OpKind {
     /// The kind of `op_type` in `domain` ("" or "ai.onnx" = the default domain), if quantkit

@@ -5,11 +5,13 @@ use super::{input, make, norm_axis, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{Data, Tensor};
 
-/// Evaluates `Softmax`.
-pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-    let x = input(inputs, 0)?;
+/// The `(outer, len, inner)` blocking of `x` for Softmax, LogSoftmax and Hardmax: the
+/// operator runs over `len` elements `inner` apart, for each of `outer · inner` starts.
+/// Opset ≥ 13: one `axis` (default −1); opsets < 13: `x` coerced to 2-D at `axis`
+/// (default 1), so `inner` is 1 and `len` the whole flattened inner block.
+pub fn blocks(ctx: &OpCtx, x: &Tensor) -> Result<(usize, usize, usize), OpError> {
     let r = x.rank();
-    let (outer, len, inner) = if ctx.opset >= 13 {
+    Ok(if ctx.opset >= 13 {
         let a = norm_axis(ctx.node.attr_int("axis", -1)?, r)?;
         (
             x.shape[..a].iter().product::<usize>(),
@@ -21,13 +23,41 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         if a < 0 {
             a += r as i64;
         }
-        let a = a.clamp(0, r as i64) as usize;
+        if a < 0 || a > r as i64 {
+            return Err(OpError::Invalid(format!(
+                "axis {} out of range for rank {r}",
+                ctx.node.attr_int("axis", 1)?
+            )));
+        }
+        let a = a as usize;
         (
             x.shape[..a].iter().product::<usize>(),
             x.shape[a..].iter().product::<usize>(),
             1,
         )
-    };
+    })
+}
+
+/// Float storage of `dtype` (f32, f64 or f16) for values computed in f32.
+pub fn float_data(dtype: crate::DType, v: Vec<f32>) -> Result<Data, OpError> {
+    Ok(match dtype {
+        crate::DType::F32 => Data::F32(v),
+        crate::DType::F64 => Data::F64(v.iter().map(|&x| x as f64).collect()),
+        crate::DType::F16 => Data::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        _ => {
+            return Err(OpError::DType {
+                index: 0,
+                expected: "float".into(),
+                got: dtype.to_string(),
+            })
+        }
+    })
+}
+
+/// Evaluates `Softmax`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let (outer, len, inner) = blocks(ctx, x)?;
     let mut v = x.to_f32_vec();
     for o in 0..outer {
         for i in 0..inner {
@@ -47,18 +77,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             }
         }
     }
-    let data = match x.dtype {
-        crate::DType::F32 => Data::F32(v),
-        crate::DType::F64 => Data::F64(v.iter().map(|&x| x as f64).collect()),
-        crate::DType::F16 => Data::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
-        _ => {
-            return Err(OpError::DType {
-                index: 0,
-                expected: "float".into(),
-                got: x.dtype.to_string(),
-            })
-        }
-    };
+    let data = float_data(x.dtype, v)?;
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
 
