@@ -243,8 +243,8 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
             nodes.push(n);
             continue;
         }
-        match n.op_type.as_str() {
-            "Softmax" | "LogSoftmax" | "Hardmax" => {
+        match n.kind() {
+            Some(OpKind::Softmax | OpKind::LogSoftmax | OpKind::Hardmax) => {
                 let r = ranks
                     .get(&n.inputs[0])
                     .copied()
@@ -281,12 +281,8 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
                     nodes.push(Node::of(OpKind::Reshape, &rs, &[&soft, &shape], &[&y]));
                 }
             }
-            "Squeeze" | "Unsqueeze" | "ReduceSum" | "Split" => {
-                let key = if n.op_type == "Split" {
-                    "split"
-                } else {
-                    "axes"
-                };
+            Some(OpKind::Squeeze | OpKind::Unsqueeze | OpKind::ReduceSum | OpKind::Split) => {
+                let key = if n.is(OpKind::Split) { "split" } else { "axes" };
                 if let Ok(Some(v)) = n.attr_ints(key) {
                     let name = unique(g, &format!("{}_{key}", n.name));
                     g.initializers
