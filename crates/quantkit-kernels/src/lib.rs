@@ -32,6 +32,7 @@ pub mod lut;
 pub mod output;
 pub mod peak;
 pub mod pool;
+pub mod quantize;
 pub mod reference;
 mod small_cin;
 pub mod winograd;
