@@ -35,6 +35,7 @@ pub mod pool;
 pub mod quantize;
 pub mod reference;
 mod small_cin;
+pub mod transpose;
 pub mod winograd;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
