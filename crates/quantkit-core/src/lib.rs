@@ -43,17 +43,22 @@ pub mod linear;
 pub mod metrics;
 pub mod observer;
 pub mod params;
+pub mod quant_type;
 pub mod scheme;
 pub mod tensor;
 
 pub use error::{CoreError, Result};
 pub use fixed_point::{FixedPointRounding, QuantizedMultiplier};
-pub use linear::{dequantize_value, quantize_value, RoundingMode};
+pub use linear::{
+    dequantize_code, dequantize_value, quantize_code, quantize_value, quantize_value_wide,
+    requantize_float, QuotientPrecision, RoundingMode,
+};
 pub use metrics::ErrorMetrics;
 pub use observer::{
     CalibrationMethod, HistogramMethod, HistogramObserver, MinMaxObserver,
     MovingAverageMinMaxObserver, Observer,
 };
 pub use params::{choose_qparams, quantize_bias, QParams};
+pub use quant_type::QuantType;
 pub use scheme::{Granularity, QuantScheme};
 pub use tensor::{dequantize_linear, quantize_linear};

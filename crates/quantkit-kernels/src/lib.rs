@@ -34,7 +34,9 @@ pub mod lut;
 pub mod output;
 pub mod peak;
 pub mod pool;
+pub mod quantize;
 pub mod reference;
+pub mod transpose;
 pub mod winograd;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

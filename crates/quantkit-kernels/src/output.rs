@@ -25,43 +25,9 @@ use quantkit_core::fixed_point::{FixedPointRounding, QuantizedMultiplier};
 
 use crate::error::{KernelError, Result};
 
-/// An 8-bit quantized output type.
-pub trait QuantType: Copy + Send + Sync + Default + 'static {
-    /// Smallest representable value.
-    const MIN: i32;
-    /// Largest representable value.
-    const MAX: i32;
-    /// Converts a value already clamped to `[MIN, MAX]`.
-    fn from_clamped(v: i32) -> Self;
-    /// Widens to i32.
-    fn to_i32(self) -> i32;
-}
-
-impl QuantType for u8 {
-    const MIN: i32 = 0;
-    const MAX: i32 = 255;
-    #[inline(always)]
-    fn from_clamped(v: i32) -> Self {
-        v as u8
-    }
-    #[inline(always)]
-    fn to_i32(self) -> i32 {
-        self as i32
-    }
-}
-
-impl QuantType for i8 {
-    const MIN: i32 = -128;
-    const MAX: i32 = 127;
-    #[inline(always)]
-    fn from_clamped(v: i32) -> Self {
-        v as i8
-    }
-    #[inline(always)]
-    fn to_i32(self) -> i32 {
-        self as i32
-    }
-}
+/// An 8-bit quantized output type: quantkit-core's one code trait, re-exported here where
+/// the kernels have always named it.
+pub use quantkit_core::QuantType;
 
 /// How the int32 accumulator is scaled to the output scale.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,27 +216,15 @@ impl OutputStage {
     }
 }
 
-/// Equation (K3a): `min(max(f32(t)·s, lo−z), hi−z)` rounded half to even, plus `z`.
+/// Equation (K3a): `min(max(f32(t)·s, lo−z), hi−z)` rounded half to even, plus `z` —
+/// quantkit-core's [`quantkit_core::requantize_float`], the one definition (MLAS's clamp
+/// before rounding, f32 multiply, wrapping add of `z`).
 #[inline(always)]
 pub fn float_requant(t: i32, s: f32, z: i32, lo: i32, hi: i32) -> i32 {
-    let lo_f = (lo as i64 - z as i64) as f32;
-    let hi_f = (hi as i64 - z as i64) as f32;
-    let v = (t as f32) * s;
-    let v = v.max(lo_f).min(hi_f);
-    (round_half_even(v) as i32).wrapping_add(z)
+    quantkit_core::requantize_float(t, s, z, lo, hi)
 }
 
-/// Round half to even of an f32 without a libm call (baseline x86-64 has no `roundss`, so
-/// `f32::round_ties_even` becomes a call to `rintf`). For `|v| < 2^22`, adding and
-/// subtracting `1.5·2^23` leaves exactly the nearest integer, ties to even (IEEE default
-/// rounding; Rust never enables fast-math, so the pair is not folded). Larger magnitudes are
-/// handled by `round_ties_even` (all f32 ≥ 2^23 are integers already).
-#[inline(always)]
-pub fn round_half_even(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    if v.abs() < 4_194_304.0 {
-        (v + MAGIC) - MAGIC
-    } else {
-        v.round_ties_even()
-    }
-}
+/// Round half to even of an f32 without a libm call: quantkit-core's
+/// [`quantkit_core::linear::round_half_even`] (`(v + 1.5·2^23) − 1.5·2^23` below 2^22,
+/// `round_ties_even` above), re-exported for the SIMD epilogues' scalar tails.
+pub use quantkit_core::linear::round_half_even;

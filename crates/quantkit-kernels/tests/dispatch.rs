@@ -139,6 +139,20 @@ fn workload() -> Vec<(&'static str, u64)> {
     let mut yd = vec![0u8; os.iter().product()];
     deconv2d_quant(&input, &dw, &OutputStage::float(vec![0.01; 8], 0), &mut yd).unwrap();
     note("deconv");
+
+    // Element-wise passes at a plan's edges: quantize, dequantize, the input prologue and
+    // the NCHW↔NHWC transpose of codes.
+    let xf: Vec<f32> = (0..300).map(|i| i as f32 * 0.37 - 40.0).collect();
+    let mut q = vec![0u8; xf.len()];
+    quantkit_kernels::quantize::quantize(&xf, 0.5, 128, &mut q);
+    note("quantize");
+    let mut back = vec![0f32; q.len()];
+    quantkit_kernels::quantize::dequantize(&q, 0.5, 128, &mut back);
+    note("dequantize");
+    let codes = bytes(2 * 40 * 48, 13);
+    let t = quantkit_kernels::transpose::transpose_images(&codes, 40, 48);
+    assert_eq!(t.len(), codes.len());
+    note("transpose codes");
     seen
 }
 

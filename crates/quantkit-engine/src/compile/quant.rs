@@ -351,22 +351,24 @@ impl<'g> Matcher<'g> {
     }
 }
 
-/// `Q(v)` of a clamp bound with QuantizeLinear's arithmetic (f32 division, half to even,
-/// saturation): since Q is monotone, `Q(clip(y, a, b)) = clamp(Q(y), Q(a), Q(b))`, so a fused
-/// Relu/Clip is exactly this clamp on the output codes.
+/// `Q(v)` of a clamp bound with QuantizeLinear's arithmetic: quantkit-core's equation (1)
+/// (f32 division, half to even, saturation; with the positive finite scale `qparams`
+/// checks, ±∞ go to the ends of the range). Since Q is monotone,
+/// `Q(clip(y, a, b)) = clamp(Q(y), Q(a), Q(b))`, so a fused Relu/Clip is exactly this clamp
+/// on the output codes.
 pub(super) fn quantize_bound(v: f32, q: Qp) -> i32 {
     let (lo, hi) = match q.dtype {
         DType::U8 => (0, 255),
         _ => (-128, 127),
     };
-    if v == f32::NEG_INFINITY {
-        return lo;
-    }
-    if v == f32::INFINITY {
-        return hi;
-    }
-    let r = (v / q.scale).round_ties_even();
-    ((r as i64).saturating_add(q.zp as i64)).clamp(lo as i64, hi as i64) as i32
+    quantkit_core::quantize_value(
+        v,
+        q.scale,
+        q.zp,
+        lo,
+        hi,
+        quantkit_core::RoundingMode::HalfToEven,
+    )
 }
 
 /// The whole range of the output's code type: QOperator nodes have no fused activation

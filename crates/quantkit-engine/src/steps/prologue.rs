@@ -6,17 +6,15 @@ use super::{bad, first, GraphOp, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
+use quantkit_core::QuantType;
 use quantkit_graph::ops::binary::Arith;
-use quantkit_graph::ops::quantize_linear::{quantize_8bit_one, Code8};
 use quantkit_graph::tensor::broadcast_shapes;
 use quantkit_graph::{DType, Data, Tensor};
+use quantkit_kernels::quantize::{chain_quantize, ChainOp};
 use rayon::prelude::*;
 
 /// The longest chain of operations the step takes (the matcher stops there).
 pub(crate) const MAX_OPS: usize = 16;
-
-/// Elements per pass of the chain over an L1-resident buffer.
-const CHUNK: usize = 1024;
 
 /// Elements per parallel task when the constants are all scalars.
 const PAR_BLOCK: usize = 1 << 16;
@@ -43,9 +41,10 @@ pub(crate) struct ChainNode {
 /// `x → ops → QuantizeLinear(scale, zp)` on f32 `x`, per element exactly the graph's
 /// arithmetic in the graph's order: each operation one f32 `+ − · /` (`Arith` on f32, as
 /// `ops::binary` applies it; a division stays a division), then
-/// [`quantize_8bit_one`], the graph QuantizeLinear's own per-element code
+/// [`quantkit_core::quantize_code`], the graph QuantizeLinear's own per-element code
 /// (`clamp(round_half_even(v / scale) + zp)`, NaN → `zp`). So the codes equal the float
-/// executor's bit for bit, NaN, ±∞, ties and saturation included.
+/// executor's bit for bit, NaN, ±∞, ties and saturation included. The loop is
+/// [`quantkit_kernels::quantize::chain_quantize`] (SIMD as the dispatched ISA allows).
 ///
 /// Constants are scalars (any rank, one element) or per channel (`[C, 1, 1]` or
 /// `[1, C, 1, 1]`, the axis third from the end of the output). Inputs the loop does not take
@@ -86,7 +85,7 @@ impl PrologueStep {
     }
 
     /// The codes of `x` (output `shape`, channels on axis `rank − 3` when per channel).
-    fn codes<T: Code8>(&self, x: &[f32], shape: &[usize], out: &mut [T]) {
+    fn codes<T: QuantType>(&self, x: &[f32], shape: &[usize], out: &mut [T]) {
         let channels = self.ops.iter().map(|o| o.values.len()).max().unwrap_or(1);
         // Runs of elements that share one channel (and so one set of constants).
         let run = if channels > 1 {
@@ -95,13 +94,13 @@ impl PrologueStep {
         } else {
             PAR_BLOCK
         };
-        let sig: Vec<(Arith, bool)> = self.ops.iter().map(|o| (o.op, o.const_first)).collect();
         let work = |(i, (o, xs)): (usize, (&mut [T], &[f32]))| {
-            let mut consts = [0f32; MAX_OPS];
-            for (c, op) in consts.iter_mut().zip(&self.ops) {
-                *c = op.values[if op.values.len() > 1 { i % channels } else { 0 }];
+            let mut chain = [(ChainOp::Add, 0f32); MAX_OPS];
+            for (c, op) in chain.iter_mut().zip(&self.ops) {
+                let v = op.values[if op.values.len() > 1 { i % channels } else { 0 }];
+                *c = (chain_op(op.op, op.const_first), v);
             }
-            chain(xs, &sig, &consts[..sig.len()], self.scale, self.zp, o);
+            chain_quantize(xs, &chain[..self.ops.len()], self.scale, self.zp, o);
         };
         if run == 0 {
             return;
@@ -154,66 +153,17 @@ impl Kernel for PrologueStep {
     }
 }
 
-/// The chain and the quantization of one run of elements, `CHUNK` at a time through a stack
-/// buffer; compiled again with AVX2 where the CPU has it (the same IEEE operations
-/// element by element, so the same codes).
-fn chain<T: Code8>(
-    x: &[f32],
-    ops: &[(Arith, bool)],
-    consts: &[f32],
-    scale: f32,
-    zp: i32,
-    out: &mut [T],
-) {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn chain_avx2<T: Code8>(
-        x: &[f32],
-        ops: &[(Arith, bool)],
-        consts: &[f32],
-        scale: f32,
-        zp: i32,
-        out: &mut [T],
-    ) {
-        chain_body(x, ops, consts, scale, zp, out)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected.
-        return unsafe { chain_avx2(x, ops, consts, scale, zp, out) };
-    }
-    chain_body(x, ops, consts, scale, zp, out)
-}
-
-#[inline(always)]
-fn chain_body<T: Code8>(
-    x: &[f32],
-    ops: &[(Arith, bool)],
-    consts: &[f32],
-    scale: f32,
-    zp: i32,
-    out: &mut [T],
-) {
-    let mut buf = [0f32; CHUNK];
-    for (xc, oc) in x.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-        let b = &mut buf[..xc.len()];
-        b.copy_from_slice(xc);
-        for (&(op, const_first), &c) in ops.iter().zip(consts) {
-            // One loop per case so that each vectorises. IEEE addition and multiplication
-            // are commutative (the operand order can only pick which NaN payload survives,
-            // and the quantization maps every NaN to the zero point); subtraction and
-            // division take the graph's order.
-            match (op, const_first) {
-                (Arith::Add, _) => b.iter_mut().for_each(|v| *v += c),
-                (Arith::Mul, _) => b.iter_mut().for_each(|v| *v *= c),
-                (Arith::Sub, false) => b.iter_mut().for_each(|v| *v -= c),
-                (Arith::Sub, true) => b.iter_mut().for_each(|v| *v = c - *v),
-                (Arith::Div, false) => b.iter_mut().for_each(|v| *v /= c),
-                (Arith::Div, true) => b.iter_mut().for_each(|v| *v = c / *v),
-            }
-        }
-        for (o, &v) in oc.iter_mut().zip(b.iter()) {
-            *o = quantize_8bit_one(v, scale, zp);
-        }
+/// The kernel operation of `v op c` (or `c op v` when `const_first`) in the graph's operand
+/// order. IEEE addition and multiplication are commutative (the operand order can only pick
+/// which NaN payload survives, and the quantization maps every NaN to the zero point), so
+/// they ignore the order; subtraction and division keep it.
+fn chain_op(op: Arith, const_first: bool) -> ChainOp {
+    match (op, const_first) {
+        (Arith::Add, _) => ChainOp::Add,
+        (Arith::Mul, _) => ChainOp::Mul,
+        (Arith::Sub, false) => ChainOp::Sub,
+        (Arith::Sub, true) => ChainOp::SubFrom,
+        (Arith::Div, false) => ChainOp::Div,
+        (Arith::Div, true) => ChainOp::DivInto,
     }
 }

@@ -1,11 +1,14 @@
 //! `DequantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`):
 //! `y = (x − x_zero_point) · x_scale` (ONNX spec), computed as an exact integer difference
-//! times the scale in f32, returned in the scale's type (f32 or f16).
+//! times the scale in f32, returned in the scale's type (f32 or f16): quantkit-core's
+//! [`quantkit_core::dequantize_value`] (per-tensor 8-bit codes: [`quantkit_core::dequantize_code`],
+//! whose loop is [`quantkit_kernels::quantize::dequantize`]).
 
 use super::quantize_linear::qparam_index;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
+use quantkit_core::{dequantize_value, QuantType};
 
 /// Evaluates `DequantizeLinear`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -57,7 +60,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .to_i64_vec()
         .iter()
         .zip(&si)
-        .map(|(&q, &j)| (q - zpv[j]) as f32 * sv[j])
+        .map(|(&q, &j)| dequantize_value(q, sv[j], zpv[j]))
         .collect();
     let t = make(DType::F32, x.shape.clone(), Data::F32(y))?;
     Ok(vec![if s.dtype == DType::F32 {
@@ -67,25 +70,12 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }])
 }
 
-/// `(q − z) as f32 · s` over 8-bit codes, in i32 (the difference is exact, and i32 → f32
-/// converts in vector registers where i64 → f32 does not); compiled again with AVX2 for
-/// CPUs that have it (the same IEEE operations, so the same bits).
-fn dequantize_8bit<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
-    #[inline(always)]
-    fn body<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
-        q.iter().map(|&v| (v.into() - z) as f32 * s).collect()
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn body_avx2<T: Copy + Into<i32>>(q: &[T], z: i32, s: f32) -> Vec<f32> {
-        body(q, z, s)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected.
-        return unsafe { body_avx2(q, z, s) };
-    }
-    body(q, z, s)
+/// [`quantkit_core::dequantize_code`] over 8-bit codes (SIMD where the dispatched ISA has
+/// it): `(q − z) as f32 · s` with the difference in i32 (exact for an 8-bit zero point).
+fn dequantize_8bit<T: QuantType>(q: &[T], z: i32, s: f32) -> Vec<f32> {
+    let mut out = vec![0f32; q.len()];
+    quantkit_kernels::quantize::dequantize(q, s, z, &mut out);
+    out
 }
 
 /// Static shape rule (see [`super::registry::InferFn`]).

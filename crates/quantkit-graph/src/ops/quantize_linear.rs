@@ -4,11 +4,18 @@
 //! f16, f32 otherwise. The output type is the zero point's type (or `output_dtype`,
 //! default uint8): u8/i8/u16/i16/u4/i4 (int32 as well); float8/float4/2-bit types are
 //! unsupported.
+//!
+//! The rule itself is quantkit-core's ([`quantkit_core::quantize_value_wide`] element by
+//! element, [`quantkit_core::quantize_code`] on the per-tensor 8-bit path, whose loop is
+//! [`quantkit_kernels::quantize::quantize`]).
 
 use super::{input, make, norm_axis, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
-use half::f16;
+use quantkit_core::{quantize_value_wide, QuantType, QuotientPrecision};
+
+/// quantkit-core's magic-number round half to even, used by `DynamicQuantizeLinear` too.
+pub use quantkit_core::linear::round_half_even_saturating;
 
 /// For each element of a tensor of shape `x`, the index into a quantization parameter of
 /// shape `p`: per-tensor (one element), per-axis (1-D along `axis`) or blocked (same rank,
@@ -119,42 +126,25 @@ pub fn eval_with(
         }
     }
     let si = qparam_index(&x.shape, &s.shape, axis, block)?;
-    let both_f16 = x.dtype == DType::F16 && s.dtype == DType::F16;
+    let precision = if x.dtype == DType::F16 && s.dtype == DType::F16 {
+        QuotientPrecision::F16
+    } else {
+        QuotientPrecision::F32
+    };
     let xv = x.to_f32_vec();
     let sv = s.to_f32_vec();
     let q: Vec<i64> = xv
         .iter()
         .zip(&si)
-        .map(|(&v, &j)| {
-            let d = if both_f16 {
-                f16::from_f32(v / sv[j]).to_f32()
-            } else {
-                v / sv[j]
-            };
-            let r = d.round_ties_even();
-            let r = if r.is_nan() { 0 } else { r as i64 };
-            (r.saturating_add(zpv[j])).clamp(lo, hi)
-        })
+        .map(|(&v, &j)| quantize_value_wide(v, sv[j], zpv[j], lo, hi, precision))
         .collect();
     let t = make(DType::I64, x.shape.clone(), Data::I64(q))?;
     Ok(vec![t.cast(out_dtype)])
 }
 
-/// Round half to even as `(d + 1.5·2²³) − 1.5·2²³` (the FPU's round-to-nearest-even; Rust
-/// never enables fast-math, so the pair is not folded): equal to `round_ties_even` for
-/// |d| < 2²², and for larger |d| a value of the same sign and at least 2²² − 1 in magnitude —
-/// so for any result that is then saturated to a 16-bit or narrower range it is
-/// interchangeable with `round_ties_even`, which is a libm call on baseline x86-64 and
-/// keeps loops from vectorising. NaN stays NaN.
-#[inline(always)]
-pub fn round_half_even_saturating(d: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    (d + MAGIC) - MAGIC
-}
-
 /// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
-/// or i8 output. Same arithmetic as the generic path: `x / s` in f32, round half to even
-/// ([`round_half_even_saturating`]), NaN → 0, `+ zp`, saturate.
+/// or i8 output. The same codes as the generic path: [`quantkit_core::quantize_code`] equals
+/// [`quantize_value_wide`] for an 8-bit zero point.
 fn per_tensor_8bit(
     x: &Tensor,
     s: &Tensor,
@@ -177,76 +167,11 @@ fn per_tensor_8bit(
     make(out, x.shape.clone(), data).map(Some)
 }
 
-/// An 8-bit code type: u8 or i8.
-pub trait Code8: Copy + Send + Sync + 'static {
-    /// The smallest code, as f32.
-    const LO: f32;
-    /// The largest code, as f32.
-    const HI: f32;
-    /// The code of an integer in `LO..=HI`.
-    fn from_i32(v: i32) -> Self;
-}
-impl Code8 for u8 {
-    const LO: f32 = 0.0;
-    const HI: f32 = 255.0;
-    #[inline(always)]
-    fn from_i32(v: i32) -> Self {
-        v as u8
-    }
-}
-impl Code8 for i8 {
-    const LO: f32 = -128.0;
-    const HI: f32 = 127.0;
-    #[inline(always)]
-    fn from_i32(v: i32) -> Self {
-        v as i8
-    }
-}
-
-/// One element of the per-tensor 8-bit path: `clamp(round_half_even(v / s) + zp, LO, HI)`
-/// with NaN → `zp`, all in f32 (`v / s` is a true f32 division, never a multiply by the
-/// reciprocal). Shared with the integer engine's fused input step, so executor and engine
-/// compute the same codes by construction.
-#[inline(always)]
-pub fn quantize_8bit_one<T: Code8>(v: f32, s: f32, zp: i32) -> T {
-    let d = v / s;
-    let r = if d.is_nan() {
-        0.0
-    } else {
-        round_half_even_saturating(d)
-    };
-    // `max`/`min` rather than `clamp` (whose `lo ≤ hi` assertion keeps loops scalar); for
-    // a non-NaN value they are the same.
-    let c = (r + zp as f32).max(T::LO).min(T::HI);
-    // SAFETY: `c` is inside the code range, so finite and an i32: `r` is not NaN (NaN became
-    // 0) and `zp as f32` is finite, so `r + zp` is not NaN; ±∞ and huge values are clamped.
-    T::from_i32(unsafe { c.to_int_unchecked::<i32>() })
-}
-
-/// [`quantize_8bit_one`] over a slice, compiled again with AVX2 for CPUs that have it (the
-/// same IEEE operations, so the same codes).
-fn quantize_8bit<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
-    #[inline(always)]
-    fn body<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
-        // An indexed loop over a zeroed buffer rather than `collect` (whose growth path kept
-        // the loop scalar).
-        let mut out = vec![T::from_i32(0); x.len()];
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = quantize_8bit_one(v, s, zp);
-        }
-        out
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn body_avx2<T: Code8>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
-        body(x, s, zp)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected.
-        return unsafe { body_avx2(x, s, zp) };
-    }
-    body(x, s, zp)
+/// [`quantkit_core::quantize_code`] over a slice (SIMD where the dispatched ISA has it).
+fn quantize_8bit<T: QuantType>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
+    let mut out = vec![T::default(); x.len()];
+    quantkit_kernels::quantize::quantize(x, s, zp, &mut out);
+    out
 }
 
 /// Static shape rule (see [`super::registry::InferFn`]).

@@ -180,7 +180,7 @@ impl VectorBody {
     }
 
     /// Whether this is a SIMD copy.
-    fn is_simd(self) -> bool {
+    pub(crate) fn is_simd(self) -> bool {
         !matches!(self, VectorBody::Generic)
     }
 }
@@ -204,6 +204,10 @@ pub struct Kernels {
     pub(crate) depthwise: VectorBody,
     /// Max pooling, and the window maxima of the fused conv + max pool.
     pub(crate) pooling: VectorBody,
+    /// Element-wise passes over whole tensors: per-tensor quantize/dequantize, the input
+    /// prologue (`quantize.rs`) and the NCHW↔NHWC transposes of 8-bit codes
+    /// (`transpose.rs`).
+    pub(crate) elementwise: VectorBody,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -216,6 +220,7 @@ impl std::fmt::Debug for Kernels {
             .field("winograd", &(self.winograd.body, self.winograd.input_isa))
             .field("depthwise", &self.depthwise)
             .field("pooling", &self.pooling)
+            .field("elementwise", &self.elementwise)
             .finish()
     }
 }
@@ -265,6 +270,12 @@ impl Kernels {
     pub(crate) fn pooling(&self) -> VectorBody {
         note_use(self.pooling.is_simd());
         self.pooling
+    }
+
+    /// The element-wise passes' compiled copy (counted).
+    pub(crate) fn elementwise(&self) -> VectorBody {
+        note_use(self.elementwise.is_simd());
+        self.elementwise
     }
 }
 

@@ -43,5 +43,6 @@ pub(crate) fn generic() -> Kernels {
         },
         depthwise: VectorBody::Generic,
         pooling: VectorBody::Generic,
+        elementwise: VectorBody::Generic,
     }
 }

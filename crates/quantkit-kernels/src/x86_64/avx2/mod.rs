@@ -76,6 +76,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.winograd.input = winograd::avx2_winograd_input_16;
     k.depthwise = VectorBody::Avx2(avx2);
     k.pooling = VectorBody::Avx2(avx2);
+    k.elementwise = VectorBody::Avx2(avx2);
 }
 
 /// Entry of [`gemm::avx2_gemm_u8i8_i32_6x16`].

@@ -1,0 +1,46 @@
+//! The 8-bit code types (`u8`, `i8`) as one trait, shared by every layer that stores codes:
+//! the kernels (activations, weights, outputs), the graph executor's QuantizeLinear /
+//! DequantizeLinear fast paths and the integer engine.
+
+/// An 8-bit quantized code type: `u8` or `i8`.
+///
+/// Generic code over the code type ([`crate::linear::quantize_code`], the kernels' output
+/// stages) reads the range from [`QuantType::MIN`] / [`QuantType::MAX`] and converts with
+/// [`QuantType::from_clamped`] / [`QuantType::to_i32`], so one function body serves both.
+pub trait QuantType: Copy + Send + Sync + Default + 'static {
+    /// Smallest representable value.
+    const MIN: i32;
+    /// Largest representable value.
+    const MAX: i32;
+    /// Converts a value already clamped to `[MIN, MAX]` (a plain `as` cast: a value outside
+    /// the range wraps, it is not saturated).
+    fn from_clamped(v: i32) -> Self;
+    /// Widens to i32.
+    fn to_i32(self) -> i32;
+}
+
+impl QuantType for u8 {
+    const MIN: i32 = 0;
+    const MAX: i32 = 255;
+    #[inline(always)]
+    fn from_clamped(v: i32) -> Self {
+        v as u8
+    }
+    #[inline(always)]
+    fn to_i32(self) -> i32 {
+        self as i32
+    }
+}
+
+impl QuantType for i8 {
+    const MIN: i32 = -128;
+    const MAX: i32 = 127;
+    #[inline(always)]
+    fn from_clamped(v: i32) -> Self {
+        v as i8
+    }
+    #[inline(always)]
+    fn to_i32(self) -> i32 {
+        self as i32
+    }
+}
