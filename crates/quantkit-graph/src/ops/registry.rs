@@ -1,5 +1,5 @@
 //! The operator registry: one descriptor ([`OpDef`]) per operator, owned by the operator's
-//! own file, and one line per operator in [`registry!`] below.
+//! own file, and one line per operator in the `registry!` list of `ops/mod.rs`.
 //!
 //! Every layer asks the registry what an operator is: the executor and constant folding
 //! take its evaluation, shape inference its shape rule, the quantizer its [`Facts`] (which
