@@ -77,13 +77,19 @@ impl QParams {
         (q - self.zp) as f32 * self.scale
     }
 
-    /// `saturate(round_half_even(v / scale) + zp)` in f32, NaN → `zp` (as
-    /// [`super::quantize_linear`] does).
+    /// `saturate(round_half_even(v / scale) + zp)` with an f32 quotient, NaN → `zp`:
+    /// quantkit-core's equation (1) ([`quantkit_core::quantize_value_wide`]), as
+    /// [`super::quantize_linear`] computes it.
     pub fn quantize(&self, v: f32) -> i64 {
         let (lo, hi) = self.dtype.int_range().unwrap_or((0, 255));
-        let r = (v / self.scale).round_ties_even();
-        let r = if r.is_nan() { 0 } else { r as i64 };
-        r.saturating_add(self.zp).clamp(lo, hi)
+        quantkit_core::quantize_value_wide(
+            v,
+            self.scale,
+            self.zp,
+            lo,
+            hi,
+            quantkit_core::QuotientPrecision::F32,
+        )
     }
 }
 
