@@ -27,6 +27,8 @@ registry::registry! {
     // ai.onnx
     Abs => abs,
     Add => add,
+    ArgMax => arg_max,
+    ArgMin => arg_min,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
