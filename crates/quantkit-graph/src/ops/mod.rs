@@ -27,6 +27,7 @@ registry::registry! {
     // ai.onnx
     Abs => abs,
     Add => add,
+    And => and,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
@@ -74,7 +75,9 @@ registry::registry! {
     Min => min,
     Mul => mul,
     Neg => neg,
+    Not => not,
     Pad => pad,
+    Or => or,
     Pow => pow,
     PRelu => prelu,
     QLinearConv => qlinear_conv,
@@ -99,6 +102,8 @@ registry::registry! {
     Tanh => tanh,
     Transpose => transpose,
     Unsqueeze => unsqueeze,
+    Where => r#where,
+    Xor => xor,
     // com.microsoft: the ONNX Runtime contrib operators its quantizer writes
     QGemm => qgemm,
     QLinearAdd => qlinear_add,
