@@ -80,7 +80,7 @@ mod tests {
         let x = Tensor::from_f32(&[2], vec![1.0, 2.0]);
         let y = Tensor::from_f32(&[1], vec![9.0]);
         let ins = [Some(&c), Some(&x), Some(&y)];
-        let node = crate::ir::Node::default();
+        let node = crate::ir::Node::new("w", "Where", &["c", "x", "y"], &["z"]);
         let ctx = OpCtx { node: &node, opset: 21 };
         let out = eval(&ctx, &ins).unwrap().remove(0);
         assert_eq!(out.shape, vec![2, 2]);
