@@ -75,6 +75,7 @@ registry::registry! {
     MaxPool => max_pool,
     Mean => mean,
     Min => min,
+    Mod => modulo,
     Mul => mul,
     Neg => neg,
     Not => not,
