@@ -1,0 +1,18 @@
+//! `Greater`: element-wise `a > b` with numpy broadcasting, bool output, for every numeric
+//! type (opset 7; 9 added the integer types, 13 bfloat16, which the IR lacks). A NaN operand gives false. Evaluated by
+//! [`super::equal::compare`].
+
+use super::equal::{compare, infer, Cmp};
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Greater`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    compare(Cmp::Gt, inputs)
+}
+
+/// `Greater` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Greater", 1, eval)
+    .infer(infer)
+    .facts(super::Facts::ELEMENTWISE);

@@ -1,0 +1,18 @@
+//! `Less`: element-wise `a < b` with numpy broadcasting, bool output, for every numeric
+//! type (opset 7; 9 added the integer types, 13 bfloat16, which the IR lacks). A NaN operand gives false. Evaluated by
+//! [`super::equal::compare`].
+
+use super::equal::{compare, infer, Cmp};
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Less`.
+pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    compare(Cmp::Lt, inputs)
+}
+
+/// `Less` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Less", 1, eval)
+    .infer(infer)
+    .facts(super::Facts::ELEMENTWISE);
