@@ -110,3 +110,37 @@ pub fn infer(_ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 pub const DEF: super::OpDef = super::OpDef::onnx("Mod", 1, eval)
     .infer(infer)
     .facts(super::Facts::ELEMENTWISE);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Node;
+
+    #[test]
+    fn follows_the_divisor_sign_and_rejects_bad_operands() {
+        let node = Node::new("m", "Mod", &["a", "b"], &["y"]);
+        let ctx = OpCtx {
+            node: &node,
+            opset: 21,
+        };
+        let a = Tensor::from_i64(&[2], vec![-7, 7]);
+        let b = Tensor::from_i64(&[1], vec![3]);
+        let y = eval(&ctx, &[Some(&a), Some(&b)]).unwrap().remove(0);
+        assert_eq!(y.data, Data::I64(vec![2, 1]));
+        let z = Tensor::from_i64(&[1], vec![0]);
+        assert!(matches!(
+            eval(&ctx, &[Some(&a), Some(&z)]),
+            Err(OpError::Invalid(_))
+        ));
+        let f = Tensor::from_f32(&[1], vec![3.0]);
+        assert!(matches!(
+            eval(&ctx, &[Some(&a), Some(&f)]),
+            Err(OpError::DType { index: 1, .. })
+        ));
+        let c = Tensor::from_i64(&[3], vec![1, 2, 3]);
+        assert!(matches!(
+            eval(&ctx, &[Some(&a), Some(&c)]),
+            Err(OpError::ShapeMismatch { .. })
+        ));
+    }
+}
