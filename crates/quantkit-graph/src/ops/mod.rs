@@ -41,6 +41,7 @@ registry::registry! {
     Conv => conv,
     ConvInteger => conv_integer,
     ConvTranspose => conv_transpose,
+    CumSum => cum_sum,
     DequantizeLinear => dequantize_linear,
     Div => div,
     Dropout => dropout,
