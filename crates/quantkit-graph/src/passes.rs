@@ -135,21 +135,7 @@ pub fn fold_constants(graph: &mut Graph) -> Result<()> {
     }
     graph.nodes = kept;
     // Drop initializers nobody reads any more (folded intermediates, Constant chains).
-    let used: HashSet<&str> = graph
-        .nodes
-        .iter()
-        .flat_map(|n| n.inputs.iter().map(String::as_str))
-        .chain(graph.outputs.iter().map(|o| o.name.as_str()))
-        .collect();
-    let dead: Vec<String> = graph
-        .initializers
-        .keys()
-        .filter(|k| !used.contains(k.as_str()))
-        .cloned()
-        .collect();
-    for k in dead {
-        graph.initializers.remove(&k);
-    }
+    graph.prune_initializers();
     Ok(())
 }
 

@@ -16,7 +16,7 @@
 //! `Gemm`'s `transB` is applied to the stored weight and `beta` to the float bias.
 
 use crate::error::{core, PtqError, Result};
-use crate::prepare::{prepare, prune_initializers, unique};
+use crate::prepare::prepare;
 use crate::{initializer_bytes, FloatNode, PtqConfig, Summary};
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
 use quantkit_graph::{AttrValue, DType, Data, Graph, Node, OpKind, Tensor};
@@ -118,7 +118,7 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
             " after --exclude".into()
         }));
     }
-    prune_initializers(&mut graph);
+    graph.prune_initializers();
     graph.meta.ir_version = graph.meta.ir_version.max(7);
     // Float shapes recorded for rewritten outputs still hold; nothing else to fix.
     let summary = Summary {
@@ -155,10 +155,10 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
 fn unique_in(g: &Graph, names: &HashSet<String>, pending: &[Node], base: &str) -> String {
     let taken =
         |n: &str| names.contains(n) || pending.iter().any(|x| x.outputs.iter().any(|o| o == n));
-    let mut name = unique(g, base);
+    let mut name = g.unique_name(base);
     let mut k = 1;
     while taken(&name) {
-        name = unique(g, &format!("{base}_{k}"));
+        name = g.unique_name(&format!("{base}_{k}"));
         k += 1;
     }
     name
@@ -281,7 +281,7 @@ fn rewrite(
     let (wq, scales) = quantize_weight(&w_name, &n.name, &wv, &wshape, axis, config)?;
     let channels = wshape[axis];
     let add_init = |g: &mut Graph, base: &str, t: Tensor| {
-        let name = unique(g, base);
+        let name = g.unique_name(base);
         g.initializers.insert(name.clone(), t);
         name
     };

@@ -137,8 +137,8 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
             .map(|ch| ((bias[ch] - mean[ch]) * kk[ch] + beta[ch]) as f32)
             .collect();
         let (pname, bn_name, bn_out) = (p.name.clone(), bn.name.clone(), bn.outputs[0].clone());
-        let w_name = unique(g, &format!("{}_bnfolded_weight", pname));
-        let b_name = unique(g, &format!("{}_bnfolded_bias", pname));
+        let w_name = g.unique_name(&format!("{}_bnfolded_weight", pname));
+        let b_name = g.unique_name(&format!("{}_bnfolded_bias", pname));
         let w_shape = w.shape.clone();
         g.initializers
             .insert(w_name.clone(), Tensor::from_f32(&w_shape, nw));
@@ -156,14 +156,9 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
         folded.push((bn_name, pname));
     }
     if !folded.is_empty() {
-        prune_initializers(g);
+        g.prune_initializers();
     }
     Ok(folded)
-}
-
-/// A value name not yet used by any initializer, node output or graph input.
-pub(crate) fn unique(g: &Graph, base: &str) -> String {
-    g.unique_name(base)
 }
 
 /// Fresh names for the values and nodes a rewrite adds: a name is never one the graph
@@ -214,11 +209,6 @@ impl Namer {
     pub(crate) fn node(&mut self, base: &str) -> String {
         Namer::fresh_in(&mut self.nodes, base)
     }
-}
-
-/// Drops initializers that no node and no graph output reads.
-pub(crate) fn prune_initializers(g: &mut Graph) {
-    g.prune_initializers();
 }
 
 /// Raises the default-domain opset to 13 (per-axis `QuantizeLinear`/`DequantizeLinear`),
@@ -284,7 +274,7 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
             Some(OpKind::Squeeze | OpKind::Unsqueeze | OpKind::ReduceSum | OpKind::Split) => {
                 let key = if n.is(OpKind::Split) { "split" } else { "axes" };
                 if let Ok(Some(v)) = n.attr_ints(key) {
-                    let name = unique(g, &format!("{}_{key}", n.name));
+                    let name = g.unique_name(&format!("{}_{key}", n.name));
                     g.initializers
                         .insert(name.clone(), Tensor::from_i64(&[v.len()], v));
                     n.attributes.retain(|(k, _)| k != key);

@@ -5,7 +5,7 @@
 //! integer kernel read the dequantized value and stay float.
 
 use crate::error::{core, PtqError, Result};
-use crate::prepare::{prune_initializers, Namer};
+use crate::prepare::Namer;
 use quantkit_core::{Granularity, QParams, QuantScheme, RoundingMode};
 use quantkit_graph::{AttrValue, Data, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -304,7 +304,7 @@ pub fn insert_qdq(
         }
     }
     g.nodes = new_nodes;
-    prune_initializers(&mut g);
+    g.prune_initializers();
     Ok(g)
 }
 

@@ -206,7 +206,7 @@ pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
     g.nodes = out;
     drop_dead_nodes(&mut g);
     passes::topo_sort(&mut g).map_err(graph("sorting the QOperator graph"))?;
-    crate::prepare::prune_initializers(&mut g);
+    g.prune_initializers();
     if uses_ms && !g.opset_imports.iter().any(|(d, _)| d == MS_DOMAIN) {
         g.opset_imports.push((MS_DOMAIN.to_string(), 1));
     }
