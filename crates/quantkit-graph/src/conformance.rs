@@ -5,9 +5,19 @@
 //! exactly, float outputs within `|y − ref| ≤ atol + rtol·|ref|` (rtol 1e-3, atol 1e-5,
 //! ONNX's defaults for model tests; NaN matches NaN). A case is `unsupported` when it needs
 //! an operator or element type this crate does not implement; it is then never run.
+//!
+//! A case is `excluded` (not run, and outside the pass-rate measure) when it needs what
+//! quantkit deliberately does not model: string tensors, sequence/map/optional values, the
+//! training operators (Adagrad, Adam, Momentum, Gradient) or random numbers (Bernoulli,
+//! RandomNormal*, RandomUniform*, Multinomial, and Dropout in training mode with a
+//! non-zero ratio). [`excluded_reason`] decides it from the model file alone, except for
+//! the training-mode Dropout cases, which are recognised by name
+//! (`test_training_dropout*` other than `*zero_ratio*`): whether their mask is random
+//! depends on input data, not on the graph.
 
 use crate::error::{GraphError, OpError};
-use crate::onnx::{load_model, load_tensor_pb};
+use crate::onnx::proto;
+use crate::onnx::{decode_model, import_model, load_tensor_pb};
 use crate::tensor::Tensor;
 use serde::Serialize;
 use std::path::Path;
@@ -27,6 +37,9 @@ pub enum Status {
     Failed,
     /// Needs an operator or type that is not implemented; not run.
     Unsupported,
+    /// Needs strings, sequences/maps/optionals, training operators or random numbers:
+    /// outside what quantkit models, not run and not counted (see the module docs).
+    Excluded,
 }
 
 /// Result of one case.
@@ -53,6 +66,8 @@ pub struct Report {
     pub failed: usize,
     /// Number unsupported (skipped).
     pub unsupported: usize,
+    /// Number excluded from the measure (see [`Status::Excluded`]).
+    pub excluded: usize,
 }
 
 fn is_unsupported(e: &GraphError) -> bool {
@@ -86,6 +101,7 @@ pub fn run_dir(dir: &Path) -> Result<Report, GraphError> {
         passed: count(Status::Passed),
         failed: count(Status::Failed),
         unsupported: count(Status::Unsupported),
+        excluded: count(Status::Excluded),
         cases,
     })
 }
@@ -97,8 +113,24 @@ pub fn run_case(case: &Path) -> CaseResult {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut max_error: Option<f64> = None;
+    let mut excluded = None;
     let outcome = (|| -> Result<Option<String>, GraphError> {
-        let graph = load_model(case.join("model.onnx"))?;
+        let path = case.join("model.onnx");
+        let what = path.display().to_string();
+        let bytes = std::fs::read(&path).map_err(|source| GraphError::Io {
+            path: what.clone(),
+            source,
+        })?;
+        let model = decode_model(&bytes, &what)?;
+        excluded = excluded_reason(&model).or_else(|| {
+            (name.starts_with("test_training_dropout") && !name.contains("zero_ratio")).then(|| {
+                "Dropout in training mode with a non-zero ratio draws a random mask".into()
+            })
+        });
+        if excluded.is_some() {
+            return Ok(None);
+        }
+        let graph = import_model(&model, &what)?;
         crate::exec::plan(&graph)?;
         let mut sets: Vec<_> = std::fs::read_dir(case)
             .map_err(|source| GraphError::Io {
@@ -149,6 +181,7 @@ pub fn run_case(case: &Path) -> CaseResult {
         Ok(None)
     })();
     let (status, message) = match outcome {
+        _ if excluded.is_some() => (Status::Excluded, excluded.unwrap_or_default()),
         Ok(None) => (Status::Passed, String::new()),
         Ok(Some(m)) => (Status::Failed, m),
         Err(e) if is_unsupported(&e) => (Status::Unsupported, e.to_string()),
@@ -160,6 +193,106 @@ pub fn run_case(case: &Path) -> CaseResult {
         max_error,
         message,
     }
+}
+
+/// Operators of the training domain (`ai.onnx.preview.training`).
+const TRAINING_OPS: [&str; 4] = ["Adagrad", "Adam", "Momentum", "Gradient"];
+/// Operators that draw random numbers.
+const RANDOM_OPS: [&str; 6] = [
+    "Bernoulli",
+    "Multinomial",
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+];
+/// Operators whose inputs or outputs are sequences or optionals.
+const SEQUENCE_OPS: [&str; 12] = [
+    "ConcatFromSequence",
+    "Optional",
+    "OptionalGetElement",
+    "OptionalHasElement",
+    "SequenceAt",
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceErase",
+    "SequenceInsert",
+    "SequenceLength",
+    "SequenceMap",
+    "SplitToSequence",
+];
+/// ONNX's element type code of `string`.
+const STRING: i32 = 8;
+
+/// Why a model is outside the conformance measure, if it is: it holds string tensors,
+/// sequence/map/optional values, training operators or random-number operators, at any
+/// subgraph depth.
+pub fn excluded_reason(model: &proto::ModelProto) -> Option<String> {
+    model.graph.as_ref().and_then(|g| excluded_in_graph(g, 0))
+}
+
+fn excluded_type(t: &proto::TypeProto) -> Option<&'static str> {
+    use proto::type_proto::Value;
+    match t.value.as_ref()? {
+        Value::TensorType(tt) if tt.elem_type == Some(STRING) => Some("string tensors"),
+        Value::SequenceType(_) => Some("sequence values"),
+        Value::MapType(_) => Some("map values"),
+        Value::OptionalType(_) => Some("optional values"),
+        _ => None,
+    }
+}
+
+fn excluded_in_graph(g: &proto::GraphProto, depth: usize) -> Option<String> {
+    // Nesting past this is left to the importer, which rejects it with its own error.
+    if depth > 64 {
+        return None;
+    }
+    let infos = g.input.iter().chain(&g.output).chain(&g.value_info);
+    for vi in infos {
+        if let Some(why) = vi.r#type.as_ref().and_then(excluded_type) {
+            return Some(format!(
+                "needs {why} (`{}`)",
+                vi.name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    if let Some(t) = g.initializer.iter().find(|t| t.data_type == Some(STRING)) {
+        return Some(format!(
+            "needs string tensors (initializer `{}`)",
+            t.name.as_deref().unwrap_or("")
+        ));
+    }
+    for n in &g.node {
+        let op = n.op_type.as_deref().unwrap_or("");
+        let why = if TRAINING_OPS.contains(&op) {
+            Some("is a training operator")
+        } else if RANDOM_OPS.contains(&op) {
+            Some("draws random numbers")
+        } else if SEQUENCE_OPS.contains(&op) {
+            Some("works on sequence or optional values")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Some(format!("`{op}` {why}"));
+        }
+        for a in &n.attribute {
+            let strings = a.t.as_ref().is_some_and(|t| t.data_type == Some(STRING))
+                || (op == "Cast"
+                    && a.name.as_deref() == Some("to")
+                    && a.i == Some(i64::from(STRING)));
+            if strings {
+                return Some(format!("needs string tensors (node `{op}`)"));
+            }
+            let subgraphs = a.g.as_deref().into_iter().chain(&a.graphs);
+            for sub in subgraphs {
+                if let Some(why) = excluded_in_graph(sub, depth + 1) {
+                    return Some(why);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Compares an output with its reference: (matches, max abs error, explanation).
@@ -214,20 +347,42 @@ pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64, String) {
 }
 
 impl Report {
-    /// The one-line summary: `N passed, M failed` plus `, K skipped` when some were skipped.
+    /// The one-line summary: `N passed, M failed` plus `, K skipped` when some were skipped
+    /// and `, E excluded (pass rate P % of the rest)` when some were excluded.
     pub fn summary(&self) -> String {
         let mut s = format!("{} passed, {} failed", self.passed, self.failed);
         if self.unsupported > 0 {
             s.push_str(&format!(", {} skipped", self.unsupported));
         }
+        if self.excluded > 0 {
+            s.push_str(&format!(
+                ", {} excluded (pass rate {:.1} % of the other {})",
+                self.excluded,
+                100.0 * self.pass_rate(),
+                self.measured()
+            ));
+        }
         s
+    }
+
+    /// Cases inside the measure: all but the excluded ones.
+    pub fn measured(&self) -> usize {
+        self.cases.len() - self.excluded
+    }
+
+    /// Passed cases over [`Report::measured`] (0 when nothing is measured).
+    pub fn pass_rate(&self) -> f64 {
+        match self.measured() {
+            0 => 0.0,
+            m => self.passed as f64 / m as f64,
+        }
     }
 
     /// A Markdown page with one table row per case (CONFORMANCE.md).
     pub fn to_markdown(&self, source: &str) -> String {
         let mut s = String::from("# ONNX conformance\n\n");
         s.push_str(&format!(
-            "Generated by `quantkit conformance {source} --markdown CONFORMANCE.md`. Float outputs must match within rtol {RTOL:e}, atol {ATOL:e}; integer outputs exactly. `unsupported` cases need an operator or element type quantkit does not implement and are not run.\n\n**{}**\n\n",
+            "Generated by `quantkit conformance {source} --markdown CONFORMANCE.md`. Float outputs must match within rtol {RTOL:e}, atol {ATOL:e}; integer outputs exactly. `unsupported` cases need an operator or element type quantkit does not implement and are not run; `excluded` cases need string tensors, sequence/map/optional values, training operators or random numbers, are not run and are not counted in the pass rate.\n\n**{}**\n\n",
             self.summary()
         ));
         s.push_str("| case | status | max abs error | note |\n|---|---|---|---|\n");
@@ -236,6 +391,7 @@ impl Report {
                 Status::Passed => "passed",
                 Status::Failed => "**failed**",
                 Status::Unsupported => "unsupported",
+                Status::Excluded => "excluded",
             };
             let err = c
                 .max_error

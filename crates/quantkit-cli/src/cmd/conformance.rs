@@ -30,6 +30,7 @@ pub fn run(args: Args) -> Result<()> {
                 Status::Passed => "pass",
                 Status::Failed => "FAIL",
                 Status::Unsupported => "unsupported",
+                Status::Excluded => "excluded",
             };
             let err = c
                 .max_error
