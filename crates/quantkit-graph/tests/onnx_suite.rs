@@ -91,6 +91,9 @@ fn whole_onnx_node_suite_does_not_regress() {
     let report = run_dir(&dir).expect("suite folder readable");
     let mut unexpected = Vec::new();
     for c in &report.cases {
+        if c.status != Status::Passed {
+            eprintln!("{:?} {} {}", c.status, c.name, c.message);
+        }
         if c.status == Status::Failed && !KNOWN_FAILURES.iter().any(|(n, _)| *n == c.name) {
             unexpected.push(format!("{} {:?} {}", c.name, c.max_error, c.message));
         }
