@@ -107,6 +107,7 @@ registry::registry! {
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
+    Size => size,
     Slice => slice,
     Softmax => softmax,
     Split => split,
