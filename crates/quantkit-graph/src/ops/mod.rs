@@ -15,6 +15,7 @@ pub use registry::{
 };
 
 pub mod binary;
+pub mod index;
 pub mod int_kernels;
 pub mod pool;
 pub mod qlinear;
@@ -116,6 +117,7 @@ registry::registry! {
     Sub => sub,
     Sum => sum,
     Tanh => tanh,
+    Tile => tile,
     Transpose => transpose,
     Unsqueeze => unsqueeze,
     Where => r#where,
