@@ -119,6 +119,7 @@ registry::registry! {
     Tanh => tanh,
     Tile => tile,
     Transpose => transpose,
+    Trilu => trilu,
     Unsqueeze => unsqueeze,
     Where => r#where,
     Xor => xor,
