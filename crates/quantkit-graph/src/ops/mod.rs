@@ -42,6 +42,7 @@ registry::registry! {
     Conv => conv,
     ConvInteger => conv_integer,
     ConvTranspose => conv_transpose,
+    CumProd => cum_prod,
     CumSum => cum_sum,
     DequantizeLinear => dequantize_linear,
     Div => div,
