@@ -55,6 +55,7 @@ registry::registry! {
     Flatten => flatten,
     Floor => floor,
     Gather => gather,
+    GatherElements => gather_elements,
     Gelu => gelu,
     Gemm => gemm,
     GlobalAveragePool => global_average_pool,
