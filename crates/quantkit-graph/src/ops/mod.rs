@@ -107,6 +107,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    ScatterElements => scatter_elements,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
