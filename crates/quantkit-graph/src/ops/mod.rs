@@ -107,6 +107,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    Scatter => scatter,
     ScatterElements => scatter_elements,
     Shape => shape,
     Sigmoid => sigmoid,
