@@ -56,6 +56,7 @@ registry::registry! {
     Floor => floor,
     Gather => gather,
     GatherElements => gather_elements,
+    GatherND => gather_nd,
     Gelu => gelu,
     Gemm => gemm,
     GlobalAveragePool => global_average_pool,
