@@ -110,6 +110,7 @@ registry::registry! {
     Resize => resize,
     Scatter => scatter,
     ScatterElements => scatter_elements,
+    ScatterND => scatter_nd,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
