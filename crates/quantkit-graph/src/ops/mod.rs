@@ -124,6 +124,7 @@ registry::registry! {
     Sum => sum,
     Tanh => tanh,
     Tile => tile,
+    TopK => top_k,
     Transpose => transpose,
     Trilu => trilu,
     Unsqueeze => unsqueeze,
