@@ -127,6 +127,7 @@ registry::registry! {
     TopK => top_k,
     Transpose => transpose,
     Trilu => trilu,
+    Unique => unique,
     Unsqueeze => unsqueeze,
     Where => r#where,
     Xor => xor,
