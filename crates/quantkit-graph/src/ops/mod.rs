@@ -86,6 +86,7 @@ registry::registry! {
     Mul => mul,
     Neg => neg,
     Not => not,
+    OneHot => one_hot,
     Pad => pad,
     Or => or,
     Pow => pow,
