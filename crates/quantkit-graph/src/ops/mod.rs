@@ -52,6 +52,7 @@ registry::registry! {
     Erf => erf,
     Exp => exp,
     Expand => expand,
+    EyeLike => eye_like,
     Flatten => flatten,
     Floor => floor,
     Gather => gather,
