@@ -86,6 +86,7 @@ registry::registry! {
     Mod => modulo,
     Mul => mul,
     Neg => neg,
+    NonZero => non_zero,
     Not => not,
     OneHot => one_hot,
     Pad => pad,
