@@ -36,6 +36,7 @@ registry::registry! {
     Cast => cast,
     Ceil => ceil,
     Clip => clip,
+    Compress => compress,
     Concat => concat,
     Constant => constant,
     ConstantOfShape => constant_of_shape,
