@@ -112,6 +112,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    ReverseSequence => reverse_sequence,
     Scatter => scatter,
     ScatterElements => scatter_elements,
     ScatterND => scatter_nd,
