@@ -35,6 +35,7 @@ registry::registry! {
     BatchNormalization => batch_normalization,
     Cast => cast,
     Ceil => ceil,
+    CenterCropPad => center_crop_pad,
     Clip => clip,
     Compress => compress,
     Concat => concat,
