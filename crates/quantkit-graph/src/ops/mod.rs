@@ -46,6 +46,7 @@ registry::registry! {
     ConvTranspose => conv_transpose,
     CumProd => cum_prod,
     CumSum => cum_sum,
+    DepthToSpace => depth_to_space,
     DequantizeLinear => dequantize_linear,
     Div => div,
     Dropout => dropout,
