@@ -124,6 +124,7 @@ registry::registry! {
     Size => size,
     Slice => slice,
     Softmax => softmax,
+    SpaceToDepth => space_to_depth,
     Split => split,
     Sqrt => sqrt,
     Squeeze => squeeze,
