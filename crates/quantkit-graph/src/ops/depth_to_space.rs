@@ -2,7 +2,7 @@
 //! blocksize` spatial blocks, giving `[N, C/b², H·b, W·b]`. Opset 11 added `mode`: `DCR`
 //! (default, and the only order before 11) reads channel `(i·b + j)·C/b² + c` for output
 //! channel `c` at block offset `(i, j)`; `CRD` reads `c·b² + i·b + j`. 13 and 28 only add
-//! element types. [`Mode`] and [`geometry`] are shared with SpaceToDepth, its inverse.
+//! element types. `Mode` and `geometry` are shared with SpaceToDepth, its inverse.
 
 use super::{input, make, OpCtx};
 use crate::error::OpError;

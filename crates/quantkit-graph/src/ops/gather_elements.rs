@@ -2,7 +2,7 @@
 //! for `axis = 0` (and so on), where `index = indices[i][j][k]`; the output has the
 //! indices' shape. `indices` (int32/int64) has the data's rank and, off `axis`, sizes no
 //! larger than the data's; negative indices count from the end and out-of-range ones are
-//! errors. [`positions`] is shared with ScatterElements and Scatter.
+//! errors. `positions` is shared with ScatterElements and Scatter.
 
 use super::index::{indices_of, norm_index, separable};
 use super::{input, make, norm_axis, OpCtx};

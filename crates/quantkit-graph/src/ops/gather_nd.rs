@@ -4,7 +4,7 @@
 //! data.shape[b+m..]`. Opset 12 added `batch_dims` (b, default 0): the first b axes of
 //! `indices` and `data` are batch axes and must agree. Opset 11 introduced it; 13 only
 //! adds bfloat16. Negative indices count from the end; out-of-range ones are errors.
-//! [`slice_offsets`] is shared with ScatterND.
+//! `slice_offsets` is shared with ScatterND.
 
 use super::index::{indices_of, norm_index, numel};
 use super::{input, make, OpCtx};

@@ -3,7 +3,7 @@
 //! separable index maps and the scatter reductions.
 //!
 //! Every output size is computed with checked arithmetic and capped at
-//! [`MAX_ELEMENTS`](super::constant_of_shape::MAX_ELEMENTS) before anything is allocated, so
+//! [`MAX_ELEMENTS`] before anything is allocated, so
 //! a hostile shape or repeat count is an error, not an allocation abort.
 
 use super::constant_of_shape::MAX_ELEMENTS;

@@ -5,7 +5,7 @@
 //! indices count from the end, out-of-range ones are errors. Opset 16 added `reduction`
 //! (`none`, `add`, `mul`), 18 `max` and `min`: the update is combined with the value there,
 //! in index order (with `none` and duplicate indices the last update wins). Opset 11
-//! introduced it, 13 only adds bfloat16. [`eval_reduce`] is shared with `Scatter`.
+//! introduced it, 13 only adds bfloat16. `eval_reduce` is shared with `Scatter`.
 
 use super::gather_elements::positions;
 use super::index::{indices_of, scatter, Reduction};
