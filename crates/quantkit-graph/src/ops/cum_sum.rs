@@ -8,8 +8,9 @@ use crate::error::OpError;
 use crate::tensor::{Data, Element, Tensor};
 
 /// Running sums of `v`, viewed as `[outer, n, inner]`, along the middle axis, with the
-/// accumulator `A` (`zero`, `add`, conversion back to the element type `T`).
-fn scan<T: Copy, A: Copy>(
+/// accumulator `A` (`zero`, `add`, conversion back to the element type `T`). CumProd
+/// runs it with a product.
+pub(super) fn scan<T: Copy, A: Copy>(
     v: &[T],
     outer: usize,
     n: usize,
