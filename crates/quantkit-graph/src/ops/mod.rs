@@ -112,6 +112,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    Round => round,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
