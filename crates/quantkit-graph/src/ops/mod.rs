@@ -118,6 +118,7 @@ registry::registry! {
     Round => round,
     Selu => selu,
     Shape => shape,
+    Shrink => shrink,
     Sigmoid => sigmoid,
     Sign => sign,
     Sin => sin,
