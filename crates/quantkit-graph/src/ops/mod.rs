@@ -16,6 +16,7 @@ pub use registry::{
 
 pub mod binary;
 pub mod int_kernels;
+pub mod norm;
 pub mod pool;
 pub mod qlinear;
 pub mod registry;
@@ -74,10 +75,12 @@ registry::registry! {
     GlobalMaxPool => global_max_pool,
     Greater => greater,
     GreaterOrEqual => greater_or_equal,
+    GroupNormalization => group_normalization,
     Hardmax => hardmax,
     HardSigmoid => hard_sigmoid,
     HardSwish => hard_swish,
     Identity => identity,
+    InstanceNormalization => instance_normalization,
     IsInf => is_inf,
     IsNaN => is_nan,
     LayerNormalization => layer_normalization,
@@ -86,12 +89,14 @@ registry::registry! {
     LessOrEqual => less_or_equal,
     Log => log,
     LogSoftmax => log_softmax,
+    LpNormalization => lp_normalization,
     LRN => lrn,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
     Max => max,
     MaxPool => max_pool,
     Mean => mean,
+    MeanVarianceNormalization => mean_variance_normalization,
     Min => min,
     Mish => mish,
     Mod => modulo,
@@ -120,6 +125,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    RMSNormalization => rms_normalization,
     Round => round,
     Selu => selu,
     Shape => shape,
