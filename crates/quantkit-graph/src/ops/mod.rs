@@ -58,6 +58,7 @@ registry::registry! {
     Cosh => cosh,
     CumSum => cum_sum,
     DequantizeLinear => dequantize_linear,
+    Det => det,
     Div => div,
     Dropout => dropout,
     DynamicQuantizeLinear => dynamic_quantize_linear,
