@@ -62,6 +62,7 @@ registry::registry! {
     Div => div,
     Dropout => dropout,
     DynamicQuantizeLinear => dynamic_quantize_linear,
+    Einsum => einsum,
     Elu => elu,
     Equal => equal,
     Erf => erf,
