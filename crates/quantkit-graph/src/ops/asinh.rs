@@ -1,0 +1,22 @@
+//! `Asinh`: y = arsinh x.
+//!
+//! Float, double and float16 (later opsets only add bfloat16, which the IR does not hold).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Asinh`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(ctx, inputs, f64::asinh, f32::asinh)
+}
+
+/// `Asinh` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Asinh", 9, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        unary: true,
+        monotone: true,
+        ..super::Facts::ELEMENTWISE
+    });

@@ -1,0 +1,22 @@
+//! `Atan`: y = arctan x, in (−π/2, π/2).
+//!
+//! Float, double and float16 (later opsets only add bfloat16, which the IR does not hold).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Atan`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(ctx, inputs, f64::atan, f32::atan)
+}
+
+/// `Atan` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Atan", 7, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        unary: true,
+        monotone: true,
+        ..super::Facts::ELEMENTWISE
+    });

@@ -1,0 +1,22 @@
+//! `Atanh`: y = artanh x (±∞ at ±1, NaN outside [−1, 1]).
+//!
+//! Float, double and float16 (later opsets only add bfloat16, which the IR does not hold).
+
+use super::unary::eval_unary;
+use super::OpCtx;
+use crate::error::OpError;
+use crate::tensor::Tensor;
+
+/// Evaluates `Atanh`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    eval_unary(ctx, inputs, f64::atanh, f32::atanh)
+}
+
+/// `Atanh` in the operator registry.
+pub const DEF: super::OpDef = super::OpDef::onnx("Atanh", 9, eval)
+    .infer(super::registry::same_as_first)
+    .facts(super::Facts {
+        unary: true,
+        monotone: true,
+        ..super::Facts::ELEMENTWISE
+    });
