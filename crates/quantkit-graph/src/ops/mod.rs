@@ -175,6 +175,7 @@ registry::registry! {
     Tan => tan,
     Tanh => tanh,
     TensorScatter => tensor_scatter,
+    TfIdfVectorizer => tf_idf_vectorizer,
     ThresholdedRelu => thresholded_relu,
     Tile => tile,
     TopK => top_k,
