@@ -356,3 +356,112 @@ fn a_top_level_constant_used_only_in_a_branch_survives_both_quantizers() {
         }
     }
 }
+
+/// `h = Flatten(x) · w0`; `Loop` 3 times: `h = Tanh(h · w)` (`w` a top-level initializer
+/// read only by the body); `logits = h · wf`.
+fn loop_matmul_model() -> Graph {
+    let mut g = graph_28x28("loop_matmul");
+    g.outputs
+        .push(ValueInfo::new("logits", quantkit_graph::DType::F32, &[]));
+    g.outputs[0].shape = None;
+    let mut init = |name: &str, shape: &[usize], v: Vec<f32>| {
+        g.initializers
+            .insert(name.into(), Tensor::from_f32(shape, v));
+    };
+    init("w0", &[784, 32], rand_vec(784 * 32, 0.1, 41));
+    init("w", &[32, 32], rand_vec(32 * 32, 0.35, 42));
+    init("wf", &[32, 10], rand_vec(320, 0.4, 43));
+    g.initializers
+        .insert("trips".into(), Tensor::from_i64(&[], vec![3]));
+    let body = Graph {
+        name: "body".into(),
+        inputs: vec![
+            ValueInfo::new("i", quantkit_graph::DType::I64, &[]),
+            ValueInfo::new("c_in", quantkit_graph::DType::Bool, &[]),
+            ValueInfo::new("h_in", quantkit_graph::DType::F32, &[]),
+        ]
+        .into_iter()
+        .map(|mut v| {
+            // ONNX Runtime wants the iteration number and condition declared scalar.
+            if v.dtype == Some(quantkit_graph::DType::F32) {
+                v.shape = None;
+            }
+            v
+        })
+        .collect(),
+        nodes: vec![
+            Node::of(OpKind::Identity, "body_cond", &["c_in"], &["c_out"]),
+            Node::of(OpKind::MatMul, "body_mm", &["h_in", "w"], &["hm"]),
+            Node::of(OpKind::Tanh, "body_tanh", &["hm"], &["h_out"]),
+        ],
+        outputs: vec![
+            ValueInfo::new("c_out", quantkit_graph::DType::Bool, &[]),
+            ValueInfo::new("h_out", quantkit_graph::DType::F32, &[]),
+        ]
+        .into_iter()
+        .map(|mut v| {
+            // ONNX Runtime wants the iteration number and condition declared scalar.
+            if v.dtype == Some(quantkit_graph::DType::F32) {
+                v.shape = None;
+            }
+            v
+        })
+        .collect(),
+        ..Graph::default()
+    };
+    g.nodes = vec![
+        Node::of(OpKind::Flatten, "flat", &["x"], &["f"]),
+        Node::of(OpKind::MatMul, "mm0", &["f", "w0"], &["h0"]),
+        Node::of(OpKind::Loop, "loop", &["trips", "", "h0"], &["h"])
+            .with_attr("body", AttrValue::Graph(Box::new(body))),
+        Node::of(OpKind::MatMul, "fc", &["h", "wf"], &["logits"]),
+    ];
+    g
+}
+
+/// The MatMul inside a Loop body quantizes like a top-level one (static: ranges observed
+/// on every iteration; dynamic), and the results agree with float in quantkit, on the
+/// integer engine and in ONNX Runtime (same thresholds as the If model above).
+#[test]
+fn a_matmul_inside_a_loop_body_quantizes_static_and_dynamic() {
+    let dir = scratch("control-loop");
+    let bs = batches();
+    let path = dir.join("loop.onnx");
+    quantkit_graph::save_model(&loop_matmul_model(), &path).unwrap();
+    let float = quantkit_graph::load_model(&path).unwrap();
+    let f = run_all(&float, &bs);
+    let (qs, ss) = quantize_static(
+        float.clone(),
+        &mut sample_data(),
+        &PtqConfig {
+            calib_samples: Some(SAMPLES),
+            batch_size: BATCH,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let (qd, sd) = quantize_dynamic(float, &PtqConfig::default()).unwrap();
+    for (what, q, s) in [("static", qs, ss), ("dynamic", qd, sd)] {
+        assert!(
+            s.quantized.iter().any(|(n, _)| n == "body_mm"),
+            "{what}: body_mm not quantized: {:?}",
+            s.quantized
+        );
+        let p = dir.join(format!("loop.{what}.onnx"));
+        quantkit_graph::save_model(&q, &p).unwrap();
+        let q2 = quantkit_graph::load_model(&p).unwrap();
+        assert_agrees(&format!("quantkit {what}"), &f, &run_all(&q2, &bs));
+        let plan =
+            quantkit_engine::compile(&q2, &quantkit_engine::EngineOptions::default()).unwrap();
+        let eng: Vec<f32> = bs
+            .iter()
+            .flat_map(|b| plan.run(vec![("x", b.clone())]).unwrap()[0].1.to_f32_vec())
+            .collect();
+        assert_agrees(&format!("integer engine {what}"), &f, &eng);
+        if have_ort() {
+            let ort: Vec<f32> = bs.iter().flat_map(|b| run_ort(&p, "x", b)).collect();
+            assert_agrees(&format!("ONNX Runtime {what}"), &f, &ort);
+        }
+    }
+}
