@@ -343,3 +343,59 @@ fn bad_control_flow_inputs_are_errors_naming_the_node() {
         "{err}"
     );
 }
+
+/// `y, ys = Loop(m, cond, x) { acc + w }` with the trip count `m` a constant.
+fn counted_loop(cond: &str) -> Graph {
+    let mut g = if_model();
+    g.nodes.clear();
+    g.initializers
+        .insert("m".into(), Tensor::from_i64(&[], vec![3]));
+    let body = Graph {
+        name: "body".into(),
+        inputs: vec![
+            ValueInfo::new("i", DType::I64, &[]),
+            ValueInfo::new("c_in", DType::Bool, &[]),
+            ValueInfo::new("acc_in", DType::F32, &[2]),
+        ],
+        outputs: vec![
+            ValueInfo::new("c_in", DType::Bool, &[]),
+            ValueInfo::new("acc_out", DType::F32, &[2]),
+            ValueInfo::new("acc_out", DType::F32, &[2]),
+        ],
+        nodes: vec![Node::of(OpKind::Add, "acc", &["acc_in", "w"], &["acc_out"])],
+        ..Graph::default()
+    };
+    g.nodes.push(
+        Node::of(OpKind::Loop, "loop", &["m", cond, "x"], &["y", "ys"])
+            .with_attr("body", AttrValue::Graph(Box::new(body))),
+    );
+    g.outputs = vec![ValueInfo::new("y", DType::F32, &[2])];
+    g
+}
+
+#[test]
+fn loop_shapes_are_inferred_where_determinable() {
+    let infos = |g: &Graph| -> Vec<(String, Option<Vec<usize>>)> {
+        passes::infer_value_infos(g)
+            .unwrap()
+            .into_iter()
+            .map(|v| (v.name.clone(), v.static_shape()))
+            .collect()
+    };
+    // A constant trip count and no condition: the loop runs 3 times.
+    assert_eq!(
+        infos(&counted_loop("")),
+        [("y".into(), Some(vec![2])), ("ys".into(), Some(vec![3, 2]))]
+    );
+    // With a condition the number of iterations is unknown: only the carried value.
+    assert_eq!(infos(&counted_loop("c")), [("y".into(), Some(vec![2]))]);
+    let out = execute(
+        &counted_loop(""),
+        vec![
+            ("c".into(), bool_scalar(true)),
+            ("x".into(), Tensor::from_f32(&[2], vec![1.0, 2.0])),
+        ],
+    )
+    .unwrap();
+    assert_eq!(out[0].1.as_f32().unwrap(), [31.0, 62.0]);
+}

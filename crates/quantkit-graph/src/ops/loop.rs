@@ -121,5 +121,44 @@ pub fn run(ctx: &mut ControlCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     Ok(outs)
 }
 
+/// Output infos, as far as they are determinable (shape inference zips the node's outputs
+/// with the prefix returned): a carried value whose initial info the body's output
+/// declares unchanged keeps it; a scan output of a body output with a static shape is
+/// `[M, shape...]` when the trip count `M` is a constant and there is no condition input
+/// (the loop then runs exactly `M` times).
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let body = ctx.node.attr_graph("body").ok()?;
+    let n = ctx.node.inputs.len().checked_sub(2)?;
+    let k = body.outputs.len().checked_sub(1 + n)?;
+    let declared = |o: &crate::ir::ValueInfo| Some((o.dtype?, o.static_shape()?));
+    let mut out = Vec::new();
+    for j in 0..n {
+        let init = inp.get(2 + j)?;
+        if declared(&body.outputs[1 + j]).as_ref() != Some(init) {
+            return (!out.is_empty()).then_some(out);
+        }
+        out.push(init.clone());
+    }
+    let no_cond = ctx.node.inputs.get(1).is_none_or(|c| c.is_empty());
+    let trips = inp
+        .konst(ctx, 0)
+        .filter(|t| t.dtype == DType::I64 && t.len() == 1)
+        .map(|t| t.to_i64_vec()[0]);
+    if let (true, Some(m)) = (no_cond, trips) {
+        let m = usize::try_from(m.max(0)).ok()?;
+        for j in 0..k {
+            let Some((dt, shape)) = declared(&body.outputs[1 + n + j]) else {
+                break;
+            };
+            let mut s = vec![m];
+            s.extend(shape);
+            out.push((dt, s));
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// `Loop` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Loop", 1, eval).control(run);
+pub const DEF: super::OpDef = super::OpDef::onnx("Loop", 1, eval)
+    .infer(infer)
+    .control(run);
