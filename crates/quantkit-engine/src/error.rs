@@ -58,6 +58,15 @@ pub enum EngineError {
         /// The operator's error.
         source: OpError,
     },
+    /// A control-flow node (If, Loop, Scan) failed while the float executor ran its
+    /// subgraphs (the source names the inner node).
+    #[error("node `{node}` (control flow): {source}")]
+    Control {
+        /// Node name.
+        node: String,
+        /// The executor's error.
+        source: Box<quantkit_graph::GraphError>,
+    },
     /// An integer kernel rejected its operands.
     #[error("node `{node}` ({op_type}), integer kernel: {source}")]
     Kernel {

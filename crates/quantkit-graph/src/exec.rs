@@ -2,11 +2,11 @@
 //! value after its last use. An observer callback sees every graph input and every value a
 //! node produces (calibration observers hook in here).
 
-use crate::error::{GraphError, Result};
-use crate::ir::{Dim, Graph};
+use crate::error::{GraphError, OpError, Result};
+use crate::ir::{Dim, Graph, Node};
 use crate::ops::{self, EvalFn, OpCtx, OpKind};
 use crate::tensor::Tensor;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Checks that every node has an implementation; returns them in node order.
 pub fn plan(graph: &Graph) -> Result<Vec<EvalFn>> {
@@ -65,21 +65,128 @@ fn conv_relu_pairs(graph: &Graph) -> HashMap<usize, usize> {
 }
 
 /// A caller's view of every value as it is produced.
-type Observer<'a> = &'a mut dyn FnMut(&str, &Tensor);
+pub type Observer<'a> = &'a mut dyn FnMut(&str, &Tensor);
+
+/// The values a subgraph can read from its enclosing graphs: each graph's live values and
+/// initializers, innermost first.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    values: &'a HashMap<&'a str, Tensor>,
+    consts: Option<&'a BTreeMap<String, Tensor>>,
+    parent: Option<&'a Scope<'a>>,
+}
+
+impl<'a> Scope<'a> {
+    /// A scope of named values (e.g. the integer engine's outer values of a control-flow
+    /// node), with no enclosing scope.
+    pub fn of(values: &'a HashMap<&'a str, Tensor>) -> Scope<'a> {
+        Scope {
+            values,
+            consts: None,
+            parent: None,
+        }
+    }
+    /// The value called `name` in this scope or an enclosing one.
+    pub fn get(&self, name: &str) -> Option<&'a Tensor> {
+        self.values
+            .get(name)
+            .or_else(|| self.consts.and_then(|c| c.get(name)))
+            .or_else(|| self.parent.and_then(|p| p.get(name)))
+    }
+}
+
+/// What a control-flow operator (If, Loop, Scan: [`crate::ops::OpDef::control`]) sees: its
+/// node, the opset, the enclosing scope its subgraphs read, and the observer, which sees
+/// every value its subgraphs compute (on every iteration) like any other node's.
+pub struct ControlCtx<'a, 'o> {
+    /// The node (attributes hold the subgraphs).
+    pub node: &'a Node,
+    /// Version of the default ONNX operator set.
+    pub opset: i64,
+    /// Values of the enclosing graphs.
+    pub scope: Scope<'a>,
+    /// The caller's observer, if any.
+    pub observer: Option<Observer<'o>>,
+}
+
+impl ControlCtx<'_, '_> {
+    /// Runs subgraph `g` with its inputs bound positionally to `inputs` (their count must
+    /// match) and returns its outputs in order.
+    pub fn run(&mut self, g: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if inputs.len() != g.inputs.len() {
+            return Err(GraphError::Op {
+                node: self.node.name.clone(),
+                op_type: self.node.op_type.clone(),
+                source: OpError::Invalid(format!(
+                    "subgraph `{}` declares {} inputs, {} given",
+                    g.name,
+                    g.inputs.len(),
+                    inputs.len()
+                )),
+            });
+        }
+        let bound = g
+            .inputs
+            .iter()
+            .map(|v| v.name.as_str())
+            .zip(inputs)
+            .collect();
+        let obs: Option<Observer<'_>> = match self.observer.as_mut() {
+            Some(o) => Some(&mut **o),
+            None => None,
+        };
+        run_body(g, self.opset, bound, Some(&self.scope), obs)
+    }
+    /// An error of this node.
+    pub fn err(&self, source: OpError) -> GraphError {
+        GraphError::Op {
+            node: self.node.name.clone(),
+            op_type: self.node.op_type.clone(),
+            source,
+        }
+    }
+}
+
+/// Signature of a control-flow operator's evaluation.
+pub type ControlFn = fn(&mut ControlCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
+
+/// Evaluates one control-flow node outside a graph run (the integer engine's float island
+/// for If/Loop/Scan): `args` are its inputs, `outer` the enclosing values its subgraphs
+/// read ([`Node::outer_reads`]). Any other node is evaluated by its registry function.
+pub fn eval_node(
+    node: &Node,
+    opset: i64,
+    args: &[Option<&Tensor>],
+    outer: &HashMap<&str, Tensor>,
+) -> Result<Vec<Tensor>> {
+    let kind = node.kind().ok_or_else(|| GraphError::UnknownOp {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        domain: node.domain.clone(),
+    })?;
+    match kind.def().control {
+        Some(f) => f(
+            &mut ControlCtx {
+                node,
+                opset,
+                scope: Scope::of(outer),
+                observer: None,
+            },
+            args,
+        ),
+        None => (kind.def().eval)(&OpCtx { node, opset }, args).map_err(|source| GraphError::Op {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            source,
+        }),
+    }
+}
 
 fn run(
     graph: &Graph,
     inputs: Vec<(String, Tensor)>,
     mut observer: Option<Observer<'_>>,
 ) -> Result<Vec<(String, Tensor)>> {
-    let fns = plan(graph)?;
-    let fused = if observer.is_none() {
-        conv_relu_pairs(graph)
-    } else {
-        HashMap::new()
-    };
-    let fused_relus: std::collections::HashSet<usize> = fused.values().copied().collect();
-    let mut env: HashMap<&str, Tensor> = HashMap::new();
     let known = || {
         graph
             .inputs
@@ -98,6 +205,7 @@ fn run(
         }
         given.insert(name, t);
     }
+    let mut env: HashMap<&str, Tensor> = HashMap::new();
     for vi in &graph.inputs {
         let t = given
             .remove(&vi.name)
@@ -105,54 +213,108 @@ fn run(
                 name: vi.name.clone(),
             })?;
         check_input(vi, &t)?;
-        if let Some(obs) = observer.as_mut() {
-            obs(&vi.name, &t);
-        }
         env.insert(vi.name.as_str(), t);
     }
-    // Last node index reading each value, so it can be dropped afterwards.
+    let outs = run_body(
+        graph,
+        graph.opset(),
+        env,
+        None,
+        observer.as_mut().map(|o| &mut **o as Observer<'_>),
+    )?;
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|o| o.name.clone())
+        .zip(outs)
+        .collect())
+}
+
+/// Runs `graph`'s nodes with its inputs bound in `env` (the observer sees them first), the
+/// enclosing values in `parent`, and returns its outputs in order.
+fn run_body<'g>(
+    graph: &'g Graph,
+    opset: i64,
+    mut env: HashMap<&'g str, Tensor>,
+    parent: Option<&Scope<'_>>,
+    mut observer: Option<Observer<'_>>,
+) -> Result<Vec<Tensor>> {
+    let fns = plan(graph)?;
+    let fused = if observer.is_none() {
+        conv_relu_pairs(graph)
+    } else {
+        HashMap::new()
+    };
+    let fused_relus: std::collections::HashSet<usize> = fused.values().copied().collect();
+    if let Some(obs) = observer.as_mut() {
+        for vi in &graph.inputs {
+            if let Some(t) = env.get(vi.name.as_str()) {
+                obs(&vi.name, t);
+            }
+        }
+    }
+    // Last node index reading each value (its subgraphs' reads included), so it can be
+    // dropped afterwards.
     let mut last_use: HashMap<&str, usize> = HashMap::new();
     for (i, n) in graph.nodes.iter().enumerate() {
-        for v in &n.inputs {
-            last_use.insert(v.as_str(), i);
+        for v in n.reads() {
+            last_use.insert(v, i);
         }
     }
     for o in &graph.outputs {
         last_use.insert(o.name.as_str(), usize::MAX);
     }
-    let opset = graph.opset();
     for (i, (node, f)) in graph.nodes.iter().zip(&fns).enumerate() {
         if fused_relus.contains(&i) {
             // Its output was written by the fused Conv.
             continue;
         }
         let mut args: Vec<Option<&Tensor>> = Vec::with_capacity(node.inputs.len());
+        let lookup = |name: &str| {
+            env.get(name)
+                .or_else(|| graph.initializers.get(name))
+                .or_else(|| parent.and_then(|p| p.get(name)))
+        };
         for name in &node.inputs {
             if name.is_empty() {
                 args.push(None);
                 continue;
             }
-            let t = env
-                .get(name.as_str())
-                .or_else(|| graph.initializers.get(name))
-                .ok_or_else(|| GraphError::MissingValue {
-                    node: node.name.clone(),
-                    op_type: node.op_type.clone(),
-                    value: name.clone(),
-                })?;
+            let t = lookup(name).ok_or_else(|| GraphError::MissingValue {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                value: name.clone(),
+            })?;
             args.push(Some(t));
         }
-        let ctx = OpCtx { node, opset };
+        let control = node.kind().and_then(|k| k.def().control);
+        let outs = if let Some(run_control) = control {
+            let scope = Scope {
+                values: &env,
+                consts: Some(&graph.initializers),
+                parent,
+            };
+            let mut cctx = ControlCtx {
+                node,
+                opset,
+                scope,
+                observer: observer.as_mut().map(|o| &mut **o as Observer<'_>),
+            };
+            run_control(&mut cctx, &args)?
+        } else {
+            let ctx = OpCtx { node, opset };
+            let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
+            match relu {
+                Some(_) => ops::conv::eval_fused(&ctx, &args, true),
+                None => f(&ctx, &args),
+            }
+            .map_err(|source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            })?
+        };
         let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
-        let outs = match relu {
-            Some(_) => ops::conv::eval_fused(&ctx, &args, true),
-            None => f(&ctx, &args),
-        }
-        .map_err(|source| GraphError::Op {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            source,
-        })?;
         let names = relu.map_or(&node.outputs, |r| &r.outputs);
         for (name, t) in names.iter().zip(outs) {
             if name.is_empty() {
@@ -163,9 +325,9 @@ fn run(
             }
             env.insert(name.as_str(), t);
         }
-        for name in &node.inputs {
-            if last_use.get(name.as_str()) == Some(&i) {
-                env.remove(name.as_str());
+        for name in node.reads() {
+            if last_use.get(name) == Some(&i) {
+                env.remove(name);
             }
         }
     }
@@ -173,14 +335,13 @@ fn run(
         .outputs
         .iter()
         .map(|o| {
-            let t = env
-                .get(o.name.as_str())
+            env.get(o.name.as_str())
                 .or_else(|| graph.initializers.get(&o.name))
+                .or_else(|| parent.and_then(|p| p.get(&o.name)))
                 .cloned()
                 .ok_or_else(|| {
                     GraphError::Structure(format!("output `{}` is never produced", o.name))
-                })?;
-            Ok((o.name.clone(), t))
+                })
         })
         .collect()
 }

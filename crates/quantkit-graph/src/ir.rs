@@ -92,10 +92,23 @@ pub enum AttrValue {
     Floats(Vec<f32>),
     Ints(Vec<i64>),
     Strings(Vec<Vec<u8>>),
-    /// Kinds the float executor never reads (graphs, sparse tensors, type protos, tensors of
+    /// A subgraph (the branches of `If`, the body of `Loop` and `Scan`). Its nodes may read
+    /// values of every enclosing graph by name ([`Graph::outer_reads`]).
+    Graph(Box<Graph>),
+    /// A list of subgraphs (no standard operator has one; kept so export is faithful).
+    Graphs(Vec<Graph>),
+    /// Kinds the float executor never reads (sparse tensors, type protos, tensors of
     /// types the IR lacks), kept verbatim so export writes them back unchanged.
     Raw(Box<proto::AttributeProto>),
 }
+
+/// How deeply subgraphs may nest (a `Loop` body holding an `If` whose branch holds a
+/// `Scan`... is depth 3). Import rejects deeper models with an error naming the node: every
+/// pass walks subgraphs recursively, so the cap bounds the stack. 30 because the protobuf
+/// decoder stops at 100 nested messages and each level of subgraph costs three (node,
+/// attribute, graph): a deeper model could not be decoded anyway, and this cap reports it
+/// by name rather than as a decode error.
+pub const MAX_SUBGRAPH_DEPTH: usize = 30;
 
 /// A computation step.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,6 +167,58 @@ impl Node {
     pub fn facts(&self) -> &'static Facts {
         const NONE: Facts = Facts::NONE;
         self.kind().map_or(&NONE, OpKind::facts)
+    }
+    /// The subgraphs held in this node's attributes, in attribute order.
+    pub fn subgraphs(&self) -> impl Iterator<Item = &Graph> {
+        self.attributes.iter().flat_map(|(_, v)| match v {
+            AttrValue::Graph(g) => std::slice::from_ref(&**g),
+            AttrValue::Graphs(gs) => gs.as_slice(),
+            _ => &[],
+        })
+    }
+    /// Mutable access to the subgraphs held in this node's attributes.
+    pub fn subgraphs_mut(&mut self) -> impl Iterator<Item = &mut Graph> {
+        self.attributes.iter_mut().flat_map(|(_, v)| match v {
+            AttrValue::Graph(g) => std::slice::from_mut(&mut **g),
+            AttrValue::Graphs(gs) => gs.as_mut_slice(),
+            _ => &mut [],
+        })
+    }
+    /// Whether the node holds a subgraph (control flow).
+    pub fn has_subgraphs(&self) -> bool {
+        self.subgraphs().next().is_some()
+    }
+    /// The subgraph attribute called `name`.
+    pub fn attr_graph(&self, name: &str) -> Result<&Graph, OpError> {
+        match self.attr(name) {
+            Some(AttrValue::Graph(g)) => Ok(g),
+            None => Err(OpError::attr(name, "missing subgraph attribute")),
+            Some(other) => Err(OpError::attr(
+                name,
+                format!("expected a graph, got {}", other.kind_name()),
+            )),
+        }
+    }
+    /// Values of enclosing graphs that this node's subgraphs read (at any depth), besides
+    /// the node's own inputs: the node reads them too, as far as every pass is concerned.
+    pub fn outer_reads(&self) -> std::collections::BTreeSet<&str> {
+        let mut free = std::collections::BTreeSet::new();
+        for g in self.subgraphs() {
+            free.extend(g.outer_reads());
+        }
+        free
+    }
+    /// Every value this node reads: its inputs (without `""`) and its subgraphs' outer
+    /// reads, each once.
+    pub fn reads(&self) -> std::collections::BTreeSet<&str> {
+        let mut r = self.outer_reads();
+        r.extend(
+            self.inputs
+                .iter()
+                .filter(|v| !v.is_empty())
+                .map(String::as_str),
+        );
+        r
     }
     /// Adds an attribute (builder style).
     pub fn with_attr(mut self, name: &str, value: AttrValue) -> Node {
@@ -265,7 +330,107 @@ pub struct Graph {
     pub meta: ModelMeta,
 }
 
+impl AttrValue {
+    /// A short name of the attribute kind, for error messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            AttrValue::Float(_) => "float",
+            AttrValue::Int(_) => "int",
+            AttrValue::String(_) => "string",
+            AttrValue::Tensor(_) => "tensor",
+            AttrValue::Floats(_) => "floats",
+            AttrValue::Ints(_) => "ints",
+            AttrValue::Strings(_) => "strings",
+            AttrValue::Graph(_) => "graph",
+            AttrValue::Graphs(_) => "graphs",
+            AttrValue::Raw(_) => "raw attribute",
+        }
+    }
+}
+
 impl Graph {
+    /// Names this graph defines: inputs, initializers and node outputs (not `""`), not
+    /// those of its subgraphs.
+    pub fn defined(&self) -> std::collections::HashSet<&str> {
+        self.inputs
+            .iter()
+            .map(|v| v.name.as_str())
+            .chain(self.initializers.keys().map(String::as_str))
+            .chain(
+                self.nodes
+                    .iter()
+                    .flat_map(|n| n.outputs.iter().map(String::as_str)),
+            )
+            .filter(|v| !v.is_empty())
+            .collect()
+    }
+    /// Whether `name` is defined by this graph or by any subgraph nested in it.
+    pub fn defines_anywhere(&self, name: &str) -> bool {
+        self.inputs.iter().any(|i| i.name == name)
+            || self.initializers.contains_key(name)
+            || self.nodes.iter().any(|n| {
+                n.outputs.iter().any(|o| o == name)
+                    || n.subgraphs().any(|g| g.defines_anywhere(name))
+            })
+    }
+    /// Names read by this graph (its nodes, its outputs, its nested subgraphs) that it does
+    /// not define: the values of enclosing graphs it uses. ONNX forbids a subgraph to
+    /// define a name visible from an enclosing scope (import rejects it), so a name here
+    /// always means the enclosing graph's value.
+    pub fn outer_reads(&self) -> std::collections::BTreeSet<&str> {
+        let defined = self.defined();
+        let mut free = std::collections::BTreeSet::new();
+        for n in &self.nodes {
+            for v in n.reads() {
+                if !defined.contains(v) {
+                    free.insert(v);
+                }
+            }
+        }
+        for o in &self.outputs {
+            if !o.name.is_empty() && !defined.contains(o.name.as_str()) {
+                free.insert(o.name.as_str());
+            }
+        }
+        free
+    }
+    /// Whether any node, at any depth, holds a subgraph.
+    pub fn has_subgraphs(&self) -> bool {
+        self.nodes.iter().any(Node::has_subgraphs)
+    }
+    /// Every value name used anywhere in the model (inputs, outputs, initializers, node
+    /// inputs and outputs, at every depth), for a rewrite that needs fresh names.
+    pub fn all_value_names(&self) -> std::collections::HashSet<String> {
+        let mut s = std::collections::HashSet::new();
+        self.collect_names(&mut s, &mut std::collections::HashSet::new());
+        s
+    }
+    /// Every node name used anywhere in the model (at every depth).
+    pub fn all_node_names(&self) -> std::collections::HashSet<String> {
+        let mut s = std::collections::HashSet::new();
+        self.collect_names(&mut std::collections::HashSet::new(), &mut s);
+        s
+    }
+    fn collect_names(
+        &self,
+        values: &mut std::collections::HashSet<String>,
+        nodes: &mut std::collections::HashSet<String>,
+    ) {
+        values.extend(
+            self.inputs
+                .iter()
+                .chain(&self.outputs)
+                .map(|v| v.name.clone()),
+        );
+        values.extend(self.initializers.keys().cloned());
+        for n in &self.nodes {
+            nodes.insert(n.name.clone());
+            values.extend(n.inputs.iter().chain(&n.outputs).cloned());
+            for g in n.subgraphs() {
+                g.collect_names(values, nodes);
+            }
+        }
+    }
     /// Version of the default ONNX operator set (`""` or `ai.onnx`), 0 if none is imported.
     pub fn opset(&self) -> i64 {
         self.opset_imports
@@ -285,12 +450,15 @@ impl Graph {
             .position(|n| n.outputs.iter().any(|o| o == value))
     }
     /// Indices of the nodes reading `value`, in graph order (a node reading it twice is
-    /// listed once).
+    /// listed once). A node whose subgraph reads `value` from this graph reads it.
     pub fn readers(&self, value: &str) -> Vec<usize> {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| n.inputs.iter().any(|i| i == value))
+            .filter(|(_, n)| {
+                n.inputs.iter().any(|i| i == value)
+                    || (n.has_subgraphs() && n.outer_reads().contains(value))
+            })
             .map(|(i, _)| i)
             .collect()
     }
@@ -298,14 +466,11 @@ impl Graph {
     pub fn is_output(&self, value: &str) -> bool {
         self.outputs.iter().any(|o| o.name == value)
     }
-    /// A value name not yet used by any initializer, node output or graph input: `base`,
-    /// else `base_1`, `base_2`...
+    /// A value name not yet used by any initializer, node output or graph input, here or
+    /// in a nested subgraph (a new name must not be shadowed by one): `base`, else
+    /// `base_1`, `base_2`...
     pub fn unique_name(&self, base: &str) -> String {
-        let taken = |n: &str| {
-            self.initializers.contains_key(n)
-                || self.inputs.iter().any(|i| i.name == n)
-                || self.nodes.iter().any(|x| x.outputs.iter().any(|o| o == n))
-        };
+        let taken = |n: &str| self.defines_anywhere(n);
         if !taken(base) {
             return base.to_string();
         }
@@ -314,12 +479,13 @@ impl Graph {
             .find(|n| !taken(n))
             .expect("unbounded")
     }
-    /// Drops initializers that no node and no graph output reads.
+    /// Drops initializers that no node (nor any subgraph of a node, at any depth) and no
+    /// graph output reads.
     pub fn prune_initializers(&mut self) {
         let used: std::collections::HashSet<&str> = self
             .nodes
             .iter()
-            .flat_map(|n| n.inputs.iter().map(String::as_str))
+            .flat_map(|n| n.reads())
             .chain(self.outputs.iter().map(|o| o.name.as_str()))
             .collect();
         let dead: Vec<String> = self
@@ -341,6 +507,8 @@ pub struct Uses<'g> {
     readers: std::collections::HashMap<&'g str, Vec<usize>>,
     producer: std::collections::HashMap<&'g str, usize>,
     outputs: std::collections::HashSet<&'g str>,
+    /// Values read from inside a subgraph (outer-scope reads).
+    sub_read: std::collections::HashSet<&'g str>,
 }
 
 impl<'g> Uses<'g> {
@@ -355,6 +523,11 @@ impl<'g> Uses<'g> {
         for (i, n) in nodes.iter().enumerate() {
             for v in n.inputs.iter().filter(|v| !v.is_empty()) {
                 u.readers.entry(v.as_str()).or_default().push(i);
+            }
+            // A subgraph reading an outer value makes its node one more reader of it.
+            for v in n.outer_reads() {
+                u.readers.entry(v).or_default().push(i);
+                u.sub_read.insert(v);
             }
             for o in n.outputs.iter().filter(|o| !o.is_empty()) {
                 u.producer.insert(o.as_str(), i);
@@ -377,10 +550,11 @@ impl<'g> Uses<'g> {
         self.outputs.contains(value)
     }
     /// The one node reading `value`, when `value` is not a graph output and is read by
-    /// exactly one input of one node (so a rewrite may consume it).
+    /// exactly one input of one node (so a rewrite may consume it). A value read from inside
+    /// a subgraph has no sole reader: a rewrite of this graph cannot rewire that read.
     pub fn sole_reader(&self, value: &str) -> Option<usize> {
         match self.readers(value) {
-            [r] if !self.is_output(value) => Some(*r),
+            [r] if !self.is_output(value) && !self.sub_read.contains(value) => Some(*r),
             _ => None,
         }
     }

@@ -9,7 +9,14 @@ use std::collections::{HashMap, HashSet};
 /// Sorts nodes so every value is produced before it is read (stable: keeps file order
 /// where it is already valid). Errors name the first node reading an undefined value.
 pub fn topo_sort(graph: &mut Graph) -> Result<()> {
+    topo_sort_in(graph, &HashSet::new())
+}
+
+/// [`topo_sort`] of a subgraph whose enclosing graphs define `outer`. A node holding a
+/// subgraph is placed after the producers of the outer values its subgraph reads.
+pub fn topo_sort_in(graph: &mut Graph, outer: &HashSet<String>) -> Result<()> {
     let mut avail: HashSet<String> = graph.inputs.iter().map(|v| v.name.clone()).collect();
+    avail.extend(outer.iter().cloned());
     avail.extend(graph.initializers.keys().cloned());
     let produced: HashSet<&str> = graph
         .nodes
@@ -17,12 +24,12 @@ pub fn topo_sort(graph: &mut Graph) -> Result<()> {
         .flat_map(|n| n.outputs.iter().map(String::as_str))
         .collect();
     for n in &graph.nodes {
-        for i in &n.inputs {
-            if !i.is_empty() && !avail.contains(i) && !produced.contains(i.as_str()) {
+        for i in n.reads() {
+            if !avail.contains(i) && !produced.contains(i) {
                 return Err(GraphError::MissingValue {
                     node: n.name.clone(),
                     op_type: n.op_type.clone(),
-                    value: i.clone(),
+                    value: i.to_string(),
                 });
             }
         }
@@ -33,7 +40,7 @@ pub fn topo_sort(graph: &mut Graph) -> Result<()> {
         let before = pending.len();
         let mut rest = Vec::new();
         for n in pending {
-            if n.inputs.iter().all(|i| i.is_empty() || avail.contains(i)) {
+            if n.reads().iter().all(|i| avail.contains(*i)) {
                 avail.extend(n.outputs.iter().cloned());
                 sorted.push(n);
             } else {
@@ -56,8 +63,10 @@ pub fn topo_sort(graph: &mut Graph) -> Result<()> {
 /// (not `Facts::random`). `DequantizeLinear` is deterministic too but stays: folding the DQ
 /// of an int8 weight would turn a QDQ model back into a float one on load, and the integer
 /// engine compiles exactly that pattern.
+/// A node holding a subgraph (If, Loop, Scan) runs only in the executor, which gives it the
+/// outer scope, so it is not folded either.
 fn foldable(node: &crate::ir::Node) -> bool {
-    !node.facts().random && !node.is(OpKind::DequantizeLinear)
+    !node.facts().random && !node.is(OpKind::DequantizeLinear) && !node.has_subgraphs()
 }
 
 /// Folds nodes whose inputs are all initializers into initializers, and `Shape` nodes whose

@@ -44,8 +44,9 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
         )));
     }
     let prep = prepare(&mut graph)?;
+    let all_nodes = graph.all_node_names();
     for e in &config.exclude {
-        if !graph.nodes.iter().any(|n| &n.name == e) {
+        if !all_nodes.contains(e) {
             let known: Vec<&str> = graph
                 .nodes
                 .iter()
@@ -63,54 +64,16 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
     let nodes_before = graph.nodes.len();
     let mut quantized = Vec::new();
     let mut left_float = Vec::new();
-    // One DynamicQuantizeLinear per activation, shared by all its readers.
-    let mut dql: HashMap<String, [String; 3]> = HashMap::new();
-    let mut out: Vec<Node> = Vec::with_capacity(graph.nodes.len());
-    let names: HashSet<String> = graph
-        .nodes
-        .iter()
-        .flat_map(|n| n.outputs.iter().cloned())
-        .collect();
-    for n in std::mem::take(&mut graph.nodes) {
-        let reason = if exclude.contains(n.name.as_str()) {
-            Some("excluded by --exclude".to_string())
-        } else {
-            check(&graph, &n).err()
-        };
-        if let Some(reason) = reason {
-            if n.facts().integer.is_some() {
-                left_float.push(FloatNode {
-                    name: n.name.clone(),
-                    op_type: n.op_type.clone(),
-                    reason,
-                });
-            }
-            out.push(n);
-            continue;
-        }
-        let x = n.inputs[0].clone();
-        let [xq, xs, xz] = match dql.get(&x) {
-            Some(v) => v.clone(),
-            None => {
-                let names = [
-                    unique_in(&graph, &names, &out, &format!("{x}_quantized")),
-                    unique_in(&graph, &names, &out, &format!("{x}_scale")),
-                    unique_in(&graph, &names, &out, &format!("{x}_zero_point")),
-                ];
-                out.push(Node::of(
-                    OpKind::DynamicQuantizeLinear,
-                    &format!("{x}_DynamicQuantizeLinear"),
-                    &[&x],
-                    &[&names[0], &names[1], &names[2]],
-                ));
-                dql.insert(x.clone(), names.clone());
-                names
-            }
-        };
-        rewrite(&mut graph, &names, &mut out, &n, [&xq, &xs, &xz], config)?;
-        quantized.push((n.name.clone(), n.op_type.clone()));
-    }
-    graph.nodes = out;
+    let mut activations = 0;
+    dynamic_graph(
+        &mut graph,
+        &HashSet::new(),
+        &exclude,
+        config,
+        &mut quantized,
+        &mut left_float,
+        &mut activations,
+    )?;
     if quantized.is_empty() {
         return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
             String::new()
@@ -129,7 +92,7 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
         left_float,
         fused: Vec::new(),
         prepare: prep,
-        activations_quantized: dql.len(),
+        activations_quantized: activations,
         calibration_samples: 0,
         calibration_seconds: 0.0,
         weight_bytes_before,
@@ -147,6 +110,89 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
         ),
     };
     Ok((graph, summary))
+}
+
+/// Rewrites the nodes of one graph (`outer`: the names of the enclosing graphs), then its
+/// subgraphs: the Conv/MatMul/Gemm inside an If branch or a Loop body take the dynamic form
+/// like top-level ones, with the weights that graph holds as constants (see
+/// [`crate::prepare::localize_constants`]).
+#[allow(clippy::too_many_arguments)]
+fn dynamic_graph(
+    graph: &mut Graph,
+    outer: &HashSet<String>,
+    exclude: &HashSet<&str>,
+    config: &PtqConfig,
+    quantized: &mut Vec<(String, String)>,
+    left_float: &mut Vec<FloatNode>,
+    activations: &mut usize,
+) -> Result<()> {
+    // One DynamicQuantizeLinear per activation, shared by all its readers.
+    let mut dql: HashMap<String, [String; 3]> = HashMap::new();
+    let mut out: Vec<Node> = Vec::with_capacity(graph.nodes.len());
+    let mut names: HashSet<String> = graph.all_value_names();
+    names.extend(outer.iter().cloned());
+    for n in std::mem::take(&mut graph.nodes) {
+        let reason = if exclude.contains(n.name.as_str()) {
+            Some("excluded by --exclude".to_string())
+        } else {
+            check(graph, &n).err()
+        };
+        if let Some(reason) = reason {
+            if n.facts().integer.is_some() {
+                left_float.push(FloatNode {
+                    name: n.name.clone(),
+                    op_type: n.op_type.clone(),
+                    reason,
+                });
+            }
+            out.push(n);
+            continue;
+        }
+        let x = n.inputs[0].clone();
+        let [xq, xs, xz] = match dql.get(&x) {
+            Some(v) => v.clone(),
+            None => {
+                let names = [
+                    unique_in(graph, &names, &out, &format!("{x}_quantized")),
+                    unique_in(graph, &names, &out, &format!("{x}_scale")),
+                    unique_in(graph, &names, &out, &format!("{x}_zero_point")),
+                ];
+                out.push(Node::of(
+                    OpKind::DynamicQuantizeLinear,
+                    &format!("{x}_DynamicQuantizeLinear"),
+                    &[&x],
+                    &[&names[0], &names[1], &names[2]],
+                ));
+                dql.insert(x.clone(), names.clone());
+                names
+            }
+        };
+        rewrite(graph, &names, &mut out, &n, [&xq, &xs, &xz], config)?;
+        quantized.push((n.name.clone(), n.op_type.clone()));
+    }
+    graph.nodes = out;
+    *activations += dql.len();
+    // Then the subgraphs, each seeing every name of the model as taken (the rewritten
+    // enclosing graphs and the subgraphs done before it), so no new name shadows another.
+    for i in 0..graph.nodes.len() {
+        let count = graph.nodes[i].subgraphs().count();
+        for j in 0..count {
+            let mut taken = graph.all_value_names();
+            taken.extend(outer.iter().cloned());
+            let sub = graph.nodes[i].subgraphs_mut().nth(j).expect("counted");
+            dynamic_graph(
+                sub,
+                &taken,
+                exclude,
+                config,
+                quantized,
+                left_float,
+                activations,
+            )?;
+        }
+    }
+    graph.prune_initializers();
+    Ok(())
 }
 
 /// A value name free in `g`'s initializers and inputs, in the nodes already written
@@ -281,7 +327,7 @@ fn rewrite(
     let (wq, scales) = quantize_weight(&w_name, &n.name, &wv, &wshape, axis, config)?;
     let channels = wshape[axis];
     let add_init = |g: &mut Graph, base: &str, t: Tensor| {
-        let name = g.unique_name(base);
+        let name = unique_in(g, names, &[], base);
         g.initializers.insert(name.clone(), t);
         name
     };

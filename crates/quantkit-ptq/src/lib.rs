@@ -32,7 +32,7 @@ pub mod qoperator;
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};
 pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
-pub use prepare::{fold_batch_norms, prepare, upgrade_opset_13, PrepareReport};
+pub use prepare::{fold_batch_norms, localize_constants, prepare, upgrade_opset_13, PrepareReport};
 pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
 pub use qoperator::{to_qoperator, QopReport};
 

@@ -13,6 +13,10 @@ pub struct PrepareReport {
     pub constants_folded: usize,
     /// `(batch_norm, conv)` pairs: the BatchNormalization node folded into the Conv/Gemm.
     pub batch_norms_folded: Vec<(String, String)>,
+    /// Float initializers of an enclosing graph read only inside subgraphs, moved (copied
+    /// into each subgraph that reads them) so the quantizer sees them as the subgraph's
+    /// constants ([`localize_constants`]).
+    pub constants_localized: Vec<String>,
 }
 
 /// Runs the preparation passes in place: topological sort, constant folding, then
@@ -23,10 +27,60 @@ pub fn prepare(g: &mut Graph) -> Result<PrepareReport> {
     passes::fold_constants(g).map_err(graph("folding constants"))?;
     let constants_folded = before - g.nodes.len();
     let batch_norms_folded = fold_batch_norms(g)?;
+    let mut constants_localized = Vec::new();
+    localize_constants(g, &mut constants_localized);
     Ok(PrepareReport {
         constants_folded,
         batch_norms_folded,
+        constants_localized,
     })
+}
+
+/// Moves each float initializer that no node of `g` reads directly, only the subgraphs of
+/// its nodes (the weights of a convolution inside an `If` branch, exported as top-level
+/// initializers), into every subgraph that reads it, then recurses into the subgraphs. The
+/// model computes the same function (a subgraph's initializer is the same constant) and
+/// the quantizer, which quantizes the constant weights of each graph's own nodes, now sees
+/// them. An initializer that a node of `g` also reads directly, or that is a graph output,
+/// stays where it is (a copy in the subgraph would shadow it, which ONNX forbids); weights
+/// it feeds inside a subgraph are then left float with the reason "weight is not a
+/// constant". Names moved are appended to `moved`.
+pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
+    let direct: HashSet<String> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().cloned())
+        .chain(g.outputs.iter().map(|o| o.name.clone()))
+        .collect();
+    let movable: HashSet<String> = g
+        .initializers
+        .iter()
+        .filter(|(k, t)| t.dtype.is_float() && !direct.contains(*k))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut any = false;
+    for n in &mut g.nodes {
+        for sub in n.subgraphs_mut() {
+            let wanted: Vec<String> = sub
+                .outer_reads()
+                .into_iter()
+                .filter(|v| movable.contains(*v))
+                .map(str::to_string)
+                .collect();
+            for w in wanted {
+                sub.initializers
+                    .insert(w.clone(), g.initializers[&w].clone());
+                if !moved.contains(&w) {
+                    moved.push(w);
+                }
+                any = true;
+            }
+            localize_constants(sub, moved);
+        }
+    }
+    if any {
+        g.prune_initializers();
+    }
 }
 
 /// Folds every inference-mode `BatchNormalization` whose input is produced by a `Conv` (or a
@@ -171,6 +225,15 @@ pub(crate) struct Namer {
 }
 
 impl Namer {
+    /// Reserves every name `g` and its subgraphs (at any depth) use, so a name given to a
+    /// value of any graph of the model is new everywhere (no shadowing).
+    pub(crate) fn whole(g: &Graph) -> Namer {
+        Namer {
+            values: g.all_value_names(),
+            nodes: g.all_node_names(),
+        }
+    }
+
     /// Reserves every name `g` uses.
     pub(crate) fn new(g: &Graph) -> Namer {
         let mut values: HashSet<String> = g
@@ -221,6 +284,12 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
     let old = g.opset();
     if old >= 13 {
         return Ok(None);
+    }
+    if g.has_subgraphs() {
+        return Err(PtqError::InvalidOption(format!(
+            "model opset {old} is older than 13 (per-axis QuantizeLinear) and has subgraphs, \
+             whose operators the opset upgrade does not rewrite; upgrade the model first"
+        )));
     }
     if old < 10 {
         return Err(PtqError::InvalidOption(format!(

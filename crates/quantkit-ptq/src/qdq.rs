@@ -45,10 +45,14 @@ fn is_float_init(g: &Graph, name: &str) -> bool {
     g.initializers.get(name).is_some_and(|t| t.dtype.is_float())
 }
 
-/// Decides which nodes to quantize. `exclude` nodes stay float.
+/// Decides which nodes to quantize. `exclude` nodes stay float. Nodes inside subgraphs
+/// (If branches, Loop and Scan bodies, at any depth) are planned like top-level ones, each
+/// graph with its own constants (see [`crate::prepare::localize_constants`]); their
+/// activations are observed by name during calibration like any other value.
 pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
+    let all_nodes = g.all_node_names();
     for e in exclude {
-        if !g.nodes.iter().any(|n| &n.name == e) {
+        if !all_nodes.contains(e) {
             let known: Vec<&str> = g.nodes.iter().take(5).map(|n| n.name.as_str()).collect();
             return Err(PtqError::UnknownNode {
                 name: e.clone(),
@@ -56,8 +60,30 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
             });
         }
     }
-    let uses = Uses::new(g);
     let mut p = Plan::default();
+    let mut seen = HashSet::new();
+    let mut weighted = false;
+    plan_graph(g, exclude, &mut p, &mut seen, &mut weighted);
+    if !weighted {
+        return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
+            String::new()
+        } else {
+            " after --exclude".into()
+        }));
+    }
+    Ok(p)
+}
+
+/// Plans the nodes of one graph, then of its subgraphs; `weighted` is set when a weighted
+/// node is quantized.
+fn plan_graph(
+    g: &Graph,
+    exclude: &HashSet<String>,
+    p: &mut Plan,
+    seen: &mut HashSet<String>,
+    weighted: &mut bool,
+) {
+    let uses = Uses::new(g);
     let mut quant = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
         let reason = if exclude.contains(&n.name) {
@@ -86,7 +112,6 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
         }
     }
     let mut acts: Vec<String> = Vec::new();
-    let mut seen = HashSet::new();
     let mut fused_out: HashSet<&str> = HashSet::new();
     for (i, n) in g.nodes.iter().enumerate() {
         if !quant[i] || !is_weighted(n) {
@@ -129,19 +154,17 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
         }
         add(&n.outputs[0], &mut acts);
     }
-    if !p
-        .quantized
+    *weighted |= g
+        .nodes
         .iter()
-        .any(|q| g.nodes.iter().any(|n| &n.name == q && is_weighted(n)))
-    {
-        return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
-            String::new()
-        } else {
-            " after --exclude".into()
-        }));
+        .enumerate()
+        .any(|(i, n)| quant[i] && is_weighted(n));
+    p.activations.extend(acts);
+    for n in &g.nodes {
+        for sub in n.subgraphs() {
+            plan_graph(sub, exclude, p, seen, weighted);
+        }
     }
-    p.activations = acts;
-    Ok(p)
 }
 
 /// How weights and activations are quantized.
@@ -221,10 +244,9 @@ pub fn insert_qdq(
             opts.weight_bits
         )));
     }
-    let act_signed = opts.signed_activations;
-    let graph_outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    let graph_outputs = all_outputs(&g);
     let quantized: HashSet<&str> = plan.quantized.iter().map(String::as_str).collect();
-    let mut namer = Namer::new(&g);
+    let mut namer = Namer::whole(&g);
     let names: HashMap<&str, ActNames> = act
         .keys()
         .map(|t| {
@@ -245,6 +267,33 @@ pub fn insert_qdq(
             (t.as_str(), names)
         })
         .collect();
+    rewrite_graph(&mut g, &names, &quantized, act, opts, &mut namer)?;
+    Ok(g)
+}
+
+/// The outputs of `g` and of every subgraph in it.
+fn all_outputs(g: &Graph) -> HashSet<String> {
+    let mut s: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    for n in &g.nodes {
+        for sub in n.subgraphs() {
+            s.extend(all_outputs(sub));
+        }
+    }
+    s
+}
+
+/// Inserts the QDQ pairs of the activations `g` produces (inputs and node outputs), rewires
+/// its readers (and, through the recursion, readers inside its subgraphs, which see the
+/// pair's output in their enclosing scope) and quantizes the weights of its quantized nodes.
+fn rewrite_graph(
+    g: &mut Graph,
+    names: &HashMap<&str, ActNames>,
+    quantized: &HashSet<&str>,
+    act: &BTreeMap<String, (f32, i32)>,
+    opts: &QdqOptions,
+    namer: &mut Namer,
+) -> Result<()> {
+    let act_signed = opts.signed_activations;
     let mut new_nodes: Vec<Node> = Vec::new();
     let qdq_pair = |g: &mut Graph, src: &str, t: &str, nodes: &mut Vec<Node>| {
         let (s, z) = act[t];
@@ -269,7 +318,7 @@ pub fn insert_qdq(
     let inputs: Vec<String> = g.inputs.iter().map(|i| i.name.clone()).collect();
     for i in &inputs {
         if act.contains_key(i) {
-            qdq_pair(&mut g, i, i, &mut new_nodes);
+            qdq_pair(g, i, i, &mut new_nodes);
         }
     }
     let nodes = std::mem::take(&mut g.nodes);
@@ -281,7 +330,10 @@ pub fn insert_qdq(
             }
         }
         if quantized.contains(n.name.as_str()) && is_weighted(&n) {
-            quantize_weights(&mut g, &mut namer, &mut n, &in0, act, opts, &mut new_nodes)?;
+            quantize_weights(g, namer, &mut n, &in0, act, opts, &mut new_nodes)?;
+        }
+        for sub in n.subgraphs_mut() {
+            rewrite_graph(sub, names, quantized, act, opts, namer)?;
         }
         let mut pending = Vec::new();
         for o in n.outputs.iter_mut() {
@@ -300,12 +352,12 @@ pub fn insert_qdq(
         }
         new_nodes.push(n);
         for (src, t) in pending {
-            qdq_pair(&mut g, &src, &t, &mut new_nodes);
+            qdq_pair(g, &src, &t, &mut new_nodes);
         }
     }
     g.nodes = new_nodes;
     g.prune_initializers();
-    Ok(g)
+    Ok(())
 }
 
 /// Replaces the weight (and bias) of a Conv/ConvTranspose/Gemm/MatMul with quantized

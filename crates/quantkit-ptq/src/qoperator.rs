@@ -26,7 +26,7 @@
 //! Everything else stays float between `DequantizeLinear` and `QuantizeLinear`, and the
 //! report says why.
 
-use crate::error::{graph, Result};
+use crate::error::{graph, PtqError, Result};
 use crate::prepare::Namer;
 use crate::qdq::FloatNode;
 use quantkit_graph::ops::clip::ClipBounds;
@@ -70,7 +70,23 @@ struct QVal {
 
 /// Rewrites a QDQ graph into QOperator form. The graph must be topologically sorted (as
 /// [`crate::insert_qdq`] leaves it).
+///
+/// Quantized nodes inside subgraphs (If/Loop/Scan bodies) are not rewritten: a model with
+/// QuantizeLinear inside a subgraph is an error that points to the QDQ format.
 pub fn to_qoperator(mut g: Graph) -> Result<(Graph, QopReport)> {
+    fn quantized_inside(g: &Graph) -> bool {
+        g.nodes
+            .iter()
+            .flat_map(|n| n.subgraphs())
+            .any(|s| s.nodes.iter().any(|n| n.is(OpKind::QuantizeLinear)) || quantized_inside(s))
+    }
+    if quantized_inside(&g) {
+        return Err(PtqError::InvalidOption(
+            "--format qoperator: nodes quantized inside If/Loop/Scan subgraphs have no \
+             QOperator rewrite yet; use --format qdq"
+                .into(),
+        ));
+    }
     let zeros = RefCell::new(Zeros {
         namer: Namer::new(&g),
         made: BTreeMap::new(),

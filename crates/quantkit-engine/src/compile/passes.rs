@@ -4,7 +4,7 @@
 
 use super::helpers::Matcher;
 use crate::error::{EngineError, Result};
-use crate::steps::{GraphOp, Kernel};
+use crate::steps::{ControlOp, GraphOp, Kernel};
 use crate::value::Val;
 use crate::{EngineOptions, NodeReport, Placement, Step};
 use quantkit_graph::ops;
@@ -84,6 +84,24 @@ pub(super) fn match_patterns(g: &Graph, opts: &EngineOptions) -> Result<(Vec<Pen
                 n.domain.clone()
             },
         })?;
+        if n.has_subgraphs() {
+            // The values its subgraphs read are inputs of the step, so liveness keeps them
+            // and dead-step removal keeps their producers.
+            let outer: Vec<String> = n.outer_reads().into_iter().map(str::to_string).collect();
+            let mut inputs = n.inputs.clone();
+            inputs.extend(outer.iter().cloned());
+            pending.push(Pending {
+                node: i,
+                kernel: Box::new(ControlOp {
+                    node: n.clone(),
+                    opset,
+                    outer,
+                }),
+                inputs,
+                outputs: n.outputs.clone(),
+            });
+            continue;
+        }
         pending.push(Pending {
             node: i,
             kernel: Box::new(GraphOp {

@@ -44,3 +44,42 @@ impl Kernel for GraphOp {
         self.node.is(OpKind::Identity)
     }
 }
+
+/// A control-flow node (If, Loop, Scan) as a float island: the graph crate's executor runs
+/// its subgraphs, which read the enclosing values `outer` (the step's inputs after the
+/// node's own, in ONNX order). The values computed inside stay float (Q/DQ pairs inside a
+/// subgraph run as the graph operators define them).
+pub(crate) struct ControlOp {
+    pub node: Node,
+    pub opset: i64,
+    /// Names of the enclosing values its subgraphs read ([`Node::outer_reads`]).
+    pub outer: Vec<String>,
+}
+
+impl Kernel for ControlOp {
+    fn run(&self, _step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
+            inputs.iter().map(|v| v.map(Val::to_nchw)).collect();
+        let k = self.node.inputs.len();
+        let args: Vec<Option<&Tensor>> = owned[..k].iter().map(|c| c.as_deref()).collect();
+        let mut outer = std::collections::HashMap::new();
+        for (name, v) in self.outer.iter().zip(&owned[k..]) {
+            if let Some(t) = v {
+                outer.insert(name.as_str(), t.clone().into_owned());
+            }
+        }
+        let outs = quantkit_graph::exec::eval_node(&self.node, self.opset, &args, &outer).map_err(
+            |e| EngineError::Control {
+                node: self.node.name.clone(),
+                source: Box::new(e),
+            },
+        )?;
+        Ok(outs.into_iter().map(Val::nchw).collect())
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} (graph op, subgraphs on the float executor)",
+            self.node.op_type
+        )
+    }
+}

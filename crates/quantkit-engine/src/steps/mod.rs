@@ -24,7 +24,7 @@ pub(crate) use conv::ConvStep;
 pub(crate) use dynamic::{DynOp, DynamicStep};
 pub(crate) use flatten_gemm::FlatInput;
 pub(crate) use gemm::GemmStep;
-pub(crate) use graph_op::GraphOp;
+pub(crate) use graph_op::{ControlOp, GraphOp};
 pub(crate) use pool::MaxPoolStep;
 pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
 

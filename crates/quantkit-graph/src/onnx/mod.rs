@@ -119,8 +119,14 @@ pub fn import_model(model: &proto::ModelProto, what: &str) -> Result<Graph> {
         let v = value_info_from_proto(vi);
         graph.value_info.insert(v.name.clone(), v);
     }
+    let scope = Scope {
+        depth: 0,
+        visible: proto_defined(g),
+        prefix: String::new(),
+        opsets: graph.opset_imports.clone(),
+    };
     for (i, n) in g.node.iter().enumerate() {
-        let node = node_from_proto(n, i)?;
+        let node = node_from_proto(n, i, &scope)?;
         if node.is(crate::ops::OpKind::Constant) && node.outputs.len() == 1 {
             if let Some(t) = constant_value(&node)? {
                 graph.initializers.insert(node.outputs[0].clone(), t);
@@ -133,6 +139,120 @@ pub fn import_model(model: &proto::ModelProto, what: &str) -> Result<Graph> {
     crate::passes::fold_constants(&mut graph)?;
     crate::passes::infer_shapes(&mut graph);
     Ok(graph)
+}
+
+/// What a graph being imported can see: the names every enclosing graph defines and how
+/// deeply it is nested.
+struct Scope {
+    depth: usize,
+    visible: HashSet<String>,
+    /// Prefix of the names given to unnamed nodes (`<node>/<attribute>/` in a subgraph, so
+    /// the nodes of two branches never share a name).
+    prefix: String,
+    /// The model's operator sets (a subgraph carries them too; export does not write them,
+    /// `GraphProto` has no such field).
+    opsets: Vec<(String, i64)>,
+}
+
+/// Names a `GraphProto` defines: inputs, initializers, node outputs.
+fn proto_defined(g: &proto::GraphProto) -> HashSet<String> {
+    g.input
+        .iter()
+        .filter_map(|v| v.name.clone())
+        .chain(g.initializer.iter().filter_map(|t| t.name.clone()))
+        .chain(
+            g.sparse_initializer
+                .iter()
+                .filter_map(|s| s.values.as_ref().and_then(|v| v.name.clone())),
+        )
+        .chain(g.node.iter().flat_map(|n| n.output.iter().cloned()))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Imports the subgraph attribute `attr` of node `node`. Its nodes may read names of the
+/// enclosing graphs (`outer.visible`); defining one of them again is rejected, as the ONNX
+/// IR spec forbids ("a node output name MUST be distinct from the names from the outer
+/// scopes that are visible in the nested subgraph"), so a name always means one value and
+/// every pass can count outer-scope reads by name. `Constant` nodes become the subgraph's
+/// initializers (so a weight held in a branch is a constant to the quantizer) unless their
+/// value is a subgraph output; nodes are sorted topologically with the outer names
+/// available. Nothing is folded and no shapes are inferred inside subgraphs.
+fn subgraph_from_proto(
+    g: &proto::GraphProto,
+    node: &str,
+    attr: &str,
+    outer: &Scope,
+) -> Result<Graph> {
+    let invalid = |reason: String| GraphError::InvalidModel {
+        what: format!("node `{node}`, subgraph `{attr}`"),
+        reason,
+    };
+    let depth = outer.depth + 1;
+    if depth > crate::ir::MAX_SUBGRAPH_DEPTH {
+        return Err(invalid(format!(
+            "subgraphs nest deeper than {} levels",
+            crate::ir::MAX_SUBGRAPH_DEPTH
+        )));
+    }
+    let own = proto_defined(g);
+    if let Some(shadow) = own.iter().filter(|v| outer.visible.contains(*v)).min() {
+        return Err(invalid(format!(
+            "defines `{shadow}`, a name of an enclosing graph (ONNX forbids shadowing)"
+        )));
+    }
+    let mut sub = Graph {
+        name: g.name.clone().unwrap_or_default(),
+        opset_imports: outer.opsets.clone(),
+        meta: ModelMeta {
+            graph_doc_string: g.doc_string.clone().unwrap_or_default(),
+            ..ModelMeta::default()
+        },
+        ..Graph::default()
+    };
+    for t in &g.initializer {
+        let name = t.name.clone().unwrap_or_default();
+        sub.initializers.insert(name, tensor_from_proto(t)?);
+    }
+    for s in &g.sparse_initializer {
+        let (name, t) = sparse_to_dense(s)?;
+        sub.initializers.insert(name, t);
+    }
+    for vi in &g.input {
+        let v = value_info_from_proto(vi);
+        if !sub.initializers.contains_key(&v.name) {
+            sub.inputs.push(v);
+        }
+    }
+    sub.outputs = g.output.iter().map(value_info_from_proto).collect();
+    for vi in &g.value_info {
+        let v = value_info_from_proto(vi);
+        sub.value_info.insert(v.name.clone(), v);
+    }
+    let mut visible = outer.visible.clone();
+    visible.extend(own);
+    let scope = Scope {
+        depth,
+        visible,
+        prefix: format!("{node}/{attr}/"),
+        opsets: outer.opsets.clone(),
+    };
+    for (i, n) in g.node.iter().enumerate() {
+        let n = node_from_proto(n, i, &scope)?;
+        if n.is(crate::ops::OpKind::Constant)
+            && n.outputs.len() == 1
+            && !sub.is_output(&n.outputs[0])
+        {
+            if let Some(t) = constant_value(&n)? {
+                sub.initializers.insert(n.outputs[0].clone(), t);
+                continue;
+            }
+        }
+        sub.nodes.push(n);
+    }
+    let outer_names: HashSet<String> = outer.visible.iter().cloned().collect();
+    crate::passes::topo_sort_in(&mut sub, &outer_names)?;
+    Ok(sub)
 }
 
 /// The tensor a `Constant` node produces, or `None` for a value kind the IR does not hold
@@ -155,17 +275,17 @@ pub fn constant_value(node: &Node) -> Result<Option<Tensor>> {
     })
 }
 
-fn node_from_proto(n: &proto::NodeProto, index: usize) -> Result<Node> {
+fn node_from_proto(n: &proto::NodeProto, index: usize, scope: &Scope) -> Result<Node> {
     let op_type = n.op_type.clone().unwrap_or_default();
     let name = match n.name.as_deref() {
         Some(s) if !s.is_empty() => s.to_string(),
-        _ => format!("{op_type}_{index}"),
+        _ => format!("{}{op_type}_{index}", scope.prefix),
     };
     let mut attributes = Vec::with_capacity(n.attribute.len());
     for a in &n.attribute {
         attributes.push((
             a.name.clone().unwrap_or_default(),
-            attr_from_proto(a, &name)?,
+            attr_from_proto(a, &name, scope)?,
         ));
     }
     let domain = match n.domain.as_deref() {
@@ -183,10 +303,26 @@ fn node_from_proto(n: &proto::NodeProto, index: usize) -> Result<Node> {
     })
 }
 
-fn attr_from_proto(a: &proto::AttributeProto, node: &str) -> Result<AttrValue> {
+fn attr_from_proto(a: &proto::AttributeProto, node: &str, scope: &Scope) -> Result<AttrValue> {
     use proto::attribute_type as at;
     let ty = a.r#type.unwrap_or(at::UNDEFINED);
+    let attr = a.name.as_deref().unwrap_or_default();
     Ok(match ty {
+        at::GRAPH => match &a.g {
+            Some(g) => AttrValue::Graph(Box::new(subgraph_from_proto(g, node, attr, scope)?)),
+            None => {
+                return Err(GraphError::InvalidModel {
+                    what: format!("node `{node}`"),
+                    reason: format!("graph attribute `{attr}` holds no graph"),
+                })
+            }
+        },
+        at::GRAPHS => AttrValue::Graphs(
+            a.graphs
+                .iter()
+                .map(|g| subgraph_from_proto(g, node, attr, scope))
+                .collect::<Result<_>>()?,
+        ),
         at::FLOAT => AttrValue::Float(a.f.unwrap_or(0.0)),
         at::INT => AttrValue::Int(a.i.unwrap_or(0)),
         at::STRING => AttrValue::String(a.s.clone().unwrap_or_default()),
@@ -243,6 +379,14 @@ fn attr_to_proto(name: &str, v: &AttrValue) -> proto::AttributeProto {
         AttrValue::Strings(s) => {
             a.strings = s.clone();
             a.r#type = Some(at::STRINGS);
+        }
+        AttrValue::Graph(g) => {
+            a.g = Some(Box::new(graph_to_proto(g)));
+            a.r#type = Some(at::GRAPH);
+        }
+        AttrValue::Graphs(gs) => {
+            a.graphs = gs.iter().map(graph_to_proto).collect();
+            a.r#type = Some(at::GRAPHS);
         }
         AttrValue::Raw(p) => {
             a = (**p).clone();
@@ -519,8 +663,8 @@ pub fn tensor_to_proto(name: &str, t: &Tensor) -> proto::TensorProto {
     }
 }
 
-/// Converts a graph back into an ONNX model (initializers as `raw_data`).
-pub fn export_model(graph: &Graph) -> proto::ModelProto {
+/// A graph (the model's, or a subgraph) as a `GraphProto`.
+fn graph_to_proto(graph: &Graph) -> proto::GraphProto {
     let m = &graph.meta;
     let opt = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
     let node = graph
@@ -543,7 +687,7 @@ pub fn export_model(graph: &Graph) -> proto::ModelProto {
         .collect();
     let mut outputs_set: HashSet<&str> = graph.outputs.iter().map(|o| o.name.as_str()).collect();
     outputs_set.extend(graph.inputs.iter().map(|o| o.name.as_str()));
-    let g = proto::GraphProto {
+    proto::GraphProto {
         node,
         name: Some(graph.name.clone()),
         initializer: graph
@@ -561,7 +705,14 @@ pub fn export_model(graph: &Graph) -> proto::ModelProto {
             .map(value_info_to_proto)
             .collect(),
         ..Default::default()
-    };
+    }
+}
+
+/// Converts a graph back into an ONNX model (initializers as `raw_data`).
+pub fn export_model(graph: &Graph) -> proto::ModelProto {
+    let m = &graph.meta;
+    let opt = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
+    let g = graph_to_proto(graph);
     proto::ModelProto {
         ir_version: Some(if m.ir_version > 0 { m.ir_version } else { 8 }),
         producer_name: opt(&m.producer_name),

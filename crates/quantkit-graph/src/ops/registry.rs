@@ -161,6 +161,10 @@ pub struct OpDef {
     pub infer: Option<InferFn>,
     /// Facts other layers ask about.
     pub facts: Facts,
+    /// For a control-flow operator (If, Loop, Scan), its evaluation with the enclosing
+    /// scope and the observer; the executor calls it instead of `eval`, which can only
+    /// report that the node needs a scope.
+    pub control: Option<crate::exec::ControlFn>,
 }
 
 impl OpDef {
@@ -173,6 +177,7 @@ impl OpDef {
             eval,
             infer: None,
             facts: Facts::NONE,
+            control: None,
         }
     }
     /// A com.microsoft (ONNX Runtime contrib) operator with no shape rule and no facts.
@@ -184,11 +189,17 @@ impl OpDef {
             eval,
             infer: None,
             facts: Facts::NONE,
+            control: None,
         }
     }
     /// With a shape rule.
     pub const fn infer(mut self, infer: InferFn) -> OpDef {
         self.infer = Some(infer);
+        self
+    }
+    /// A control-flow operator, evaluated by `control` with the enclosing scope.
+    pub const fn control(mut self, control: crate::exec::ControlFn) -> OpDef {
+        self.control = Some(control);
         self
     }
     /// With facts.
