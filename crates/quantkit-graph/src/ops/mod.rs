@@ -18,6 +18,7 @@ pub mod binary;
 pub mod int_kernels;
 pub mod pool;
 pub mod qlinear;
+pub mod recurrent;
 pub mod registry;
 pub mod unary;
 
@@ -58,6 +59,7 @@ registry::registry! {
     GlobalAveragePool => global_average_pool,
     GlobalMaxPool => global_max_pool,
     Greater => greater,
+    GRU => gru,
     GreaterOrEqual => greater_or_equal,
     Hardmax => hardmax,
     HardSigmoid => hard_sigmoid,
@@ -72,6 +74,7 @@ registry::registry! {
     Log => log,
     LogSoftmax => log_softmax,
     LRN => lrn,
+    LSTM => lstm,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
     Max => max,
@@ -104,6 +107,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    RNN => rnn,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
