@@ -108,6 +108,7 @@ registry::registry! {
     Reshape => reshape,
     Resize => resize,
     RNN => rnn,
+    RotaryEmbedding => rotary_embedding,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
