@@ -31,6 +31,7 @@ registry::registry! {
     And => and,
     ArgMax => arg_max,
     ArgMin => arg_min,
+    Attention => attention,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
