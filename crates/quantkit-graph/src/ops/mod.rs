@@ -35,6 +35,7 @@ registry::registry! {
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
+    CausalConvWithState => causal_conv_with_state,
     Ceil => ceil,
     Clip => clip,
     Concat => concat,
