@@ -73,6 +73,7 @@ registry::registry! {
     LeakyRelu => leaky_relu,
     Less => less,
     LessOrEqual => less_or_equal,
+    LinearAttention => linear_attention,
     Log => log,
     LogSoftmax => log_softmax,
     LRN => lrn,
