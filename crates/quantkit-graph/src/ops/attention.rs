@@ -340,6 +340,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             hkv,
         ));
     }
+    // Bounds the per-head loops even when some sizes are zero (huge head counts on empty
+    // tensors).
+    checked(&[batch, hq], "the (batch, head) pairs")?;
+    checked(&[batch, hq, sq, dv], "Y")?;
     let to4 = |t: &Tensor, s: [usize; 4]| {
         let f = t.to_f32_vec();
         if rank == 4 {
@@ -371,9 +375,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         _ => None,
     };
     let p = past.as_ref().map_or(0, |x| x.0);
-    let total = p + skv;
+    let total = p
+        .checked_add(skv)
+        .ok_or_else(|| too_large("present_key/present_value"))?;
     checked(&[batch, hkv, total, dk.max(dv)], "present_key/present_value")?;
-    checked(&[batch, hq, sq, dv], "Y")?;
     checked(&[sq, total], "one head's score matrix")?;
     let (kp, vp) = match &past {
         Some((_, pk, pv)) => (
@@ -542,11 +547,11 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
                 return None;
             }
             let dv = vh / hkv;
-            (b, hq, sq, hkv, skv, kh / hkv, dv, vec![b, sq, hq * dv])
+            (b, hq, sq, hkv, skv, kh / hkv, dv, vec![b, sq, hq.checked_mul(dv)?])
         }
         _ => return None,
     };
-    let total = past + skv;
+    let total = past.checked_add(skv)?;
     Some(vec![
         (q.0, y),
         (k.0, vec![batch, hkv, total, dk]),
@@ -622,6 +627,14 @@ mod tests {
         // past_key without past_value
         let pk = t(&[1, 2, 1, 3]);
         let e = run(&n, &[Some(&q), Some(&k), Some(&v), None, Some(&pk)]);
+        assert!(matches!(e, Err(OpError::Invalid(_))), "{e:?}");
+        // huge head counts on empty tensors are refused before any loop runs
+        let e0 = Tensor::from_f32(&[1, 1, 0], vec![]);
+        let huge = n
+            .clone()
+            .with_attr("q_num_heads", AttrValue::Int(1 << 40))
+            .with_attr("kv_num_heads", AttrValue::Int(1 << 40));
+        let e = run(&huge, &[Some(&e0), Some(&e0), Some(&e0)]);
         assert!(matches!(e, Err(OpError::Invalid(_))), "{e:?}");
         // attribute values
         for (name, val) in [
