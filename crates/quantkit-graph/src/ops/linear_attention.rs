@@ -95,6 +95,23 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let dk = qw / hq;
     let dv = v.shape[2] / hkv;
+    // Bounds the output, the state and the loops over (batch, token, head) and (batch, head)
+    // even when some sizes are zero (huge head counts on empty tensors): the `max(1)`s
+    // count a zero-width head as one iteration.
+    let bound = |dims: [usize; 4], what: &str| {
+        dims.iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= super::constant_of_shape::MAX_ELEMENTS)
+            .map(|_| ())
+            .ok_or_else(|| {
+                OpError::Invalid(format!(
+                    "{what} {dims:?} would have more than {} elements",
+                    super::constant_of_shape::MAX_ELEMENTS
+                ))
+            })
+    };
+    bound([b, t, hq, dv.max(1)], "output [B, T, q_heads, d_v]")?;
+    bound([b, hkv, dk.max(1), dv.max(1)], "state [B, kv_heads, d_k, d_v]")?;
     if k.shape != [b, t, hkv * dk] || v.shape != [b, t, hkv * dv] {
         return Err(OpError::shape(
             format!("key [{b}, {t}, {}] and value [{b}, {t}, kv_heads·d_v]", hkv * dk),
@@ -218,7 +235,7 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     }
     let (dk, dv) = (qw / hq, vw / hkv);
     Some(vec![
-        (q.0, vec![b, t, hq * dv]),
+        (q.0, vec![b, t, hq.checked_mul(dv)?]),
         (q.0, vec![b, hkv, dk, dv]),
     ])
 }
@@ -272,7 +289,45 @@ mod tests {
             .with_attr("kv_num_heads", AttrValue::Int(2));
         let e = run(&nh, &[Some(&q), Some(&k), Some(&v)]);
         assert!(matches!(e, Err(OpError::Attribute { .. })), "{e:?}");
+        let e0 = Tensor::from_f32(&[1, 1, 0], vec![]);
+        let huge = Node::new("la", "LinearAttention", &["q", "k", "v"], &["o", "s"])
+            .with_attr("update_rule", AttrValue::String(b"linear".to_vec()))
+            .with_attr("q_num_heads", AttrValue::Int(1 << 40))
+            .with_attr("kv_num_heads", AttrValue::Int(1 << 40));
+        let e = run(&huge, &[Some(&e0), Some(&e0), Some(&e0)]);
+        assert!(matches!(e, Err(OpError::Invalid(_))), "{e:?}");
+        // with no tokens the output is empty, but the (batch, head) loop and the state are not
+        let t0 = Tensor::from_f32(&[1, 0, 0], vec![]);
+        let e = run(&huge, &[Some(&t0), Some(&t0), Some(&t0)]);
+        assert!(matches!(e, Err(OpError::Invalid(_))), "{e:?}");
+        // nor huge head widths that only the state would hold
+        let wide = Tensor::from_f32(&[1, 0, 1 << 20], vec![]);
+        let e = run(&node("linear"), &[Some(&wide), Some(&wide), Some(&wide)]);
+        assert!(matches!(e, Err(OpError::Invalid(_))), "{e:?}");
         let k2 = Tensor::from_f32(&[1, 2, 2], vec![0.0; 4]);
         assert!(run(&node("linear"), &[Some(&q), Some(&k2), Some(&v)]).is_err());
+    }
+
+    #[test]
+    fn shape_rule_refuses_overflowing_head_counts() {
+        let consts = std::collections::BTreeMap::new();
+        let (q, v): (super::super::Info, super::super::Info) =
+            ((DType::F32, vec![1, 2, 4]), (DType::F32, vec![1, 2, 6]));
+        let ins = [Some(&q), Some(&q), Some(&v)];
+        let inp = super::super::InferIn { ins: &ins, consts: &consts };
+        let n = Node::new("la", "LinearAttention", &["q", "k", "v"], &["o", "s"])
+            .with_attr("q_num_heads", AttrValue::Int(2))
+            .with_attr("kv_num_heads", AttrValue::Int(2));
+        let out = infer(&OpCtx { node: &n, opset: 27 }, &inp).unwrap();
+        assert_eq!(out[0].1, [1, 2, 6]);
+        assert_eq!(out[1].1, [1, 2, 2, 3]);
+        // q_num_heads · d_v overflows usize: no shape, and no panic
+        let v = (DType::F32, vec![1, 2, 1 << 40]);
+        let ins = [Some(&q), Some(&q), Some(&v)];
+        let inp = super::super::InferIn { ins: &ins, consts: &consts };
+        let n = Node::new("la", "LinearAttention", &["q", "k", "v"], &["o", "s"])
+            .with_attr("q_num_heads", AttrValue::Int(1 << 40))
+            .with_attr("kv_num_heads", AttrValue::Int(1));
+        assert!(infer(&OpCtx { node: &n, opset: 27 }, &inp).is_none());
     }
 }
