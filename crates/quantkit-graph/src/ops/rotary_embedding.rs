@@ -75,8 +75,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         ));
     }
     let half = rot / 2;
-    // Row of the caches for (b, s).
-    let rows: Vec<usize> = match pos {
+    // Row of the caches for (b, s): looked up in `position_ids`, or `b·seq + s` without.
+    let rows: Option<Vec<usize>> = match pos {
         Some(p) => {
             if !matches!(p.dtype, DType::I64 | DType::I32) {
                 return Err(OpError::DType {
@@ -98,14 +98,16 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                 ));
             }
             let max = cos.shape[0];
-            p.to_i64_vec()
+            let rows = p
+                .to_i64_vec()
                 .into_iter()
                 .map(|v| {
                     usize::try_from(v).ok().filter(|&v| v < max).ok_or_else(|| {
                         OpError::Invalid(format!("position id {v} outside [0, {max})"))
                     })
                 })
-                .collect::<Result<_, _>>()?
+                .collect::<Result<_, _>>()?;
+            Some(rows)
         }
         None => {
             if cos.shape != [batch, seq, half] || sin.shape != cos.shape {
@@ -114,14 +116,20 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                     (&cos.shape, &sin.shape),
                 ));
             }
-            (0..batch * seq).collect()
+            None
         }
     };
-    let (cv, sv) = (cos.to_f32_vec(), sin.to_f32_vec());
+    // An empty X (which includes every empty head) passes through unchanged; skipping the
+    // loops here also keeps them bounded by the data, since the (batch, seq, head) triples
+    // of an empty tensor can be arbitrarily many.
+    if x.is_empty() {
+        return Ok(vec![x.clone()]);
+    }
     let mut y = x.to_f32_vec();
+    let (cv, sv) = (cos.to_f32_vec(), sin.to_f32_vec());
     for b in 0..batch {
         for s in 0..seq {
-            let row = rows[b * seq + s] * half;
+            let row = rows.as_ref().map_or(b * seq + s, |r| r[b * seq + s]) * half;
             let (c, sn) = (&cv[row..row + half], &sv[row..row + half]);
             for h in 0..heads {
                 let at = if heads_first {
@@ -187,5 +195,25 @@ mod tests {
         let x3 = Tensor::from_f32(&[1, 1, 6], vec![0.0; 6]);
         let n4 = n.clone().with_attr("num_heads", AttrValue::Int(4));
         assert!(run(&n4, &[Some(&x3), Some(&cos), Some(&sin)]).is_err());
+        // Empty inputs with huge head counts or sequence lengths pass through unchanged
+        // without iterating over their (batch, seq, head) triples or allocating a row per
+        // position.
+        let e0 = Tensor::from_f32(&[1, 1, 0], vec![]);
+        let c0 = Tensor::from_f32(&[1, 1, 0], vec![]);
+        let nh = n.clone().with_attr("num_heads", AttrValue::Int(1 << 40));
+        let y = run(&nh, &[Some(&e0), Some(&c0), Some(&c0)]).unwrap();
+        assert_eq!(y[0].shape, [1, 1, 0]);
+        // ... but a rotary_embedding_dim larger than the empty head is still an error
+        let nhd = nh.clone().with_attr("rotary_embedding_dim", AttrValue::Int(2));
+        assert!(run(&nhd, &[Some(&e0), Some(&c0), Some(&c0)]).is_err());
+        let big = 1usize << 20;
+        let e4 = Tensor::from_f32(&[1, big, big, 0], vec![]);
+        let c4 = Tensor::from_f32(&[1, big, 0], vec![]);
+        let y = run(&n, &[Some(&e4), Some(&c4), Some(&c4)]).unwrap();
+        assert_eq!(y[0].shape, [1, big, big, 0]);
+        let e4 = Tensor::from_f32(&[big, 1, big, 0], vec![]);
+        let c4 = Tensor::from_f32(&[big, big, 0], vec![]);
+        let y = run(&n, &[Some(&e4), Some(&c4), Some(&c4)]).unwrap();
+        assert_eq!(y[0].shape, [big, 1, big, 0]);
     }
 }
