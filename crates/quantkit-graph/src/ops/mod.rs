@@ -20,6 +20,7 @@ pub mod int_kernels;
 pub mod norm;
 pub mod pool;
 pub mod qlinear;
+pub mod recurrent;
 pub mod registry;
 pub mod unary;
 
@@ -38,6 +39,7 @@ registry::registry! {
     Asinh => asinh,
     Atan => atan,
     Atanh => atanh,
+    Attention => attention,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     BitShift => bit_shift,
@@ -47,6 +49,7 @@ registry::registry! {
     BitwiseXor => bitwise_xor,
     BlackmanWindow => blackman_window,
     Cast => cast,
+    CausalConvWithState => causal_conv_with_state,
     Ceil => ceil,
     Celu => celu,
     CenterCropPad => center_crop_pad,
@@ -88,6 +91,7 @@ registry::registry! {
     Greater => greater,
     GreaterOrEqual => greater_or_equal,
     GroupNormalization => group_normalization,
+    GRU => gru,
     HammingWindow => hamming_window,
     HannWindow => hann_window,
     Hardmax => hardmax,
@@ -102,11 +106,13 @@ registry::registry! {
     LeakyRelu => leaky_relu,
     Less => less,
     LessOrEqual => less_or_equal,
+    LinearAttention => linear_attention,
     Log => log,
     LogSoftmax => log_softmax,
     Loop => r#loop,
     LpNormalization => lp_normalization,
     LRN => lrn,
+    LSTM => lstm,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
     Max => max,
@@ -148,6 +154,8 @@ registry::registry! {
     Resize => resize,
     ReverseSequence => reverse_sequence,
     RMSNormalization => rms_normalization,
+    RNN => rnn,
+    RotaryEmbedding => rotary_embedding,
     Round => round,
     Scan => scan,
     Scatter => scatter,
