@@ -117,6 +117,7 @@ registry::registry! {
     Tanh => tanh,
     Transpose => transpose,
     Unsqueeze => unsqueeze,
+    Upsample => upsample,
     Where => r#where,
     Xor => xor,
     // com.microsoft: the ONNX Runtime contrib operators its quantizer writes
