@@ -58,6 +58,7 @@ registry::registry! {
     GlobalAveragePool => global_average_pool,
     GlobalMaxPool => global_max_pool,
     Greater => greater,
+    GridSample => grid_sample,
     GreaterOrEqual => greater_or_equal,
     Hardmax => hardmax,
     HardSigmoid => hard_sigmoid,
