@@ -26,6 +26,7 @@ pub mod unary;
 registry::registry! {
     // ai.onnx
     Abs => abs,
+    AffineGrid => affine_grid,
     Add => add,
     And => and,
     ArgMax => arg_max,
