@@ -73,6 +73,7 @@ registry::registry! {
     LessOrEqual => less_or_equal,
     Log => log,
     LogSoftmax => log_softmax,
+    LpPool => lp_pool,
     LRN => lrn,
     MatMul => mat_mul,
     MatMulInteger => mat_mul_integer,
