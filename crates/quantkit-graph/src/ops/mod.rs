@@ -36,6 +36,7 @@ registry::registry! {
     Cast => cast,
     Ceil => ceil,
     Clip => clip,
+    Col2Im => col2im,
     Concat => concat,
     Constant => constant,
     ConstantOfShape => constant_of_shape,
