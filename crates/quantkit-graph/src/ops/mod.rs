@@ -85,6 +85,7 @@ registry::registry! {
     Mod => modulo,
     Mul => mul,
     Neg => neg,
+    NonMaxSuppression => non_max_suppression,
     Not => not,
     Pad => pad,
     Or => or,
