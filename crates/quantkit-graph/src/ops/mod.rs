@@ -109,6 +109,7 @@ registry::registry! {
     Relu => relu,
     Reshape => reshape,
     Resize => resize,
+    RoiAlign => roi_align,
     Shape => shape,
     Sigmoid => sigmoid,
     Sign => sign,
