@@ -80,6 +80,7 @@ registry::registry! {
     MatMulInteger => mat_mul_integer,
     Max => max,
     MaxPool => max_pool,
+    MaxRoiPool => max_roi_pool,
     Mean => mean,
     Min => min,
     Mod => modulo,
