@@ -44,6 +44,7 @@ registry::registry! {
     ConvInteger => conv_integer,
     ConvTranspose => conv_transpose,
     CumSum => cum_sum,
+    DeformConv => deform_conv,
     DequantizeLinear => dequantize_linear,
     Div => div,
     Dropout => dropout,
