@@ -423,11 +423,19 @@ fn parse_spec(ctx: &OpCtx) -> Result<Spec, OpError> {
     })
 }
 
-/// Evaluates `Resize`.
-pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-    let x = input(inputs, 0)?;
-    let spec = parse_spec(ctx)?;
-    let r = x.rank();
+/// What [`target`] computes: the resized axes, the output shape and the per-axis scales.
+type Target = (Vec<usize>, Vec<usize>, Vec<f64>);
+
+/// The resized axes (in the order `axes` lists them, default all), the output shape and
+/// the per-axis scales of `Resize` on an input of shape `shape`, from its `scales` or
+/// `sizes` (empty tensors count as absent) and `keep_aspect_ratio_policy`.
+fn target(
+    ctx: &OpCtx,
+    shape: &[usize],
+    scales_in: Option<&Tensor>,
+    sizes_in: Option<&Tensor>,
+) -> Result<Target, OpError> {
+    let r = shape.len();
     // The resized axes, in the order `axes` lists them (default: all).
     let axes: Vec<usize> = match ctx.node.attr_ints("axes")? {
         None => (0..r).collect(),
@@ -445,14 +453,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
     };
     let k = axes.len();
-    let (roi_in, scales_in, sizes_in) = if ctx.opset < 11 {
-        (None, opt_input(inputs, 1), None)
-    } else {
-        (opt_input(inputs, 1), opt_input(inputs, 2), opt_input(inputs, 3))
-    };
-    let scales_in = scales_in.filter(|t| !t.is_empty());
-    let sizes_in = sizes_in.filter(|t| !t.is_empty());
-    let mut out = x.shape.clone();
+    let mut out = shape.to_vec();
     let mut scales = vec![1.0; r];
     match (scales_in, sizes_in) {
         (Some(_), Some(_)) => {
@@ -466,8 +467,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             if s.len() != k {
                 return Err(OpError::shape(format!("{k} scales"), &s));
             }
-            let shape: Vec<usize> = axes.iter().map(|&a| x.shape[a]).collect();
-            let o = sizes_from_scales(&shape, &s)?;
+            let sub: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+            let o = sizes_from_scales(&sub, &s)?;
             for (i, &a) in axes.iter().enumerate() {
                 out[a] = o[i];
                 scales[a] = s[i];
@@ -484,7 +485,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                 )));
             }
             let policy = ctx.node.attr_string("keep_aspect_ratio_policy", "stretch")?;
-            let ratio = |i: usize| s[i] as f64 / x.shape[axes[i]] as f64;
+            let ratio = |i: usize| s[i] as f64 / shape[axes[i]] as f64;
             let common = match policy.as_str() {
                 "stretch" => None,
                 "not_larger" => (0..k).map(ratio).reduce(f64::min),
@@ -503,7 +504,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                         scales[a] = ratio(i);
                     }
                     Some(c) => {
-                        let o = (c * x.shape[a] as f64 + 0.5).floor();
+                        let o = (c * shape[a] as f64 + 0.5).floor();
                         if !(o.is_finite() && o <= MAX_ELEMENTS as f64) {
                             return Err(OpError::Invalid(format!(
                                 "Resize: sizes {s:?} with {policy} give {o} along axis {a}"
@@ -516,6 +517,23 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             }
         }
     }
+    Ok((axes, out, scales))
+}
+
+/// Evaluates `Resize`.
+pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let x = input(inputs, 0)?;
+    let spec = parse_spec(ctx)?;
+    let r = x.rank();
+    let (roi_in, scales_in, sizes_in) = if ctx.opset < 11 {
+        (None, opt_input(inputs, 1), None)
+    } else {
+        (opt_input(inputs, 1), opt_input(inputs, 2), opt_input(inputs, 3))
+    };
+    let scales_in = scales_in.filter(|t| !t.is_empty());
+    let sizes_in = sizes_in.filter(|t| !t.is_empty());
+    let (axes, out, scales) = target(ctx, &x.shape, scales_in, sizes_in)?;
+    let k = axes.len();
     let mut roi = vec![(0.0, 1.0); r];
     if spec.ctm == Ctm::TfCropAndResize {
         let t = roi_in
@@ -532,52 +550,21 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![resize(x, &out, &scales, &roi, &spec)?])
 }
 
-/// Output type and shape when scales or sizes are constants (and not tf_crop_and_resize
-/// with a roi that may be unknown, which does not change the shape anyway).
+/// Output type and shape when the scales or sizes are constants.
 pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
-    let (dt, shape) = inp.get(0)?.clone();
-    // Running the operator on a zero-size stand-in would still need the real input
-    // shape; compute sizes directly instead.
-    let node = ctx.node;
-    let r = shape.len();
-    let axes: Vec<usize> = match node.attr_ints("axes").ok()? {
-        None => (0..r).collect(),
-        Some(a) => a
-            .iter()
-            .map(|&v| super::norm_axis(v, r).ok())
-            .collect::<Option<_>>()?,
-    };
-    let (si, zi) = if ctx.opset < 11 { (1, 99) } else { (2, 3) };
-    let scales = inp.konst(ctx, si).filter(|t| !t.is_empty());
-    let sizes = inp.konst(ctx, zi).filter(|t| !t.is_empty());
-    let mut out = shape.clone();
-    match (scales, sizes) {
-        (Some(s), None) => {
-            let s = s.to_f64_vec();
-            let sub: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
-            if s.len() != axes.len() {
-                return None;
-            }
-            let o = sizes_from_scales(&sub, &s).ok()?;
-            for (i, &a) in axes.iter().enumerate() {
-                out[a] = o[i];
-            }
-        }
-        (None, Some(s)) => {
-            let policy = node
-                .attr_string("keep_aspect_ratio_policy", "stretch")
-                .ok()?;
-            let s = s.to_i64_vec();
-            if policy != "stretch" || s.len() != axes.len() || s.iter().any(|&v| v < 0) {
-                return None;
-            }
-            for (i, &a) in axes.iter().enumerate() {
-                out[a] = s[i] as usize;
-            }
-        }
-        _ => return None,
+    let (dt, shape) = inp.get(0)?;
+    let (si, zi) = if ctx.opset < 11 { (1, usize::MAX) } else { (2, 3) };
+    let absent = |i: usize| ctx.node.inputs.get(i).is_none_or(|n| n.is_empty());
+    let scales = inp.konst(ctx, si);
+    let sizes = inp.konst(ctx, zi);
+    // An input that is present but not constant leaves the shape unknown.
+    if (scales.is_none() && !absent(si)) || (sizes.is_none() && !absent(zi)) {
+        return None;
     }
-    Some(vec![(dt, out)])
+    let scales = scales.filter(|t| !t.is_empty());
+    let sizes = sizes.filter(|t| !t.is_empty());
+    let (_, out, _) = target(ctx, shape, scales, sizes).ok()?;
+    Some(vec![(*dt, out)])
 }
 
 /// `Resize` in the operator registry.
