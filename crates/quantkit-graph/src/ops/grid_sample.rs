@@ -139,6 +139,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     // Per axis: (index, weight) of the neighbours; None = a zero from padding.
     let mut axis_taps: Vec<Vec<(Option<usize>, f64)>> = vec![Vec::new(); r];
     let mut combo: Vec<(usize, f64)> = Vec::new();
+    let mut spare: Vec<(usize, f64)> = Vec::new();
     for b in 0..n {
         for p in 0..points {
             let g = &gv[(b * points + p) * r..][..r];
@@ -201,16 +202,16 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             combo.push((0, 1.0));
             let mut nan = false;
             for ax in 0..r {
-                let mut next = Vec::with_capacity(combo.len() * axis_taps[ax].len());
+                spare.clear();
                 for &(off, w) in &combo {
                     for &(i, wi) in &axis_taps[ax] {
                         match i {
-                            Some(i) => next.push((off + i * st[ax], w * wi)),
+                            Some(i) => spare.push((off + i * st[ax], w * wi)),
                             None => nan |= wi.is_nan(),
                         }
                     }
                 }
-                combo = next;
+                std::mem::swap(&mut combo, &mut spare);
             }
             for ch in 0..c {
                 let src = &xv[(b * c + ch) * spatial..][..spatial];
