@@ -93,8 +93,23 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![make(DType::F64, out_shape, Data::F64(out))?.cast(theta.dtype)])
 }
 
+/// Output type and shape when `size` is a constant: `[N, H, W, 2]` or `[N, D, H, W, 3]`.
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, _) = inp.get(0)?;
+    let sz = inp.konst(ctx, 1)?.to_i64_vec();
+    if !(sz.len() == 4 || sz.len() == 5) || sz.iter().any(|&v| v < 0) {
+        return None;
+    }
+    let mut s: Vec<usize> = std::iter::once(sz[0])
+        .chain(sz[2..].iter().copied())
+        .map(|v| v as usize)
+        .collect();
+    s.push(sz.len() - 2);
+    Some(vec![(*dt, s)])
+}
+
 /// `AffineGrid` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("AffineGrid", 20, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("AffineGrid", 20, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {

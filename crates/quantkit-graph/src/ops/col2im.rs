@@ -132,8 +132,28 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![make(DType::F64, out_shape, Data::F64(out))?.cast(x.dtype)])
 }
 
+/// Output type and shape when `image_shape` and `block_shape` are constants:
+/// `[N, C, image...]`.
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, xs) = inp.get(0)?;
+    let image = inp.konst(ctx, 1)?.to_i64_vec();
+    let block = inp.konst(ctx, 2)?.to_i64_vec();
+    let k = block.iter().try_fold(1i64, |a, &b| a.checked_mul(b).filter(|_| b > 0))?;
+    if xs.len() != 3
+        || image.is_empty()
+        || block.len() != image.len()
+        || image.iter().any(|&v| v < 1)
+        || !xs[1].is_multiple_of(k as usize)
+    {
+        return None;
+    }
+    let mut s = vec![xs[0], xs[1] / k as usize];
+    s.extend(image.iter().map(|&v| v as usize));
+    Some(vec![(*dt, s)])
+}
+
 /// `Col2Im` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Col2Im", 18, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("Col2Im", 18, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {

@@ -179,8 +179,19 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![make(DType::F64, vec![n, m, oh, ow], Data::F64(out))?.cast(x.dtype)])
 }
 
+/// Output type and shape: `[N, M, oH, oW]`, the spatial size being the offset's.
+pub fn infer(_: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, xs) = inp.get(0)?;
+    let (_, ws) = inp.get(1)?;
+    let (_, os) = inp.get(2)?;
+    if xs.len() != 4 || ws.len() != 4 || os.len() != 4 {
+        return None;
+    }
+    Some(vec![(*dt, vec![xs[0], ws[0], os[2], os[3]])])
+}
+
 /// `DeformConv` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("DeformConv", 19, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("DeformConv", 19, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {

@@ -96,8 +96,21 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![make(DType::F64, out_shape, Data::F64(out))?.cast(x.dtype)])
 }
 
+/// Output type and shape: `[num_rois, C, ph, pw]`.
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, xs) = inp.get(0)?;
+    let (_, rs) = inp.get(1)?;
+    let p = ctx.node.attr_ints("pooled_shape").ok()??;
+    match (xs.len(), rs.len(), &p[..]) {
+        (4, 2, &[a, b]) if a > 0 && b > 0 => {
+            Some(vec![(*dt, vec![rs[0], xs[1], a as usize, b as usize])])
+        }
+        _ => None,
+    }
+}
+
 /// `MaxRoiPool` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("MaxRoiPool", 1, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("MaxRoiPool", 1, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {

@@ -188,8 +188,20 @@ fn corner_taps(y: f64, x: f64, h: usize, w: usize) -> ([usize; 4], [f64; 4]) {
     )
 }
 
+/// Output type and shape: `[num_rois, C, output_height, output_width]`.
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, xs) = inp.get(0)?;
+    let (_, rs) = inp.get(1)?;
+    let oh = ctx.node.attr_int("output_height", 1).ok()?;
+    let ow = ctx.node.attr_int("output_width", 1).ok()?;
+    if xs.len() != 4 || rs.len() != 2 || oh < 1 || ow < 1 {
+        return None;
+    }
+    Some(vec![(*dt, vec![rs[0], xs[1], oh as usize, ow as usize])])
+}
+
 /// `RoiAlign` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("RoiAlign", 10, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("RoiAlign", 10, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {

@@ -51,8 +51,22 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     Ok(vec![resize(x, &out, &s, &roi, &spec)?])
 }
 
+/// Output type and shape when the scales are an attribute or a constant input.
+pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
+    let (dt, shape) = inp.get(0)?;
+    let s: Vec<f64> = match inp.konst(ctx, 1) {
+        Some(t) => t.to_f64_vec(),
+        None if ctx.node.inputs.len() > 1 => return None,
+        None => ctx.node.attr_floats("scales").ok()??.iter().map(|&v| f64::from(v)).collect(),
+    };
+    if s.len() != shape.len() || s.iter().any(|&v| !(v.is_finite() && v >= 1.0)) {
+        return None;
+    }
+    Some(vec![(*dt, sizes_from_scales(shape, &s).ok()?)])
+}
+
 /// `Upsample` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Upsample", 7, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("Upsample", 7, eval).infer(infer);
 
 #[cfg(test)]
 mod tests {
