@@ -144,15 +144,16 @@ fn run(
         }
         let ctx = OpCtx { node, opset };
         let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
-        let outs = match relu {
-            Some(_) => ops::conv::eval_fused(&ctx, &args, true),
-            None => f(&ctx, &args),
-        }
-        .map_err(|source| GraphError::Op {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            source,
-        })?;
+        let outs = narrow_check(node, &args)
+            .and_then(|()| match relu {
+                Some(_) => ops::conv::eval_fused(&ctx, &args, true),
+                None => f(&ctx, &args),
+            })
+            .map_err(|source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            })?;
         let names = relu.map_or(&node.outputs, |r| &r.outputs);
         for (name, t) in names.iter().zip(outs) {
             if name.is_empty() {
@@ -183,6 +184,21 @@ fn run(
             Ok((o.name.clone(), t))
         })
         .collect()
+}
+
+/// Refuses narrow-type inputs (bfloat16, float8, float4, 2-bit) to an operator that does
+/// not declare it handles them ([`ops::OpDef::check_inputs`]).
+pub(crate) fn narrow_check(
+    node: &crate::ir::Node,
+    args: &[Option<&Tensor>],
+) -> std::result::Result<(), crate::error::OpError> {
+    if !args.iter().flatten().any(|t| t.dtype.is_narrow()) {
+        return Ok(());
+    }
+    match node.kind() {
+        Some(k) => k.def().check_inputs(args),
+        None => Ok(()),
+    }
 }
 
 fn check_input(vi: &crate::ir::ValueInfo, t: &Tensor) -> Result<()> {
