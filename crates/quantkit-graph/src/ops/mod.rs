@@ -33,6 +33,7 @@ registry::registry! {
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
     Cast => cast,
+    CastLike => cast_like,
     Ceil => ceil,
     Clip => clip,
     Concat => concat,
