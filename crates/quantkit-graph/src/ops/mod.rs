@@ -32,6 +32,7 @@ registry::registry! {
     ArgMin => arg_min,
     AveragePool => average_pool,
     BatchNormalization => batch_normalization,
+    BitCast => bit_cast,
     Cast => cast,
     CastLike => cast_like,
     Ceil => ceil,
