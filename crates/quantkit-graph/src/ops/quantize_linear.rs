@@ -2,8 +2,12 @@
 //! `y = saturate(round_half_even(x / y_scale) + y_zero_point)` (ONNX spec). The division
 //! is done in the precision numpy's reference uses: f16 when x and the scale are both
 //! f16, f32 otherwise. The output type is the zero point's type (or `output_dtype`,
-//! default uint8): u8/i8/u16/i16/u4/i4 (int32 as well); float8/float4/2-bit types are
-//! unsupported.
+//! default uint8): u8/i8/u16/i16/u4/i4/u2/i2 (int32 as well), or a float8 type or float4
+//! E2M1. For the float types the formula is the same, `y = cast(x / y_scale +
+//! y_zero_point)` with the zero point's value (normally 0), the cast rounding to nearest
+//! even as `Cast` does (`saturate`, default 1, for float8; float4 always saturates).
+//! ONNX's reference evaluator ignores a float8 zero point; with the usual zero point 0
+//! both agree.
 //!
 //! The rule itself is quantkit-core's ([`quantkit_core::quantize_value_wide`] element by
 //! element, [`quantkit_core::quantize_code`] on the per-tensor 8-bit path, whose loop is
@@ -75,7 +79,14 @@ pub fn quant_dtype(code: i32) -> Result<DType, OpError> {
             | DType::I16
             | DType::U4
             | DType::I4
-            | DType::I32),
+            | DType::U2
+            | DType::I2
+            | DType::I32
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F4E2M1),
         ) => Ok(d),
         _ => Err(OpError::Unsupported(format!(
             "quantized type {}",
@@ -101,10 +112,27 @@ pub fn eval_with(
     let zp = opt_input(inputs, 2);
     let axis = ctx.node.attr_int("axis", 1)?;
     let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let attr_dtype = ctx.node.attr_int("output_dtype", 0)?;
     let out_dtype = match zp {
-        Some(z) => z.dtype,
-        None => quant_dtype(ctx.node.attr_int("output_dtype", 2)? as i32)?,
+        Some(z) => {
+            let d = quant_dtype(z.dtype.onnx_code())?;
+            if attr_dtype != 0 && i64::from(d.onnx_code()) != attr_dtype {
+                return Err(OpError::attr(
+                    "output_dtype",
+                    format!(
+                        "{} differs from the zero point's type {d}",
+                        DType::onnx_name(attr_dtype as i32)
+                    ),
+                ));
+            }
+            d
+        }
+        None if attr_dtype == 0 => DType::U8,
+        None => quant_dtype(i32::try_from(attr_dtype).unwrap_or(0))?,
     };
+    if out_dtype.minifloat().is_some() {
+        return quantize_float(ctx, x, s, zp, out_dtype).map(|t| vec![t]);
+    }
     let (lo, hi) = out_dtype
         .int_range()
         .ok_or_else(|| OpError::Unsupported(format!("quantized type {out_dtype}")))?;
@@ -140,6 +168,51 @@ pub fn eval_with(
         .collect();
     let t = make(DType::I64, x.shape.clone(), Data::I64(q))?;
     Ok(vec![t.cast(out_dtype)])
+}
+
+/// QuantizeLinear to a float8 or float4 type: `cast(x / y_scale + y_zero_point)`.
+fn quantize_float(
+    ctx: &OpCtx,
+    x: &Tensor,
+    s: &Tensor,
+    zp: Option<&Tensor>,
+    out: DType,
+) -> Result<Tensor, OpError> {
+    let axis = ctx.node.attr_int("axis", 1)?;
+    let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let saturate = super::cast::cast_options(ctx.node)?.saturate;
+    let Some(format) = out.minifloat() else {
+        return Err(OpError::Unsupported(format!("quantized type {out}")));
+    };
+    let zpv = match zp {
+        Some(z) if z.len() != s.len() => {
+            return Err(OpError::shape(
+                format!("zero point shaped like the scale {:?}", s.shape),
+                &z.shape,
+            ))
+        }
+        Some(z) => z.to_f32_vec(),
+        None => vec![0.0; s.len()],
+    };
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
+    let f16_quotient = x.dtype == DType::F16 && s.dtype == DType::F16;
+    let (xv, sv) = (x.to_f32_vec(), s.to_f32_vec());
+    let codes: Vec<u8> = xv
+        .iter()
+        .zip(&si)
+        .map(|(&v, &j)| {
+            // The quotient in f16 when x and the scale are both f16 (numpy's reference);
+            // the f32 quotient of two f16 values rounds to the correctly rounded f16 one.
+            let q = v / sv[j];
+            let q = if f16_quotient {
+                half::f16::from_f32(q).to_f32()
+            } else {
+                q
+            };
+            format.encode(q + zpv[j], saturate)
+        })
+        .collect();
+    make(out, x.shape.clone(), Data::U8(codes))
 }
 
 /// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
@@ -190,4 +263,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("QuantizeLinear", 10, eval)
     .facts(super::Facts {
         elementwise: true,
         ..super::Facts::QUANTIZED
-    });
+    })
+    .narrow_types();
