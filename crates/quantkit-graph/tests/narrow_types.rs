@@ -215,3 +215,48 @@ fn executor_refuses_narrow_inputs_to_operators_that_do_not_handle_them() {
     let out = execute(&g, vec![("x".into(), x)]).unwrap();
     assert_eq!(out[0].1.to_f32_vec(), vec![1.0, 2.0]);
 }
+
+#[test]
+fn quantize_linear_divides_in_the_precision_of_the_reference() {
+    // Expected codes from onnx.reference.ReferenceEvaluator (opset 25).
+    let node = |precision: Option<DType>| {
+        let n = Node::new("q", "QuantizeLinear", &["x", "s"], &["y"]);
+        match precision {
+            Some(p) => n.with_attr("precision", AttrValue::Int(p.onnx_code().into())),
+            None => n,
+        }
+    };
+    let run = |n: &Node, x: &Tensor, s: &Tensor| {
+        quantize_linear::eval(&ctx(n), &[Some(x), Some(s)]).map(|y| y[0].to_i64_vec())
+    };
+    // precision = float16: 2.5009766 becomes 2.5 in f16 and rounds to 2 (3 in f32).
+    let x = Tensor::from_f32(&[3], vec![2.500_976_6, 3.5, 100.7]);
+    let one = Tensor::from_f32(&[], vec![1.0]);
+    assert_eq!(run(&node(Some(DType::F16)), &x, &one).unwrap(), [2, 4, 101]);
+    assert_eq!(run(&node(None), &x, &one).unwrap(), [3, 4, 101]);
+    assert_eq!(run(&node(Some(DType::F32)), &x, &one).unwrap(), [3, 4, 101]);
+    // bfloat16 x and scale divide in bfloat16: 18.625 / 0.73046875 = 25.497 (f32) is 25.5
+    // in bfloat16, which rounds to 26.
+    let bf = |v: &[f32]| {
+        let bits = v
+            .iter()
+            .map(|&f| quantkit_core::formats::bf16_encode(f))
+            .collect();
+        t(DType::BF16, &[v.len()], Data::U16(bits))
+    };
+    let (bx, bs) = (bf(&[18.625, 16.875, 10.25]), bf(&[0.730_468_75]));
+    assert_eq!(run(&node(None), &bx, &bs).unwrap(), [26, 23, 14]);
+    assert_eq!(
+        run(&node(Some(DType::F32)), &bx, &bs).unwrap(),
+        [25, 23, 14]
+    );
+    // double is not computed (it would need an f64 rule); an integer type is no precision.
+    assert!(matches!(
+        run(&node(Some(DType::F64)), &x, &one),
+        Err(OpError::Unsupported(_))
+    ));
+    assert!(matches!(
+        run(&node(Some(DType::I8)), &x, &one),
+        Err(OpError::Attribute { .. })
+    ));
+}
