@@ -260,3 +260,21 @@ fn quantize_linear_divides_in_the_precision_of_the_reference() {
         Err(OpError::Attribute { .. })
     ));
 }
+
+#[test]
+fn mx_style_blocks_float4_codes_with_e8m0_scales() {
+    // Expected values from onnx.reference.ReferenceEvaluator (opset 25): 3.3/0.5 saturates
+    // to 6, −20/4 = −5 is a tie between −4 and −6 and goes to the even significand (−4).
+    let x = Tensor::from_f32(&[1, 4], vec![1.0, 3.3, -20.0, 0.7]);
+    let s = t(DType::F8E8M0, &[1, 2], Data::U8(vec![126, 129]));
+    let node = Node::new("q", "QuantizeLinear", &["x", "s"], &["y"])
+        .with_attr("axis", AttrValue::Int(1))
+        .with_attr("block_size", AttrValue::Int(2))
+        .with_attr(
+            "output_dtype",
+            AttrValue::Int(DType::F4E2M1.onnx_code().into()),
+        );
+    let y = quantize_linear::eval(&ctx(&node), &[Some(&x), Some(&s)]).unwrap();
+    assert_eq!(y[0].dtype, DType::F4E2M1);
+    assert_eq!(y[0].to_f32_vec(), vec![2.0, 6.0, -4.0, 0.0]);
+}
