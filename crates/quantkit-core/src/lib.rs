@@ -39,6 +39,7 @@
 
 pub mod error;
 pub mod fixed_point;
+pub mod formats;
 pub mod linear;
 pub mod metrics;
 pub mod observer;

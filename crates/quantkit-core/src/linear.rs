@@ -49,7 +49,8 @@ impl RoundingMode {
 }
 
 /// The precision of the division `x / s` in equation (1). ONNX's reference (numpy) divides
-/// in the input's float type: f16 when `x` and `y_scale` are both f16, f32 otherwise.
+/// in the input's float type: f16 when `x` and `y_scale` are both f16, bfloat16 when both
+/// are bfloat16, f32 otherwise (or the type QuantizeLinear's `precision` attribute names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum QuotientPrecision {
     /// One f32 division (`x` or the scale is f32). The default.
@@ -59,6 +60,10 @@ pub enum QuotientPrecision {
     /// gives for f16 `x` and scale (both exactly representable in f32, whose 24-bit
     /// significand makes the double rounding innocuous).
     F16,
+    /// The f32 quotient rounded to bfloat16 (nearest even), as ml_dtypes' bfloat16 division
+    /// gives (8-bit significands: the f32 quotient's 24 bits again make the double
+    /// rounding innocuous).
+    BF16,
 }
 
 impl QuotientPrecision {
@@ -68,6 +73,9 @@ impl QuotientPrecision {
         match self {
             QuotientPrecision::F32 => x / scale,
             QuotientPrecision::F16 => half::f16::from_f32(x / scale).to_f32(),
+            QuotientPrecision::BF16 => {
+                crate::formats::bf16_decode(crate::formats::bf16_encode(x / scale))
+            }
         }
     }
 }

@@ -295,6 +295,43 @@ fn excluded_in_graph(g: &proto::GraphProto, depth: usize) -> Option<String> {
     None
 }
 
+/// Narrow float outputs (bfloat16, float8, float4) are codes of a rounding the spec fixes
+/// exactly, so they must match bit for bit; only a NaN matches any NaN.
+fn compare_codes(got: &Tensor, want: &Tensor) -> (bool, f64, String) {
+    let (gv, wv) = (got.to_f64_vec(), want.to_f64_vec());
+    let codes = |t: &Tensor| -> Vec<u32> {
+        match &t.data {
+            crate::tensor::Data::U8(v) => v.iter().map(|&c| u32::from(c)).collect(),
+            crate::tensor::Data::U16(v) => v.iter().map(|&c| u32::from(c)).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (gc, wc) = (codes(got), codes(want));
+    if gc.len() != gv.len() || wc.len() != wv.len() {
+        return (false, f64::INFINITY, "unexpected storage".into());
+    }
+    let mut max_err = 0f64;
+    let mut bad = None;
+    for i in 0..gc.len() {
+        let (a, b) = (gv[i], wv[i]);
+        if gc[i] == wc[i] || (a.is_nan() && b.is_nan()) {
+            continue;
+        }
+        let err = if a == b { 0.0 } else { (a - b).abs() };
+        max_err = max_err.max(if err.is_nan() { f64::INFINITY } else { err });
+        bad.get_or_insert_with(|| {
+            format!(
+                "element {i}: {a} (code {:#x}) vs reference {b} (code {:#x})",
+                gc[i], wc[i]
+            )
+        });
+    }
+    match bad {
+        None => (true, 0.0, String::new()),
+        Some(why) => (false, max_err, why),
+    }
+}
+
 /// Compares an output with its reference: (matches, max abs error, explanation).
 pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64, String) {
     if got.dtype != want.dtype {
@@ -310,6 +347,9 @@ pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64, String) {
             f64::INFINITY,
             format!("shape {:?} instead of {:?}", got.shape, want.shape),
         );
+    }
+    if got.dtype.is_narrow_float() {
+        return compare_codes(got, want);
     }
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     let float = got.dtype.is_float();

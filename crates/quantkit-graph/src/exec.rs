@@ -304,15 +304,16 @@ fn run_body<'g>(
         } else {
             let ctx = OpCtx { node, opset };
             let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
-            match relu {
-                Some(_) => ops::conv::eval_fused(&ctx, &args, true),
-                None => f(&ctx, &args),
-            }
-            .map_err(|source| GraphError::Op {
-                node: node.name.clone(),
-                op_type: node.op_type.clone(),
-                source,
-            })?
+            narrow_check(node, &args)
+                .and_then(|()| match relu {
+                    Some(_) => ops::conv::eval_fused(&ctx, &args, true),
+                    None => f(&ctx, &args),
+                })
+                .map_err(|source| GraphError::Op {
+                    node: node.name.clone(),
+                    op_type: node.op_type.clone(),
+                    source,
+                })?
         };
         let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
         let names = relu.map_or(&node.outputs, |r| &r.outputs);
@@ -344,6 +345,21 @@ fn run_body<'g>(
                 })
         })
         .collect()
+}
+
+/// Refuses narrow-type inputs (bfloat16, float8, float4, 2-bit) to an operator that does
+/// not declare it handles them ([`ops::OpDef::check_inputs`]).
+pub(crate) fn narrow_check(
+    node: &crate::ir::Node,
+    args: &[Option<&Tensor>],
+) -> std::result::Result<(), crate::error::OpError> {
+    if !args.iter().flatten().any(|t| t.dtype.is_narrow()) {
+        return Ok(());
+    }
+    match node.kind() {
+        Some(k) => k.def().check_inputs(args),
+        None => Ok(()),
+    }
 }
 
 fn check_input(vi: &crate::ir::ValueInfo, t: &Tensor) -> Result<()> {

@@ -30,4 +30,4 @@ pub use exec::{execute, execute_with, plan};
 pub use ir::{AttrValue, Dim, Graph, ModelMeta, Node, Uses, ValueInfo};
 pub use onnx::{export_model, import_model, load_model, load_tensor_pb, save_model};
 pub use ops::{Facts, OpKind, QuantInputs, MS_DOMAIN};
-pub use tensor::{DType, Data, Element, Tensor};
+pub use tensor::{CastOptions, DType, Data, Element, Tensor};

@@ -120,7 +120,7 @@ pub fn fold_constants(graph: &mut Graph) -> Result<()> {
                     }
                 })
                 .collect();
-            Some(f(&ctx, &args))
+            Some(crate::exec::narrow_check(&node, &args).and_then(|()| f(&ctx, &args)))
         } else {
             None
         };

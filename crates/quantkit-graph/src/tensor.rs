@@ -2,11 +2,16 @@
 //! a dtype tag, a shape and one typed `Vec` of row-major elements.
 
 use half::f16;
+use quantkit_core::formats::{self, E8M0Rounding, MiniFloat};
 
 /// Element types the IR can hold.
 ///
-/// The 4-bit types are stored unpacked, one value per byte (`I4` in an `i8` buffer, `U4` in
-/// a `u8` buffer); only the ONNX boundary packs them two per byte.
+/// The 4-bit and 2-bit types are stored unpacked, one value per byte (`I4`/`I2` in an `i8`
+/// buffer, `U4`/`U2` in a `u8` buffer); only the ONNX boundary packs them two (four) per
+/// byte. The narrow float types are stored as their codes: `BF16` as its bits in a `u16`
+/// buffer, the float8 types and `F4E2M1` (one code per byte, low nibble) in a `u8` buffer;
+/// [`Tensor::to_f32_vec`] and friends decode them, [`Tensor::cast_with`] encodes them
+/// (conversions: `quantkit_core::formats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE binary32.
@@ -37,6 +42,24 @@ pub enum DType {
     I4,
     /// Unsigned 4-bit in [0, 15], stored unpacked in `u8`.
     U4,
+    /// Signed 2-bit in [-2, 1], stored unpacked in `i8`.
+    I2,
+    /// Unsigned 2-bit in [0, 3], stored unpacked in `u8`.
+    U2,
+    /// bfloat16, stored as its bits in `u16`.
+    BF16,
+    /// float8 E4M3FN, stored as codes in `u8`.
+    F8E4M3FN,
+    /// float8 E4M3FNUZ, stored as codes in `u8`.
+    F8E4M3FNUZ,
+    /// float8 E5M2, stored as codes in `u8`.
+    F8E5M2,
+    /// float8 E5M2FNUZ, stored as codes in `u8`.
+    F8E5M2FNUZ,
+    /// float8 E8M0 (powers of two), stored as codes in `u8`.
+    F8E8M0,
+    /// float4 E2M1, stored as codes in `u8` (one per byte).
+    F4E2M1,
 }
 
 impl DType {
@@ -58,6 +81,15 @@ impl DType {
             DType::Bool => d::BOOL,
             DType::I4 => d::INT4,
             DType::U4 => d::UINT4,
+            DType::I2 => d::INT2,
+            DType::U2 => d::UINT2,
+            DType::BF16 => d::BFLOAT16,
+            DType::F8E4M3FN => d::FLOAT8E4M3FN,
+            DType::F8E4M3FNUZ => d::FLOAT8E4M3FNUZ,
+            DType::F8E5M2 => d::FLOAT8E5M2,
+            DType::F8E5M2FNUZ => d::FLOAT8E5M2FNUZ,
+            DType::F8E8M0 => d::FLOAT8E8M0,
+            DType::F4E2M1 => d::FLOAT4E2M1,
         }
     }
 
@@ -79,6 +111,15 @@ impl DType {
             d::BOOL => DType::Bool,
             d::INT4 => DType::I4,
             d::UINT4 => DType::U4,
+            d::INT2 => DType::I2,
+            d::UINT2 => DType::U2,
+            d::BFLOAT16 => DType::BF16,
+            d::FLOAT8E4M3FN => DType::F8E4M3FN,
+            d::FLOAT8E4M3FNUZ => DType::F8E4M3FNUZ,
+            d::FLOAT8E5M2 => DType::F8E5M2,
+            d::FLOAT8E5M2FNUZ => DType::F8E5M2FNUZ,
+            d::FLOAT8E8M0 => DType::F8E8M0,
+            d::FLOAT4E2M1 => DType::F4E2M1,
             _ => return None,
         })
     }
@@ -121,25 +162,61 @@ impl DType {
             .unwrap_or("unknown")
     }
 
-    /// Whether this is a floating-point type.
+    /// Whether this is a floating-point type the operators compute in (f32, f64, f16; the
+    /// narrow float types are [`DType::is_narrow_float`]).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16)
     }
 
-    /// Storage size of one element in bytes (4-bit types count as one byte when unpacked).
+    /// Whether this is a float type stored as codes (bfloat16, float8, float4).
+    pub fn is_narrow_float(self) -> bool {
+        matches!(
+            self,
+            DType::BF16
+                | DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0
+                | DType::F4E2M1
+        )
+    }
+
+    /// Whether an operator must declare that it handles this type
+    /// ([`crate::ops::OpDef::narrow_types`]): the narrow floats, whose storage holds codes
+    /// that generic element code would misread, and the 2-bit integers.
+    pub fn is_narrow(self) -> bool {
+        self.is_narrow_float() || matches!(self, DType::I2 | DType::U2)
+    }
+
+    /// The float8/float4 format of a narrow float type (not bfloat16 or E8M0).
+    pub fn minifloat(self) -> Option<MiniFloat> {
+        Some(match self {
+            DType::F8E4M3FN => MiniFloat::F8E4M3FN,
+            DType::F8E4M3FNUZ => MiniFloat::F8E4M3FNUZ,
+            DType::F8E5M2 => MiniFloat::F8E5M2,
+            DType::F8E5M2FNUZ => MiniFloat::F8E5M2FNUZ,
+            DType::F4E2M1 => MiniFloat::F4E2M1,
+            _ => return None,
+        })
+    }
+
+    /// Storage size of one element in bytes (4- and 2-bit types count as one byte when
+    /// unpacked).
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::F16 | DType::I16 | DType::U16 | DType::BF16 => 2,
             _ => 1,
         }
     }
 
-    /// Size of one element on disk in bits (4 for the 4-bit types).
+    /// Size of one element on disk in bits (4 for the 4-bit types, 2 for the 2-bit ones).
     pub fn bits(self) -> usize {
         match self {
-            DType::I4 | DType::U4 => 4,
+            DType::I4 | DType::U4 | DType::F4E2M1 => 4,
+            DType::I2 | DType::U2 => 2,
             DType::Bool => 8,
             d => d.size_bytes() * 8,
         }
@@ -157,6 +234,8 @@ impl DType {
             DType::I64 => (i64::MIN, i64::MAX),
             DType::I4 => (-8, 7),
             DType::U4 => (0, 15),
+            DType::I2 => (-2, 1),
+            DType::U2 => (0, 3),
             _ => return None,
         })
     }
@@ -249,10 +328,19 @@ impl Data {
             DType::F32 => Data::F32(vec![0.0; n]),
             DType::F64 => Data::F64(vec![0.0; n]),
             DType::F16 => Data::F16(vec![f16::ZERO; n]),
-            DType::I8 | DType::I4 => Data::I8(vec![0; n]),
-            DType::U8 | DType::U4 => Data::U8(vec![0; n]),
+            DType::I8 | DType::I4 | DType::I2 => Data::I8(vec![0; n]),
+            DType::U8
+            | DType::U4
+            | DType::U2
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F4E2M1 => Data::U8(vec![0; n]),
+            // 0x00 is 2^-127, the E8M0 code nearest zero (the format has no zero).
+            DType::F8E8M0 => Data::U8(vec![0; n]),
             DType::I16 => Data::I16(vec![0; n]),
-            DType::U16 => Data::U16(vec![0; n]),
+            DType::U16 | DType::BF16 => Data::U16(vec![0; n]),
             DType::I32 => Data::I32(vec![0; n]),
             DType::U32 => Data::U32(vec![0; n]),
             DType::I64 => Data::I64(vec![0; n]),
@@ -391,7 +479,8 @@ impl Tensor {
             data,
         })
     }
-    /// Re-tags the logical dtype (only between a dtype and its storage: I4↔I8, U4↔U8).
+    /// Re-tags the logical dtype (only between a dtype and its storage: I4↔I8, U4↔U8,
+    /// BF16↔U16, a float8 type↔U8...).
     pub fn with_dtype(mut self, dtype: DType) -> Tensor {
         debug_assert_eq!(
             Data::empty(dtype).storage_dtype(),
@@ -446,12 +535,34 @@ impl Tensor {
             _ => None,
         }
     }
+    /// The values of a narrow float tensor (bfloat16, float8, float4) decoded from its
+    /// codes (exactly: each is an f32); `None` for other types.
+    pub fn decode_narrow_float(&self) -> Option<Vec<f32>> {
+        if !self.dtype.is_narrow_float() {
+            return None;
+        }
+        Some(match (&self.data, self.dtype) {
+            (Data::U16(v), DType::BF16) => v.iter().map(|&b| formats::bf16_decode(b)).collect(),
+            (Data::U8(v), DType::F8E8M0) => v.iter().map(|&c| formats::e8m0_decode(c)).collect(),
+            (Data::U8(v), d) => {
+                let f = d.minifloat()?;
+                v.iter().map(|&c| f.decode(c)).collect()
+            }
+            _ => return None,
+        })
+    }
     /// All elements converted to f64.
     pub fn to_f64_vec(&self) -> Vec<f64> {
+        if let Some(v) = self.decode_narrow_float() {
+            return v.into_iter().map(f64::from).collect();
+        }
         with_data!(&self.data, v => v.iter().map(|x| Element::to_f64(*x)).collect())
     }
     /// All elements converted to f32.
     pub fn to_f32_vec(&self) -> Vec<f32> {
+        if let Some(v) = self.decode_narrow_float() {
+            return v;
+        }
         match &self.data {
             Data::F32(v) => v.clone(),
             d => with_data!(d, v => v.iter().map(|x| Element::to_f64(*x) as f32).collect()),
@@ -459,36 +570,80 @@ impl Tensor {
     }
     /// All elements as i64 (floats truncate toward zero).
     pub fn to_i64_vec(&self) -> Vec<i64> {
+        if let Some(v) = self.decode_narrow_float() {
+            return v.into_iter().map(|x| x as i64).collect();
+        }
         match &self.data {
             Data::I64(v) => v.clone(),
             Data::U64(v) => v.iter().map(|&x| x as i64).collect(),
             d => with_data!(d, v => v.iter().map(|x| Element::to_f64(*x) as i64).collect()),
         }
     }
-    /// Converts to another dtype with ONNX `Cast` semantics for the types the IR holds
-    /// (float→int truncates toward zero and saturates; int→int wraps as in C for 64-bit
-    /// sources, and goes through f64 otherwise, which is exact for every type up to 32 bits).
+    /// Converts to another dtype with ONNX `Cast` semantics and the default options
+    /// (`saturate = 1`, E8M0 `round_mode = up`); see [`Tensor::cast_with`].
     pub fn cast(&self, to: DType) -> Tensor {
+        self.cast_with(to, CastOptions::default())
+    }
+    /// Converts to another dtype with ONNX `Cast` semantics:
+    ///
+    /// - float → int truncates toward zero and saturates (out of range is undefined in the
+    ///   spec); int → int wraps as in C for 64-bit sources and goes through f64 otherwise,
+    ///   which is exact for every type up to 32 bits;
+    /// - to int4/uint4/int2/uint2, the value (a float truncated toward zero, NaN and ±∞
+    ///   giving 0) keeps its low 4 or 2 bits, as the spec's "discard higher bits" and the
+    ///   reference (`ml_dtypes`) do: `Cast(float → int4)` of 9 is −7;
+    /// - from a narrow float type, the exact decoded value; to one, the value rounded to
+    ///   f32 first, then encoded as `quantkit_core::formats` defines (`saturate` for float8
+    ///   and E8M0, `round_mode` for E8M0).
+    pub fn cast_with(&self, to: DType, opts: CastOptions) -> Tensor {
         if to == self.dtype {
             return self.clone();
         }
-        let data = match (&self.data, to) {
-            (Data::I64(v), DType::U64) => Data::U64(v.iter().map(|&x| x as u64).collect()),
-            (Data::U64(v), DType::I64) => Data::I64(v.iter().map(|&x| x as i64).collect()),
-            (Data::I64(v), DType::I32) => Data::I32(v.iter().map(|&x| x as i32).collect()),
-            (d, to) => with_data!(d, src => cast_from(src, to)),
-        };
-        let data = match to {
-            // 4-bit types saturate to their range (ONNX Cast to int4 is defined as saturate).
-            DType::I4 => match data {
-                Data::I8(v) => Data::I8(v.into_iter().map(|x| x.clamp(-8, 7)).collect()),
-                d => d,
-            },
-            DType::U4 => match data {
-                Data::U8(v) => Data::U8(v.into_iter().map(|x| x.min(15)).collect()),
-                d => d,
-            },
-            _ => data,
+        if let Some(v) = self.decode_narrow_float() {
+            return Tensor {
+                dtype: DType::F32,
+                shape: self.shape.clone(),
+                data: Data::F32(v),
+            }
+            .cast_with(to, opts);
+        }
+        let data = if to.is_narrow_float() {
+            let x: Vec<f32> = match &self.data {
+                Data::F32(v) => v.clone(),
+                // f64 (and integers) round to f32 first, as ml_dtypes does.
+                d => with_data!(d, v => v.iter().map(|x| Element::to_f64(*x) as f32).collect()),
+            };
+            encode_narrow_float(&x, to, opts)
+        } else if let (Some(bits), Some((lo, _))) = (narrow_int_bits(to), to.int_range()) {
+            let wide: Vec<i64> = match &self.data {
+                Data::F32(v) => v
+                    .iter()
+                    .map(|&x| formats::float_to_int_for_wrap(f64::from(x)))
+                    .collect(),
+                Data::F64(v) => v
+                    .iter()
+                    .map(|&x| formats::float_to_int_for_wrap(x))
+                    .collect(),
+                Data::F16(v) => v
+                    .iter()
+                    .map(|&x| formats::float_to_int_for_wrap(x.to_f64()))
+                    .collect(),
+                _ => self.to_i64_vec(),
+            };
+            let signed = lo < 0;
+            let w = wide.into_iter().map(|v| formats::wrap_int(v, bits, signed));
+            if signed {
+                Data::I8(w.map(|v| v as i8).collect())
+            } else {
+                Data::U8(w.map(|v| v as u8).collect())
+            }
+        } else {
+            match (&self.data, to) {
+                (Data::I64(v), DType::U64) => Data::U64(v.iter().map(|&x| x as u64).collect()),
+                (Data::U64(v), DType::I64) => Data::I64(v.iter().map(|&x| x as i64).collect()),
+                (Data::I64(v), DType::I32) => Data::I32(v.iter().map(|&x| x as i32).collect()),
+                (d, to) => with_data!(d, src => cast_from(src, to)),
+            }
         };
         Tensor {
             dtype: to,
@@ -514,6 +669,47 @@ impl Tensor {
     }
 }
 
+/// Options of a conversion to a narrow float type (`Cast`'s `saturate` and `round_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CastOptions {
+    /// Out-of-range values and ±∞ saturate to ±max (float8, E8M0); otherwise NaN or ±∞.
+    pub saturate: bool,
+    /// Rounding to E8M0.
+    pub round_mode: E8M0Rounding,
+}
+
+impl Default for CastOptions {
+    fn default() -> Self {
+        CastOptions {
+            saturate: true,
+            round_mode: E8M0Rounding::Up,
+        }
+    }
+}
+
+/// Width of the sub-byte integer types (whose casts wrap), `None` for the others.
+fn narrow_int_bits(d: DType) -> Option<u32> {
+    match d {
+        DType::I4 | DType::U4 => Some(4),
+        DType::I2 | DType::U2 => Some(2),
+        _ => None,
+    }
+}
+
+/// f32 values converted to `to`: the codes of a narrow float type, or a plain cast.
+fn encode_narrow_float(x: &[f32], to: DType, opts: CastOptions) -> Data {
+    match (to, to.minifloat()) {
+        (DType::BF16, _) => Data::U16(x.iter().map(|&v| formats::bf16_encode(v)).collect()),
+        (DType::F8E8M0, _) => Data::U8(
+            x.iter()
+                .map(|&v| formats::e8m0_encode(v, opts.saturate, opts.round_mode))
+                .collect(),
+        ),
+        (_, Some(f)) => Data::U8(x.iter().map(|&v| f.encode(v, opts.saturate)).collect()),
+        (to, None) => cast_from(x, to),
+    }
+}
+
 fn cast_from<T: Element>(src: &[T], to: DType) -> Data {
     fn conv<T: Element, U: Element>(src: &[T]) -> Vec<U> {
         src.iter().map(|x| U::from_f64(x.to_f64())).collect()
@@ -522,10 +718,18 @@ fn cast_from<T: Element>(src: &[T], to: DType) -> Data {
         DType::F32 => Data::F32(conv(src)),
         DType::F64 => Data::F64(conv(src)),
         DType::F16 => Data::F16(conv(src)),
-        DType::I8 | DType::I4 => Data::I8(conv(src)),
-        DType::U8 | DType::U4 => Data::U8(conv(src)),
+        DType::I8 | DType::I4 | DType::I2 => Data::I8(conv(src)),
+        DType::U8 | DType::U4 | DType::U2 => Data::U8(conv(src)),
         DType::I16 => Data::I16(conv(src)),
         DType::U16 => Data::U16(conv(src)),
+        // `Tensor::cast_with` encodes these itself; this arm keeps the function total.
+        DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => encode_narrow_float(&conv::<T, f32>(src), to, CastOptions::default()),
         DType::I32 => Data::I32(conv(src)),
         DType::U32 => Data::U32(conv(src)),
         DType::I64 => Data::I64(conv(src)),

@@ -481,6 +481,10 @@ fn sparse_to_dense(s: &proto::SparseTensorProto) -> Result<(String, Tensor)> {
     if linear.iter().any(|&i| i >= total) {
         return Err(bad("sparse index out of range"));
     }
+    if vals.dtype == DType::F8E8M0 {
+        // E8M0 has no zero to fill the unset elements with.
+        return Err(bad("sparse float8e8m0 initializer (the type has no zero)"));
+    }
     let mut out = Tensor::zeros(vals.dtype, &dims);
     macro_rules! scatter {
         ($o:expr, $v:expr) => {
@@ -539,12 +543,18 @@ pub fn tensor_from_proto(t: &proto::TensorProto) -> Result<Tensor> {
     Ok(Tensor { dtype, shape, data })
 }
 
-fn decode_raw(raw: &[u8], dtype: DType, n: usize) -> std::result::Result<Data, String> {
-    if matches!(dtype, DType::I4 | DType::U4) {
+pub(crate) fn decode_raw(raw: &[u8], dtype: DType, n: usize) -> std::result::Result<Data, String> {
+    if matches!(dtype, DType::I4 | DType::U4 | DType::F4E2M1) {
         if raw.len() != n.div_ceil(2) {
             return Err(format!("{} raw bytes for {n} 4-bit values", raw.len()));
         }
         return Ok(unpack4(raw, dtype, n));
+    }
+    if matches!(dtype, DType::I2 | DType::U2) {
+        if raw.len() != n.div_ceil(4) {
+            return Err(format!("{} raw bytes for {n} 2-bit values", raw.len()));
+        }
+        return Ok(unpack2(raw, dtype, n));
     }
     let size = dtype.size_bytes();
     if raw.len() != n * size {
@@ -568,35 +578,70 @@ fn decode_raw(raw: &[u8], dtype: DType, n: usize) -> std::result::Result<Data, S
                 .collect(),
         ),
         DType::I8 => Data::I8(raw.iter().map(|&b| b as i8).collect()),
-        DType::U8 => Data::U8(raw.to_vec()),
+        DType::U8
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0 => Data::U8(raw.to_vec()),
         DType::I16 => le!(i16, I16),
-        DType::U16 => le!(u16, U16),
+        DType::U16 | DType::BF16 => le!(u16, U16),
         DType::I32 => le!(i32, I32),
         DType::U32 => le!(u32, U32),
         DType::I64 => le!(i64, I64),
         DType::U64 => le!(u64, U64),
         DType::Bool => Data::Bool(raw.iter().map(|&b| b != 0).collect()),
-        DType::I4 | DType::U4 => unreachable!("handled above"),
+        DType::I4 | DType::U4 | DType::F4E2M1 => unpack4(raw, dtype, n),
+        DType::I2 | DType::U2 => unpack2(raw, dtype, n),
     })
 }
 
-/// Unpacks ONNX 4-bit storage: two values per byte, the first in the low nibble.
+/// Unpacks ONNX 4-bit storage: two values per byte, the first in the low nibble (int4 is
+/// sign-extended; uint4 and float4 codes are kept as they are). The caller checks that
+/// `bytes` holds `n` values.
 fn unpack4(bytes: &[u8], dtype: DType, n: usize) -> Data {
-    let nib = |i: usize| (bytes[i / 2] >> ((i % 2) * 4)) & 0xF;
+    let nib = |i: usize| bytes.get(i / 2).map_or(0, |b| (b >> ((i % 2) * 4)) & 0xF);
     match dtype {
         DType::I4 => Data::I8((0..n).map(|i| ((nib(i) << 4) as i8) >> 4).collect()),
         _ => Data::U8((0..n).map(nib).collect()),
     }
 }
 
-fn pack4(data: &Data) -> Vec<u8> {
-    let vals: Vec<u8> = match data {
-        Data::I8(v) => v.iter().map(|&x| (x as u8) & 0xF).collect(),
-        Data::U8(v) => v.iter().map(|&x| x & 0xF).collect(),
+/// Unpacks ONNX 2-bit storage: four values per byte, the first in the lowest two bits
+/// (int2 is sign-extended). The caller checks that `bytes` holds `n` values.
+fn unpack2(bytes: &[u8], dtype: DType, n: usize) -> Data {
+    let crumb = |i: usize| bytes.get(i / 4).map_or(0, |b| (b >> ((i % 4) * 2)) & 0x3);
+    match dtype {
+        DType::I2 => Data::I8((0..n).map(|i| ((crumb(i) << 6) as i8) >> 6).collect()),
+        _ => Data::U8((0..n).map(crumb).collect()),
+    }
+}
+
+/// The low `bits` bits of each stored value (4-bit and 2-bit types).
+fn low_bits(data: &Data, bits: u32) -> Vec<u8> {
+    let mask = ((1u16 << bits) - 1) as u8;
+    match data {
+        Data::I8(v) => v.iter().map(|&x| (x as u8) & mask).collect(),
+        Data::U8(v) => v.iter().map(|&x| x & mask).collect(),
         _ => Vec::new(),
-    };
-    vals.chunks(2)
+    }
+}
+
+fn pack4(data: &Data) -> Vec<u8> {
+    low_bits(data, 4)
+        .chunks(2)
         .map(|c| c[0] | (c.get(1).copied().unwrap_or(0) << 4))
+        .collect()
+}
+
+fn pack2(data: &Data) -> Vec<u8> {
+    low_bits(data, 2)
+        .chunks(4)
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0u8, |b, (k, &v)| b | (v << (2 * k)))
+        })
         .collect()
 }
 
@@ -616,27 +661,44 @@ fn decode_typed(
         DType::I16 => Data::I16(i32s.iter().map(|&x| x as i16).collect()),
         DType::U16 => Data::U16(i32s.iter().map(|&x| x as u16).collect()),
         DType::I8 => Data::I8(i32s.iter().map(|&x| x as i8).collect()),
-        DType::U8 => Data::U8(i32s.iter().map(|&x| x as u8).collect()),
+        DType::U8
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0 => Data::U8(i32s.iter().map(|&x| x as u8).collect()),
+        // One bfloat16 per int32_data entry, as its 16 bits (like float16).
+        DType::BF16 => Data::U16(i32s.iter().map(|&x| x as u16).collect()),
         DType::Bool => Data::Bool(i32s.iter().map(|&x| x != 0).collect()),
         DType::F16 => Data::F16(
             i32s.iter()
                 .map(|&x| half::f16::from_bits(x as u16))
                 .collect(),
         ),
-        DType::I4 | DType::U4 => {
+        DType::I4 | DType::U4 | DType::F4E2M1 => {
             let bytes: Vec<u8> = i32s.iter().map(|&x| x as u8).collect();
             if bytes.len() != n.div_ceil(2) {
                 return Err(format!("{} packed bytes for {n} 4-bit values", bytes.len()));
             }
             unpack4(&bytes, dtype, n)
         }
+        DType::I2 | DType::U2 => {
+            let bytes: Vec<u8> = i32s.iter().map(|&x| x as u8).collect();
+            if bytes.len() != n.div_ceil(4) {
+                return Err(format!("{} packed bytes for {n} 2-bit values", bytes.len()));
+            }
+            unpack2(&bytes, dtype, n)
+        }
     })
 }
 
-/// Encodes a tensor as a `TensorProto` with `raw_data` (little-endian; 4-bit types packed).
+/// Encodes a tensor as a `TensorProto` with `raw_data` (little-endian; 4-bit types packed
+/// two per byte, 2-bit types four per byte, first value in the low bits; narrow floats as
+/// their codes).
 pub fn tensor_to_proto(name: &str, t: &Tensor) -> proto::TensorProto {
     let raw: Vec<u8> = match (&t.data, t.dtype) {
-        (d, DType::I4 | DType::U4) => pack4(d),
+        (d, DType::I4 | DType::U4 | DType::F4E2M1) => pack4(d),
+        (d, DType::I2 | DType::U2) => pack2(d),
         (Data::F32(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         (Data::F64(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         (Data::F16(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),

@@ -1,6 +1,9 @@
-//! `DequantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`):
+//! `DequantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`, 23 `output_dtype`):
 //! `y = (x − x_zero_point) · x_scale` (ONNX spec), computed as an exact integer difference
-//! times the scale in f32, returned in the scale's type (f32 or f16): quantkit-core's
+//! times the scale in f32, returned in `output_dtype` or else the scale's type (f32, f16,
+//! bf16). Float8 and float4 inputs use the same formula on their decoded values (the zero
+//! point is normally 0; ONNX's reference refuses a non-zero float8 one and ignores a float4
+//! one). quantkit-core's
 //! [`quantkit_core::dequantize_value`] (per-tensor 8-bit codes: [`quantkit_core::dequantize_code`],
 //! whose loop is [`quantkit_kernels::quantize::dequantize`]).
 
@@ -15,6 +18,23 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let x = input(inputs, 0)?;
     let s = input(inputs, 1)?;
     let zp = opt_input(inputs, 2);
+    let out_dtype = match ctx.node.attr_int("output_dtype", 0)? {
+        0 => s.dtype,
+        code => i32::try_from(code)
+            .ok()
+            .and_then(DType::from_onnx)
+            .filter(|d| d.is_float() || *d == DType::BF16)
+            .ok_or_else(|| {
+                OpError::attr(
+                    "output_dtype",
+                    format!("{} is not a float type", DType::onnx_name(code as i32)),
+                )
+            })?,
+    };
+    let finish = |t: Tensor| if out_dtype == DType::F32 { t } else { t.cast(out_dtype) };
+    if x.dtype.minifloat().is_some() {
+        return dequantize_float(ctx, x, s, zp).map(|t| vec![finish(t)]);
+    }
     if x.dtype.int_range().is_none() || x.dtype == DType::I64 {
         return Err(OpError::Unsupported(format!(
             "DequantizeLinear of {}",
@@ -52,7 +72,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             _ => None,
         };
         if let Some(y) = y {
-            return Ok(vec![make(DType::F32, x.shape.clone(), Data::F32(y))?]);
+            return Ok(vec![finish(make(DType::F32, x.shape.clone(), Data::F32(y))?)]);
         }
     }
     let si = qparam_index(&x.shape, &s.shape, axis, block)?;
@@ -62,12 +82,45 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .zip(&si)
         .map(|(&q, &j)| dequantize_value(q, sv[j], zpv[j]))
         .collect();
-    let t = make(DType::F32, x.shape.clone(), Data::F32(y))?;
-    Ok(vec![if s.dtype == DType::F32 {
-        t
-    } else {
-        t.cast(s.dtype)
-    }])
+    Ok(vec![finish(make(DType::F32, x.shape.clone(), Data::F32(y))?)])
+}
+
+/// DequantizeLinear of float8/float4 codes: `(x − x_zero_point) · x_scale` on the decoded
+/// values, in f32.
+fn dequantize_float(
+    ctx: &OpCtx,
+    x: &Tensor,
+    s: &Tensor,
+    zp: Option<&Tensor>,
+) -> Result<Tensor, OpError> {
+    let axis = ctx.node.attr_int("axis", 1)?;
+    let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let zpv = match zp {
+        Some(z) if z.dtype != x.dtype => {
+            return Err(OpError::DType {
+                index: 2,
+                expected: x.dtype.to_string(),
+                got: z.dtype.to_string(),
+            })
+        }
+        Some(z) if z.len() != s.len() => {
+            return Err(OpError::shape(
+                format!("zero point shaped like the scale {:?}", s.shape),
+                &z.shape,
+            ))
+        }
+        Some(z) => z.to_f32_vec(),
+        None => vec![0.0; s.len()],
+    };
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
+    let sv = s.to_f32_vec();
+    let y: Vec<f32> = x
+        .to_f32_vec()
+        .iter()
+        .zip(&si)
+        .map(|(&v, &j)| (v - zpv[j]) * sv[j])
+        .collect();
+    make(DType::F32, x.shape.clone(), Data::F32(y))
 }
 
 /// [`quantkit_core::dequantize_code`] over 8-bit codes (SIMD where the dispatched ISA has
@@ -80,9 +133,12 @@ fn dequantize_8bit<T: QuantType>(q: &[T], z: i32, s: f32) -> Vec<f32> {
 
 /// Static shape rule (see [`super::registry::InferFn`]).
 pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
-    let _ = ctx;
     let (x, s) = (inp.get(0)?, inp.get(1)?);
-    Some(vec![(s.0, x.1.clone())])
+    let out = match ctx.node.attr_int("output_dtype", 0).ok()? {
+        0 => s.0,
+        code => DType::from_onnx(i32::try_from(code).ok()?)?,
+    };
+    Some(vec![(out, x.1.clone())])
 }
 
 /// `DequantizeLinear` in the operator registry.
@@ -91,4 +147,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("DequantizeLinear", 10, eval)
     .facts(super::Facts {
         elementwise: true,
         ..super::Facts::QUANTIZED
-    });
+    })
+    .narrow_types();

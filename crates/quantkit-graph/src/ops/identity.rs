@@ -18,4 +18,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Identity", 1, eval)
         elementwise: true,
         monotone: true,
         ..super::Facts::NONE
-    });
+    })
+    .narrow_types();

@@ -1,9 +1,15 @@
-//! `QuantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`/`output_dtype`):
-//! `y = saturate(round_half_even(x / y_scale) + y_zero_point)` (ONNX spec). The division
-//! is done in the precision numpy's reference uses: f16 when x and the scale are both
-//! f16, f32 otherwise. The output type is the zero point's type (or `output_dtype`,
-//! default uint8): u8/i8/u16/i16/u4/i4 (int32 as well); float8/float4/2-bit types are
-//! unsupported.
+//! `QuantizeLinear` (opsets 10, 13 `axis`, 19, 21 `block_size`/`output_dtype`, 23
+//! `precision`): `y = saturate(round_half_even(x / y_scale) + y_zero_point)` (ONNX spec).
+//! The division is done in the `precision` attribute's type (float, float16 or bfloat16,
+//! both operands first converted to it) or else in the precision numpy's reference uses:
+//! f16 when x and the scale are both f16, bfloat16 when both are bfloat16, f32 otherwise
+//! (the spec's text says "the type of `y_scale`", the reference promotes both). The output type is the zero point's type (or `output_dtype`,
+//! default uint8): u8/i8/u16/i16/u4/i4/u2/i2 (int32 as well), or a float8 type or float4
+//! E2M1. For the float types the formula is the same, `y = cast(x / y_scale +
+//! y_zero_point)` with the zero point's value (normally 0), the cast rounding to nearest
+//! even as `Cast` does (`saturate`, default 1, for float8; float4 always saturates).
+//! ONNX's reference evaluator ignores a float8 zero point; with the usual zero point 0
+//! both agree.
 //!
 //! The rule itself is quantkit-core's ([`quantkit_core::quantize_value_wide`] element by
 //! element, [`quantkit_core::quantize_code`] on the per-tensor 8-bit path, whose loop is
@@ -12,6 +18,7 @@
 use super::{input, make, norm_axis, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
+use quantkit_core::formats::{bf16_decode, bf16_encode};
 use quantkit_core::{quantize_value_wide, QuantType, QuotientPrecision};
 
 /// quantkit-core's magic-number round half to even, used by `DynamicQuantizeLinear` too.
@@ -75,7 +82,14 @@ pub fn quant_dtype(code: i32) -> Result<DType, OpError> {
             | DType::I16
             | DType::U4
             | DType::I4
-            | DType::I32),
+            | DType::U2
+            | DType::I2
+            | DType::I32
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F4E2M1),
         ) => Ok(d),
         _ => Err(OpError::Unsupported(format!(
             "quantized type {}",
@@ -101,10 +115,27 @@ pub fn eval_with(
     let zp = opt_input(inputs, 2);
     let axis = ctx.node.attr_int("axis", 1)?;
     let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let attr_dtype = ctx.node.attr_int("output_dtype", 0)?;
     let out_dtype = match zp {
-        Some(z) => z.dtype,
-        None => quant_dtype(ctx.node.attr_int("output_dtype", 2)? as i32)?,
+        Some(z) => {
+            let d = quant_dtype(z.dtype.onnx_code())?;
+            if attr_dtype != 0 && i64::from(d.onnx_code()) != attr_dtype {
+                return Err(OpError::attr(
+                    "output_dtype",
+                    format!(
+                        "{} differs from the zero point's type {d}",
+                        DType::onnx_name(attr_dtype as i32)
+                    ),
+                ));
+            }
+            d
+        }
+        None if attr_dtype == 0 => DType::U8,
+        None => quant_dtype(i32::try_from(attr_dtype).unwrap_or(0))?,
     };
+    if out_dtype.minifloat().is_some() {
+        return quantize_float(ctx, x, s, zp, out_dtype).map(|t| vec![t]);
+    }
     let (lo, hi) = out_dtype
         .int_range()
         .ok_or_else(|| OpError::Unsupported(format!("quantized type {out_dtype}")))?;
@@ -120,19 +151,15 @@ pub fn eval_with(
         }
         None => vec![0; s.len()],
     };
-    if !generic {
+    let (precision, explicit) = quotient_precision(ctx, x, s)?;
+    // The fast path divides in f32, which is what an explicit `precision` = FLOAT asks too.
+    if !generic && (explicit.is_none() || precision == QuotientPrecision::F32) {
         if let Some(t) = per_tensor_8bit(x, s, &zpv, out_dtype, block)? {
             return Ok(vec![t]);
         }
     }
     let si = qparam_index(&x.shape, &s.shape, axis, block)?;
-    let precision = if x.dtype == DType::F16 && s.dtype == DType::F16 {
-        QuotientPrecision::F16
-    } else {
-        QuotientPrecision::F32
-    };
-    let xv = x.to_f32_vec();
-    let sv = s.to_f32_vec();
+    let (xv, sv) = operands(x, s, explicit);
     let q: Vec<i64> = xv
         .iter()
         .zip(&si)
@@ -140,6 +167,94 @@ pub fn eval_with(
         .collect();
     let t = make(DType::I64, x.shape.clone(), Data::I64(q))?;
     Ok(vec![t.cast(out_dtype)])
+}
+
+/// The precision of `x / y_scale`: the `precision` attribute (opset 23) if set, else as
+/// ONNX's reference (numpy) divides: f16 when `x` and the scale are both f16, bfloat16 when
+/// both are bfloat16, f32 otherwise. Also returns the explicitly requested type, to which
+/// the reference first converts both operands. A `precision` other than float, float16
+/// or bfloat16 (double) is reported unsupported rather than computed in f32.
+fn quotient_precision(
+    ctx: &OpCtx,
+    x: &Tensor,
+    s: &Tensor,
+) -> Result<(QuotientPrecision, Option<DType>), OpError> {
+    let code = ctx.node.attr_int("precision", 0)?;
+    if code == 0 {
+        let p = match (x.dtype, s.dtype) {
+            (DType::F16, DType::F16) => QuotientPrecision::F16,
+            (DType::BF16, DType::BF16) => QuotientPrecision::BF16,
+            _ => QuotientPrecision::F32,
+        };
+        return Ok((p, None));
+    }
+    let d = i32::try_from(code).ok().and_then(DType::from_onnx);
+    match d {
+        Some(DType::F32) => Ok((QuotientPrecision::F32, d)),
+        Some(DType::F16) => Ok((QuotientPrecision::F16, d)),
+        Some(DType::BF16) => Ok((QuotientPrecision::BF16, d)),
+        Some(other) if other.is_float() => Err(OpError::Unsupported(format!(
+            "QuantizeLinear precision {other}"
+        ))),
+        _ => Err(OpError::attr(
+            "precision",
+            format!(
+                "{} is not float, float16, bfloat16 or double",
+                DType::onnx_name(code as i32)
+            ),
+        )),
+    }
+}
+
+/// `x` and the scale as f32, first rounded to the explicitly requested `precision` type
+/// (`x.astype(precision) / y_scale.astype(precision)` in the reference).
+fn operands(x: &Tensor, s: &Tensor, explicit: Option<DType>) -> (Vec<f32>, Vec<f32>) {
+    let round: fn(f32) -> f32 = match explicit {
+        Some(DType::F16) => |v| half::f16::from_f32(v).to_f32(),
+        Some(DType::BF16) => |v| bf16_decode(bf16_encode(v)),
+        _ => |v| v,
+    };
+    let (mut xv, mut sv) = (x.to_f32_vec(), s.to_f32_vec());
+    if explicit.is_some() {
+        xv.iter_mut().for_each(|v| *v = round(*v));
+        sv.iter_mut().for_each(|v| *v = round(*v));
+    }
+    (xv, sv)
+}
+
+/// QuantizeLinear to a float8 or float4 type: `cast(x / y_scale + y_zero_point)`.
+fn quantize_float(
+    ctx: &OpCtx,
+    x: &Tensor,
+    s: &Tensor,
+    zp: Option<&Tensor>,
+    out: DType,
+) -> Result<Tensor, OpError> {
+    let axis = ctx.node.attr_int("axis", 1)?;
+    let block = ctx.node.attr_int("block_size", 0)?.max(0) as usize;
+    let saturate = super::cast::cast_options(ctx.node)?.saturate;
+    let Some(format) = out.minifloat() else {
+        return Err(OpError::Unsupported(format!("quantized type {out}")));
+    };
+    let zpv = match zp {
+        Some(z) if z.len() != s.len() => {
+            return Err(OpError::shape(
+                format!("zero point shaped like the scale {:?}", s.shape),
+                &z.shape,
+            ))
+        }
+        Some(z) => z.to_f32_vec(),
+        None => vec![0.0; s.len()],
+    };
+    let si = qparam_index(&x.shape, &s.shape, axis, block)?;
+    let (precision, explicit) = quotient_precision(ctx, x, s)?;
+    let (xv, sv) = operands(x, s, explicit);
+    let codes: Vec<u8> = xv
+        .iter()
+        .zip(&si)
+        .map(|(&v, &j)| format.encode(precision.divide(v, sv[j]) + zpv[j], saturate))
+        .collect();
+    make(out, x.shape.clone(), Data::U8(codes))
 }
 
 /// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
@@ -190,4 +305,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("QuantizeLinear", 10, eval)
     .facts(super::Facts {
         elementwise: true,
         ..super::Facts::QUANTIZED
-    });
+    })
+    .narrow_types();

@@ -165,6 +165,11 @@ pub struct OpDef {
     /// scope and the observer; the executor calls it instead of `eval`, which can only
     /// report that the node needs a scope.
     pub control: Option<crate::exec::ControlFn>,
+    /// Whether `eval` handles inputs of the narrow types ([`DType::is_narrow`]: bfloat16,
+    /// float8, float4, int2/uint2) itself. The executor and constant folding refuse such
+    /// inputs to every other operator ([`OpDef::check_inputs`]), because the codes in
+    /// their storage would be read as plain integers.
+    pub narrow_types: bool,
 }
 
 impl OpDef {
@@ -178,6 +183,7 @@ impl OpDef {
             infer: None,
             facts: Facts::NONE,
             control: None,
+            narrow_types: false,
         }
     }
     /// A com.microsoft (ONNX Runtime contrib) operator with no shape rule and no facts.
@@ -190,6 +196,7 @@ impl OpDef {
             infer: None,
             facts: Facts::NONE,
             control: None,
+            narrow_types: false,
         }
     }
     /// With a shape rule.
@@ -206,6 +213,24 @@ impl OpDef {
     pub const fn facts(mut self, facts: Facts) -> OpDef {
         self.facts = facts;
         self
+    }
+    /// Declares that `eval` handles the narrow types (see [`OpDef::narrow_types`]).
+    pub const fn narrow_types(mut self) -> OpDef {
+        self.narrow_types = true;
+        self
+    }
+    /// `Unsupported` if an input has a narrow type this operator does not handle.
+    pub fn check_inputs(&self, inputs: &[Option<&Tensor>]) -> Result<(), crate::error::OpError> {
+        if self.narrow_types {
+            return Ok(());
+        }
+        match inputs.iter().flatten().find(|t| t.dtype.is_narrow()) {
+            Some(t) => Err(crate::error::OpError::Unsupported(format!(
+                "{} on {} input",
+                self.name, t.dtype
+            ))),
+            None => Ok(()),
+        }
     }
 }
 

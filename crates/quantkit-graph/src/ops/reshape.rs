@@ -70,4 +70,5 @@ pub const DEF: super::OpDef =
             layout: true,
             monotone: true,
             ..super::Facts::MOVES
-        });
+        })
+    .narrow_types();
