@@ -384,6 +384,16 @@ fn int64_token_ids_through_an_embedding_gather() {
     save(&calib, &calib_arrays);
     let eval = text_arrays(&mut rng, 40, 10, "");
     let summary = quantize_and_compare("text", &calib, &eval, &dir);
+    // `run` makes one call: three per-run feeds are refused, not silently cut to one.
+    let (ok, _, e) = quantkit(&[
+        "run",
+        s(&models().join("text.onnx")),
+        "--input",
+        s(&calib),
+        "-o",
+        s(&dir),
+    ]);
+    assert!(!ok && e.contains("holds 3 runs"), "run: {e}");
     assert_eq!(summary["calibration_samples"], 40);
     let q = quantized_names(&summary);
     assert!(

@@ -126,8 +126,8 @@ fn npz_inputs(
     let runs = feeds.run_count(usize::MAX, None)?;
     if runs != 1 {
         bail!(
-            "{}: holds {runs} per-run feeds (NAME__K); `run` makes one call (give NAME__0 only, \
-             or use `eval`)",
+            "{}: holds {runs} runs (per-run NAME__K arrays, or several of the model's fixed \
+             batches); `run` makes one call (give one run, or use `eval`)",
             path.display()
         );
     }

@@ -152,9 +152,26 @@ fn float_inputs_are_converted_and_scaled_integer_inputs_never() {
         spec("bytes", DType::U8, &[None, Some(2)]),
     ];
     let raw = NpyArray::new(vec![2, 2], NpyData::U8(vec![0, 51, 255, 1])).unwrap();
-    let p = npz(dir.path(), &[("img", &raw), ("bytes", &raw)]);
+    let specs = [specs, vec![spec("keep", DType::Bool, &[None, Some(2)])]].concat();
+    let keep = NpyArray::new(vec![2, 2], NpyData::Bool(vec![true, false, false, true])).unwrap();
+    let p = npz(
+        dir.path(),
+        &[("img", &raw), ("bytes", &raw), ("keep", &keep)],
+    );
     let mut f = open(&p, &specs).unwrap();
     let r = all_runs(&mut f, 8, None).remove(0);
+    // bool into a bool input: unchanged.
+    assert_eq!(r.arrays[2].1, keep);
+    // ...and a bool input refuses u8 0/1: no silent conversion.
+    let p = npz(
+        dir.path(),
+        &[("img", &raw), ("bytes", &raw), ("keep", &raw)],
+    );
+    let e = err(&p, &specs);
+    assert!(
+        e.contains("input `keep` is bool, the array is uint8"),
+        "{e}"
+    );
     // u8 into a float input: pixel/255, as a single-input .npz is read.
     assert_eq!(
         r.arrays[0].1.data,
