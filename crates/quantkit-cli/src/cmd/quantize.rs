@@ -97,7 +97,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         exclude: args.exclude.clone(),
         calib_samples: args.calib_samples,
         batch_size: args.batch_size,
-        ..Default::default()
     };
     if args.dynamic {
         if format != Format::Qdq {
