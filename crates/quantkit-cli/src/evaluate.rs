@@ -9,24 +9,25 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use quantkit_core::ErrorMetrics;
+use quantkit_data::feed::Layout;
 use quantkit_data::{BatchOptions, DataSource};
 use quantkit_graph::{load_model, DType, Dim, Graph, Tensor, ValueInfo};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Something that runs a single-input model on one batch and returns its first output.
+/// Something that runs a model on one batch and returns its first output.
 ///
 /// The integer engine plugs in by implementing this for its compiled plan and adding a
 /// [`Backend`] variant that loads it; nothing else in `eval` changes.
 pub trait Runner: Send + Sync {
     /// The model file, for messages.
     fn path(&self) -> &Path;
-    /// The one input the data feeds.
+    /// The model's first input (the one a single-tensor source feeds).
     fn input(&self) -> &ValueInfo;
     /// The name of the output that is scored (the model's first output).
     fn output_name(&self) -> &str;
-    /// Runs one batch.
-    fn run(&self, input: Tensor) -> Result<Tensor>;
+    /// Runs one batch: every input by name.
+    fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Tensor>;
 }
 
 /// Which executor runs a model.
@@ -85,19 +86,12 @@ impl Backend {
     }
 }
 
-/// Checks that a graph has the one input evaluation feeds and an output to score.
+/// Checks that a graph has an input to feed and an output to score.
 fn check_io(path: &Path, graph: &Graph) -> Result<()> {
     ensure!(
-        graph.inputs.len() == 1,
-        "{}: evaluation feeds one input, the model has {} ({})",
-        path.display(),
-        graph.inputs.len(),
-        graph
-            .inputs
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        !graph.inputs.is_empty(),
+        "{}: the model has no inputs",
+        path.display()
     );
     ensure!(
         !graph.outputs.is_empty(),
@@ -154,10 +148,10 @@ impl Runner for EngineRunner {
     fn output_name(&self) -> &str {
         &self.output
     }
-    fn run(&self, input: Tensor) -> Result<Tensor> {
+    fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Tensor> {
         let outputs = self
             .plan
-            .run(vec![(self.input.name.as_str(), input)])
+            .run(inputs)
             .with_context(|| format!("running {} on the integer engine", self.path.display()))?;
         outputs
             .into_iter()
@@ -200,9 +194,8 @@ impl Runner for FloatExecutor {
     fn output_name(&self) -> &str {
         &self.graph.outputs[0].name
     }
-    fn run(&self, input: Tensor) -> Result<Tensor> {
-        let name = self.graph.inputs[0].name.clone();
-        let outputs = quantkit_graph::execute(&self.graph, vec![(name, input)])
+    fn run(&self, inputs: Vec<(String, Tensor)>) -> Result<Tensor> {
+        let outputs = quantkit_graph::execute(&self.graph, inputs)
             .with_context(|| format!("running {}", self.path.display()))?;
         let want = self.output_name();
         outputs
@@ -238,8 +231,10 @@ pub struct EvalOptions {
     /// Samples per batch (ignored for an `.npz` of arrays, whose arrays are the batches,
     /// and replaced by the model's batch size when its input fixes one).
     pub batch: usize,
-    /// Evaluate only the first N samples.
+    /// Evaluate only the first N samples (runs, for per-run `NAME__K` arrays).
     pub limit: Option<usize>,
+    /// Labels for an `.npz` of named arrays (one per stacked sample).
+    pub labels: Option<PathBuf>,
 }
 
 /// The reference model's numbers on the same batches.
@@ -343,17 +338,22 @@ fn fixed_batch(runner: &dyn Runner) -> Option<usize> {
     runner.input().shape.as_ref()?.first()?.known()
 }
 
-/// Runs one batch through `runner` and checks the output is float, finite and batched.
-fn run_checked(runner: &dyn Runner, x: &Tensor, first_sample: usize) -> Result<(Tensor, f64)> {
+/// Runs one batch of `n` samples through `runner` and checks the output is float, finite
+/// and batched.
+fn run_checked(
+    runner: &dyn Runner,
+    inputs: &[(String, Tensor)],
+    n: usize,
+    first_sample: usize,
+) -> Result<(Tensor, f64)> {
     let t0 = Instant::now();
-    let y = runner.run(x.clone())?;
+    let y = runner.run(inputs.to_vec())?;
     let secs = t0.elapsed().as_secs_f64();
     let out = runner.output_name();
     let model = runner.path().display();
     let values = y
         .as_f32()
         .with_context(|| format!("{model}: output `{out}` is {}, not float32", y.dtype))?;
-    let n = x.shape[0];
     ensure!(
         y.shape.first() == Some(&n),
         "{model}: output `{out}` has shape {:?}, expected a leading batch dimension of {n}",
@@ -495,15 +495,10 @@ pub fn evaluate(
     let total = match data {
         DataSource::Samples(d) => Some(options.limit.map_or(d.len(), |l| l.min(d.len()))),
         DataSource::Arrays(_) => options.limit,
-    };
-    let opts = BatchOptions {
-        batch_size: batch,
-        // An `.npz` of arrays counts arrays in `limit`; samples are cut below instead.
-        limit: match data {
-            DataSource::Samples(_) => options.limit,
-            DataSource::Arrays(_) => None,
+        DataSource::Named(f) => match f.layout() {
+            Layout::Stacked { .. } => Some(options.limit.map_or(f.len(), |l| l.min(f.len()))),
+            Layout::PerRun { .. } => None,
         },
-        ..BatchOptions::default()
     };
     let keep = reference.is_some();
     // The metric and the per-sample output shape, fixed by the first batch.
@@ -512,95 +507,144 @@ pub fn evaluate(
     let mut mine = Score::new(keep);
     let mut theirs = Score::new(keep);
     let mut agree = 0usize;
-    for b in data
-        .batches(&opts)
-        .with_context(|| format!("reading {}", data_path.display()))?
-    {
-        let mut b = b.with_context(|| format!("reading {}", data_path.display()))?;
-        let Some(&n) = b.shape.first() else {
-            bail!("{}: a batch without a batch dimension", data_path.display());
-        };
-        if let Some(limit) = options.limit {
-            if samples >= limit {
-                break;
-            }
-            if samples + n > limit {
-                let take = limit - samples;
-                b.data.truncate(b.data.len() / n * take);
-                b.shape[0] = take;
-                if let Some(l) = &mut b.labels {
-                    l.truncate(take);
+    let mut step =
+        |inputs: Vec<(String, Tensor)>, labels: Option<&[i64]>, n: usize| -> Result<()> {
+            // The tensor an autoencoder reconstructs: the first input.
+            let x = &inputs[0].1;
+            let (y, secs) = run_checked(model, &inputs, n, samples)?;
+            mine.seconds += secs;
+            let (m, per_sample) = match &first {
+                Some(f) => f.clone(),
+                None => {
+                    let m = metric_for(model, x, &y)?;
+                    let f = (m, y.shape[1..].to_vec());
+                    first = Some(f.clone());
+                    f
                 }
-            }
-        }
-        let n = b.shape[0];
-        if n == 0 {
-            continue;
-        }
-        check_fits(model, data_path, &b.shape)?;
-        if let Some(r) = reference {
-            check_fits(r, data_path, &b.shape)?;
-        }
-        let x = Tensor::from_f32(&b.shape, std::mem::take(&mut b.data));
-        let (y, secs) = run_checked(model, &x, samples)?;
-        mine.seconds += secs;
-        let (m, per_sample) = match &first {
-            Some(f) => f.clone(),
-            None => {
-                let m = metric_for(model, &x, &y)?;
-                let f = (m, y.shape[1..].to_vec());
-                first = Some(f.clone());
-                f
-            }
-        };
-        if m == Metric::Accuracy && b.labels.is_none() {
-            bail!(
-                "{} is a classifier (output `{}` {:?}) but the data {} has no labels; \
+            };
+            if m == Metric::Accuracy && labels.is_none() {
+                bail!(
+                    "{} is a classifier (output `{}` {:?}) but the data {} has no labels; \
                  give them with --labels FILE",
+                    model.path().display(),
+                    model.output_name(),
+                    y.shape,
+                    data_path.display()
+                );
+            }
+            let consistent = match m {
+                Metric::Mse => y.shape == x.shape,
+                Metric::Accuracy => y.shape[1..] == per_sample[..],
+            };
+            ensure!(
+                consistent,
+                "{}: output `{}` has shape {:?} for input {:?}, but {:?} per sample on earlier \
+             batches",
                 model.path().display(),
                 model.output_name(),
                 y.shape,
-                data_path.display()
+                x.shape,
+                per_sample
             );
-        }
-        let consistent = match m {
-            Metric::Mse => y.shape == x.shape,
-            Metric::Accuracy => y.shape[1..] == per_sample[..],
+            mine.add(m, x, &y, labels, model, samples)?;
+            if let Some(r) = reference {
+                let (ry, secs) = run_checked(r, &inputs, n, samples)?;
+                theirs.seconds += secs;
+                ensure!(
+                    ry.shape == y.shape,
+                    "the reference {} gives output `{}` of shape {:?}, the model {} gives {:?}",
+                    r.path().display(),
+                    r.output_name(),
+                    ry.shape,
+                    model.path().display(),
+                    y.shape
+                );
+                let before = theirs.predictions.len();
+                theirs.add(m, x, &ry, labels, r, samples)?;
+                agree += mine.predictions[before..]
+                    .iter()
+                    .zip(&theirs.predictions[before..])
+                    .filter(|(a, b)| a == b)
+                    .count();
+            }
+            samples += n;
+            progress(samples, total);
+            Ok(())
         };
-        ensure!(
-            consistent,
-            "{}: output `{}` has shape {:?} for input {:?}, but {:?} per sample on earlier \
-             batches",
-            model.path().display(),
-            model.output_name(),
-            y.shape,
-            x.shape,
-            per_sample
-        );
-        let labels = b.labels.as_deref();
-        mine.add(m, &x, &y, labels, model, samples)?;
-        if let Some(r) = reference {
-            let (ry, secs) = run_checked(r, &x, samples)?;
-            theirs.seconds += secs;
-            ensure!(
-                ry.shape == y.shape,
-                "the reference {} gives output `{}` of shape {:?}, the model {} gives {:?}",
-                r.path().display(),
-                r.output_name(),
-                ry.shape,
-                model.path().display(),
-                y.shape
-            );
-            let before = theirs.predictions.len();
-            theirs.add(m, &x, &ry, labels, r, samples)?;
-            agree += mine.predictions[before..]
-                .iter()
-                .zip(&theirs.predictions[before..])
-                .filter(|(a, b)| a == b)
-                .count();
+    if let DataSource::Named(feeds) = data {
+        // Labels of the stacked layout: one per sample, from --labels.
+        let labels = match (&options.labels, feeds.layout()) {
+            (None, _) => None,
+            (Some(l), Layout::Stacked { .. }) => Some(
+                quantkit_data::source::read_labels_npy(l, feeds.len())
+                    .with_context(|| format!("reading labels {}", l.display()))?,
+            ),
+            (Some(l), Layout::PerRun { .. }) => bail!(
+                "--labels {}: labels go with arrays that stack every sample (NAME), not \
+                 with per-run arrays (NAME__K) whose runs may differ in size",
+                l.display()
+            ),
+        };
+        let mut done = 0usize;
+        for run in feeds
+            .runs(batch, options.limit)
+            .with_context(|| format!("reading {}", data_path.display()))?
+        {
+            let run = run.with_context(|| format!("reading {}", data_path.display()))?;
+            let n = run.samples;
+            let inputs = quantkit_ptq::run_tensors(run)?;
+            let l = labels.as_ref().map(|l| &l[done..done + n]);
+            step(inputs, l, n)?;
+            done += n;
         }
-        samples += n;
-        progress(samples, total);
+    } else {
+        let opts = BatchOptions {
+            batch_size: batch,
+            // An `.npz` of arrays counts arrays in `limit`; samples are cut below instead.
+            limit: match data {
+                DataSource::Samples(_) => options.limit,
+                _ => None,
+            },
+            ..BatchOptions::default()
+        };
+        let mut seen = 0usize;
+        for b in data
+            .batches(&opts)
+            .with_context(|| format!("reading {}", data_path.display()))?
+        {
+            let mut b = b.with_context(|| format!("reading {}", data_path.display()))?;
+            let Some(&n) = b.shape.first() else {
+                bail!("{}: a batch without a batch dimension", data_path.display());
+            };
+            if let Some(limit) = options.limit {
+                if seen >= limit {
+                    break;
+                }
+                if seen + n > limit {
+                    let take = limit - seen;
+                    b.data.truncate(b.data.len() / n * take);
+                    b.shape[0] = take;
+                    if let Some(l) = &mut b.labels {
+                        l.truncate(take);
+                    }
+                }
+            }
+            let n = b.shape[0];
+            if n == 0 {
+                continue;
+            }
+            check_fits(model, data_path, &b.shape)?;
+            if let Some(r) = reference {
+                check_fits(r, data_path, &b.shape)?;
+            }
+            let x = Tensor::from_f32(&b.shape, std::mem::take(&mut b.data));
+            step(
+                vec![(model.input().name.clone(), x)],
+                b.labels.as_deref(),
+                n,
+            )?;
+            seen += n;
+        }
     }
     let (metric, _) = first.with_context(|| format!("{}: no samples", data_path.display()))?;
     let reference = match reference {

@@ -22,6 +22,7 @@
 
 pub mod dataset;
 pub mod error;
+pub mod feed;
 mod fsutil;
 pub mod idx;
 pub mod image_folder;
@@ -31,6 +32,7 @@ pub mod source;
 
 pub use dataset::{Batch, BatchIter, BatchOptions, Dataset};
 pub use error::{DataError, Result};
+pub use feed::{InputSpec, NamedFeeds, Run};
 pub use idx::Split;
 pub use image_folder::{ColorMode, ImageOptions, Layout};
-pub use source::{open_data, DataSource, OpenOptions};
+pub use source::{open_data, open_data_for, DataSource, OpenOptions};

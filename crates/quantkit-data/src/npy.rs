@@ -100,6 +100,24 @@ impl DType {
         }
     }
 
+    /// An empty vector of this type.
+    pub fn empty(self) -> NpyData {
+        match self {
+            DType::Bool => NpyData::Bool(Vec::new()),
+            DType::U8 => NpyData::U8(Vec::new()),
+            DType::I8 => NpyData::I8(Vec::new()),
+            DType::U16 => NpyData::U16(Vec::new()),
+            DType::I16 => NpyData::I16(Vec::new()),
+            DType::U32 => NpyData::U32(Vec::new()),
+            DType::I32 => NpyData::I32(Vec::new()),
+            DType::U64 => NpyData::U64(Vec::new()),
+            DType::I64 => NpyData::I64(Vec::new()),
+            DType::F16 => NpyData::F16(Vec::new()),
+            DType::F32 => NpyData::F32(Vec::new()),
+            DType::F64 => NpyData::F64(Vec::new()),
+        }
+    }
+
     fn from_code(code: &str) -> Option<DType> {
         Some(match code {
             "b1" => DType::Bool,
@@ -194,6 +212,32 @@ impl NpyData {
     /// True when there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Appends `other`'s elements; both must have the same dtype.
+    pub fn append(&mut self, other: NpyData) -> Result<()> {
+        match (self, other) {
+            (NpyData::Bool(a), NpyData::Bool(b)) => a.extend(b),
+            (NpyData::U8(a), NpyData::U8(b)) => a.extend(b),
+            (NpyData::I8(a), NpyData::I8(b)) => a.extend(b),
+            (NpyData::U16(a), NpyData::U16(b)) => a.extend(b),
+            (NpyData::I16(a), NpyData::I16(b)) => a.extend(b),
+            (NpyData::U32(a), NpyData::U32(b)) => a.extend(b),
+            (NpyData::I32(a), NpyData::I32(b)) => a.extend(b),
+            (NpyData::U64(a), NpyData::U64(b)) => a.extend(b),
+            (NpyData::I64(a), NpyData::I64(b)) => a.extend(b),
+            (NpyData::F16(a), NpyData::F16(b)) => a.extend(b),
+            (NpyData::F32(a), NpyData::F32(b)) => a.extend(b),
+            (NpyData::F64(a), NpyData::F64(b)) => a.extend(b),
+            (a, b) => {
+                return Err(DataError::InvalidArgument(format!(
+                    "cannot append {} elements to {} elements",
+                    b.dtype().code(),
+                    a.dtype().code()
+                )))
+            }
+        }
+        Ok(())
     }
 
     /// Converts every element to f32 (`as` casts: exact for bool, 8/16-bit integers and f16;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::dataset::{sample_order, Batch, BatchIter, BatchOptions, Dataset};
 use crate::error::{DataError, Result};
+use crate::feed::{InputSpec, NamedFeeds};
 use crate::idx::{is_idx_dir, IdxDataset, Split};
 use crate::image_folder::{ImageFolder, ImageOptions};
 use crate::npy::{read_npy, read_npy_bytes, DType, NpyArray, NpyFile};
@@ -56,7 +57,7 @@ impl Scaler {
     }
 }
 
-fn apply_scale(values: &mut [f32], scale: f32) {
+pub(crate) fn apply_scale(values: &mut [f32], scale: f32) {
     let s = Scaler::new(scale);
     if !matches!(s, Scaler::Identity) {
         values.iter_mut().for_each(|v| *v = s.apply(*v));
@@ -371,6 +372,9 @@ pub enum DataSource {
     Samples(Box<dyn Dataset>),
     /// An `.npz` whose arrays are yielded one per batch, each with its own shape.
     Arrays(NpzArrays),
+    /// An `.npz` whose arrays are named after the model's inputs and feed all of them
+    /// ([`open_data_for`]); read with [`NamedFeeds::runs`], not [`DataSource::batches`].
+    Named(NamedFeeds),
 }
 
 impl std::fmt::Debug for DataSource {
@@ -383,16 +387,18 @@ impl std::fmt::Debug for DataSource {
                 .field("sample_shape", &d.sample_shape())
                 .finish(),
             DataSource::Arrays(a) => f.debug_tuple("Arrays").field(&a.names()).finish(),
+            DataSource::Named(n) => f.debug_tuple("Named").field(&n.path()).finish(),
         }
     }
 }
 
 impl DataSource {
-    /// Number of samples (`Samples`) or arrays (`Arrays`).
+    /// Number of samples (`Samples`), arrays (`Arrays`) or what [`NamedFeeds::len`] counts.
     pub fn len(&self) -> usize {
         match self {
             DataSource::Samples(d) => d.len(),
             DataSource::Arrays(a) => a.len(),
+            DataSource::Named(n) => n.len(),
         }
     }
 
@@ -405,7 +411,7 @@ impl DataSource {
     pub fn has_labels(&self) -> bool {
         match self {
             DataSource::Samples(d) => d.has_labels(),
-            DataSource::Arrays(_) => false,
+            DataSource::Arrays(_) | DataSource::Named(_) => false,
         }
     }
 
@@ -413,13 +419,14 @@ impl DataSource {
     pub fn dataset(&mut self) -> Option<&mut dyn Dataset> {
         match self {
             DataSource::Samples(d) => Some(d.as_mut()),
-            DataSource::Arrays(_) => None,
+            DataSource::Arrays(_) | DataSource::Named(_) => None,
         }
     }
 
     /// One pass of batches. For `Arrays`, each array is one batch: `batch_size` and
     /// `drop_last` do not apply, `shuffle_seed` shuffles the array order and `limit` counts
-    /// arrays.
+    /// arrays. `Named` feeds several inputs per run and has no single-tensor batches: it
+    /// is an error here (use [`NamedFeeds::runs`]).
     pub fn batches(
         &mut self,
         opts: &BatchOptions,
@@ -430,6 +437,10 @@ impl DataSource {
                 let order = sample_order(a.len(), opts.shuffle_seed, opts.limit);
                 Ok(Box::new(order.into_iter().map(move |i| a.read_batch(i))))
             }
+            DataSource::Named(n) => Err(DataError::InvalidArgument(format!(
+                "{}: its arrays feed the model's inputs by name; read it run by run",
+                n.path().display()
+            ))),
         }
     }
 }
@@ -538,6 +549,23 @@ pub fn open_data(path: impl AsRef<Path>, options: &OpenOptions) -> Result<DataSo
         });
     }
     Ok(source)
+}
+
+/// [`open_data`] for a model whose inputs are `inputs`: an `.npz` with arrays named after
+/// them (`NAME`, or `NAME__K` per run, see [`crate::feed`]) becomes
+/// [`DataSource::Named`], feeding every input; anything else opens as [`open_data`] does.
+pub fn open_data_for(
+    path: impl AsRef<Path>,
+    inputs: &[InputSpec],
+    options: &OpenOptions,
+) -> Result<DataSource> {
+    let path = path.as_ref();
+    if path.is_file() && path.extension().is_some_and(|e| e == "npz") {
+        if let Some(named) = NamedFeeds::open(path, inputs, options.scale)? {
+            return Ok(DataSource::Named(named));
+        }
+    }
+    open_data(path, options)
 }
 
 fn open_npz(path: &Path, options: &OpenOptions) -> Result<DataSource> {

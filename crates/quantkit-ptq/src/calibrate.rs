@@ -3,7 +3,10 @@
 //! histograms), never by the amount of data.
 
 use crate::error::{graph, PtqError, Result};
+use crate::feed::run_tensors;
 use quantkit_core::{CalibrationMethod, Granularity, Observer};
+use quantkit_data::feed::Layout;
+use quantkit_data::npy::NpyData;
 use quantkit_data::{BatchOptions, DataSource};
 use quantkit_graph::{execute_with, DType, Dim, Graph, Tensor};
 use std::collections::{HashMap, HashSet};
@@ -44,7 +47,9 @@ impl Default for CalibrateOptions {
     }
 }
 
-/// The single float input calibration data feeds.
+/// The single float input that a single-tensor source (`.npy`, IDX, image folder, `.npz` of
+/// batches) feeds; models with several or non-float inputs take an `.npz` of arrays named
+/// after their inputs instead ([`DataSource::Named`]).
 pub fn calibration_input(g: &Graph) -> Result<(String, Option<Vec<Dim>>)> {
     let real: Vec<_> = g
         .inputs
@@ -59,7 +64,9 @@ pub fn calibration_input(g: &Graph) -> Result<(String, Option<Vec<Dim>>)> {
                 .collect::<Vec<_>>()
                 .join(", "),
             reason: format!(
-                "calibration feeds exactly one model input, the model has {}",
+                "a single-tensor source (.npy, IDX, image folder, .npz of batches) feeds exactly \
+                 one model input, the model has {}: give an .npz with one array per input, \
+                 named after it (see docs/data.md)",
                 real.len()
             ),
         });
@@ -69,7 +76,11 @@ pub fn calibration_input(g: &Graph) -> Result<(String, Option<Vec<Dim>>)> {
         if dt != DType::F32 {
             return Err(PtqError::UnsupportedInput {
                 input: vi.name.clone(),
-                reason: format!("type {dt}: calibration data is float32"),
+                reason: format!(
+                    "type {dt}: a single-tensor source is read as float32; give an .npz with \
+                     an array named `{}` of that type (see docs/data.md)",
+                    vi.name
+                ),
             });
         }
     }
@@ -126,10 +137,17 @@ pub fn calibrate(
     opts: &CalibrateOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Calibration> {
+    let mut state = Observing {
+        tensors,
+        opts,
+        observers: HashMap::new(),
+        ranks: HashMap::new(),
+        non_float: HashSet::new(),
+    };
+    if let DataSource::Named(feeds) = data {
+        return calibrate_named(g, feeds, state, progress);
+    }
     let (input, declared) = calibration_input(g)?;
-    let mut observers: HashMap<String, Box<dyn Observer>> = HashMap::new();
-    let mut ranks = HashMap::new();
-    let mut non_float = HashSet::new();
     let total = opts.limit.map_or(data.len(), |l| l.min(data.len()));
     let bopts = BatchOptions {
         batch_size: opts.batch_size.max(1),
@@ -165,46 +183,109 @@ pub fn calibrate(
             let mut shape = batch.shape.clone();
             shape[0] = m;
             let t = Tensor::from_f32(&shape, batch.data[start * per..(start + m) * per].to_vec());
-            let mut err: Option<PtqError> = None;
-            execute_with(g, vec![(input.clone(), t)], |name, t| {
-                ranks.insert(name.to_string(), t.rank());
-                if err.is_some() || !tensors.contains(name) {
-                    return;
-                }
-                let Some(x) = t.as_f32() else {
-                    non_float.insert(name.to_string());
-                    return;
-                };
-                let obs = observers
-                    .entry(name.to_string())
-                    .or_insert_with(|| opts.method.observer(name, Granularity::PerTensor));
-                if let Err(e) = obs.observe(x, &t.shape) {
-                    err = Some(PtqError::Core {
-                        context: format!("calibrating tensor `{name}`"),
-                        source: Box::new(e),
-                    });
-                }
-            })
-            .map_err(graph(format!(
-                "running the float model on calibration batch {bi}"
-            )))?;
-            if let Some(e) = err {
-                return Err(e);
-            }
+            let what = format!("running the float model on calibration batch {bi}");
+            state.run(g, vec![(input.clone(), t)], &what)?;
             start += m;
         }
         samples += n;
         batches += 1;
         progress(if arrays { batches } else { samples }, total);
     }
-    if samples == 0 {
-        return Err(PtqError::EmptyCalibration);
+    state.finish(samples, batches)
+}
+
+/// The observers being filled.
+struct Observing<'a> {
+    tensors: &'a HashSet<String>,
+    opts: &'a CalibrateOptions,
+    observers: HashMap<String, Box<dyn Observer>>,
+    ranks: HashMap<String, usize>,
+    non_float: HashSet<String>,
+}
+
+impl Observing<'_> {
+    /// Runs the float executor once and feeds every wanted float value to its observer.
+    fn run(&mut self, g: &Graph, inputs: Vec<(String, Tensor)>, what: &str) -> Result<()> {
+        let mut err: Option<PtqError> = None;
+        let (tensors, opts) = (self.tensors, self.opts);
+        let (observers, ranks, non_float) =
+            (&mut self.observers, &mut self.ranks, &mut self.non_float);
+        execute_with(g, inputs, |name, t| {
+            ranks.insert(name.to_string(), t.rank());
+            if err.is_some() || !tensors.contains(name) {
+                return;
+            }
+            let Some(x) = t.as_f32() else {
+                non_float.insert(name.to_string());
+                return;
+            };
+            let obs = observers
+                .entry(name.to_string())
+                .or_insert_with(|| opts.method.observer(name, Granularity::PerTensor));
+            if let Err(e) = obs.observe(x, &t.shape) {
+                err = Some(PtqError::Core {
+                    context: format!("calibrating tensor `{name}`"),
+                    source: Box::new(e),
+                });
+            }
+        })
+        .map_err(graph(what))?;
+        err.map_or(Ok(()), Err)
     }
-    Ok(Calibration {
-        observers,
-        ranks,
-        non_float,
-        samples,
-        batches,
-    })
+
+    fn finish(self, samples: usize, batches: usize) -> Result<Calibration> {
+        if samples == 0 {
+            return Err(PtqError::EmptyCalibration);
+        }
+        Ok(Calibration {
+            observers: self.observers,
+            ranks: self.ranks,
+            non_float: self.non_float,
+            samples,
+            batches,
+        })
+    }
+}
+
+/// Calibration on an `.npz` whose arrays feed every input by name: one executor call per
+/// run (`batch_size` samples of the stacked arrays, or one `NAME__K` feed); float inputs
+/// are checked for NaN/±Inf, integer inputs are fed as they are.
+fn calibrate_named(
+    g: &Graph,
+    feeds: &mut quantkit_data::NamedFeeds,
+    mut state: Observing<'_>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Calibration> {
+    let per_run = matches!(feeds.layout(), Layout::PerRun { .. });
+    let bs = state.opts.batch_size.max(1);
+    let limit = state.opts.limit;
+    let total = if per_run {
+        feeds.run_count(bs, limit)?
+    } else {
+        limit.map_or(feeds.len(), |l| l.min(feeds.len()))
+    };
+    let (mut samples, mut batches) = (0, 0);
+    for (bi, run) in feeds.runs(bs, limit)?.enumerate() {
+        let run = run?;
+        let n = run.samples;
+        for (name, a) in &run.arrays {
+            if let NpyData::F32(v) = &a.data {
+                if let Some(pos) = v.iter().position(|x| !x.is_finite()) {
+                    let per = v.len() / n.max(1);
+                    return Err(PtqError::NonFiniteInput {
+                        input: name.clone(),
+                        batch: bi,
+                        sample: pos / per.max(1),
+                        value: v[pos],
+                    });
+                }
+            }
+        }
+        let what = format!("running the float model on calibration run {bi}");
+        state.run(g, run_tensors(run)?, &what)?;
+        samples += n;
+        batches += 1;
+        progress(if per_run { batches } else { samples }, total);
+    }
+    state.finish(samples, batches)
 }

@@ -25,6 +25,7 @@
 pub mod calibrate;
 pub mod dynamic;
 pub mod error;
+pub mod feed;
 pub mod prepare;
 pub mod qdq;
 pub mod qoperator;
@@ -32,6 +33,7 @@ pub mod qoperator;
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};
 pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
+pub use feed::{input_specs, open_data_for_graph, run_tensors, to_tensor};
 pub use prepare::{fold_batch_norms, localize_constants, prepare, upgrade_opset_13, PrepareReport};
 pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
 pub use qoperator::{to_qoperator, QopReport};
@@ -185,6 +187,33 @@ pub fn quantize_static(
         }
     }
     plan.activations.retain(|t| act.contains_key(t));
+    // A planned node without a weight whose tensors are all integer (token ids or bytes
+    // going through Unsqueeze/Reshape/...) got no observer and so no Q/DQ: it stays as it
+    // is, and the summary says so rather than counting it as quantized.
+    let untouched: HashSet<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.facts().weight.is_none()
+                && plan.quantized.contains(&n.name)
+                && !n
+                    .inputs
+                    .iter()
+                    .chain(&n.outputs)
+                    .any(|v| act.contains_key(v))
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    if !untouched.is_empty() {
+        plan.quantized.retain(|n| !untouched.contains(n));
+        for n in graph.nodes.iter().filter(|n| untouched.contains(&n.name)) {
+            plan.left_float.push(qdq::FloatNode {
+                name: n.name.clone(),
+                op_type: n.op_type.clone(),
+                reason: "no float tensor to quantize (integer path)".into(),
+            });
+        }
+    }
     let weight_bytes_before = initializer_bytes(&graph);
     let nodes = graph.nodes.len();
     let upgraded = upgrade_opset_13(&mut graph, &cal.ranks)?;

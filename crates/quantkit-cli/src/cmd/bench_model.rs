@@ -10,10 +10,11 @@
 use crate::evaluate::{Backend, Runner};
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
+use quantkit_data::npy::DType as NpyDType;
 use quantkit_data::source::ArrayDataset;
-use quantkit_data::{open_data, DataSource, OpenOptions};
+use quantkit_data::{DataSource, OpenOptions};
 use quantkit_graph::{load_model, Dim, Graph, Tensor};
-use quantkit_ptq::{quantize_static, PtqConfig};
+use quantkit_ptq::{input_specs, open_data_for_graph, quantize_static, run_tensors, PtqConfig};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -27,7 +28,9 @@ pub struct ModelArgs {
     /// (default: quantize MODEL now, static QDQ with min/max ranges).
     #[arg(long)]
     pub int8: Option<PathBuf>,
-    /// Calibration data when quantizing MODEL now (default: synthetic uniform [0, 1)).
+    /// Calibration data when quantizing MODEL now (default: synthetic uniform [0, 1)). A
+    /// model with several or non-float inputs needs it: an .npz with one array per input,
+    /// named after it (docs/data.md), whose first --batch samples are also the timed input.
     #[arg(long)]
     pub calib: Option<PathBuf>,
     /// Samples per run (the model's first input dimension).
@@ -48,12 +51,12 @@ struct Timing {
     runs: usize,
 }
 
-fn time_runs(runner: &dyn Runner, x: &Tensor, seconds: f64) -> Result<Timing> {
-    runner.run(x.clone())?; // warm-up: page faults, caches, thread start-up
+fn time_runs(runner: &dyn Runner, x: &[(String, Tensor)], seconds: f64) -> Result<Timing> {
+    runner.run(x.to_vec())?; // warm-up: page faults, caches, thread start-up
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < 3 || start.elapsed().as_secs_f64() < seconds {
-        let input = x.clone();
+        let input = x.to_vec();
         let t = Instant::now();
         let y = runner.run(input)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -104,7 +107,7 @@ fn uniform(n: usize, seed: u64) -> Vec<f32> {
 fn quantize_now(model: &Path, args: &ModelArgs, sample: &[usize]) -> Result<Graph> {
     let graph = load_model(model).with_context(|| format!("loading {}", model.display()))?;
     let mut data = match &args.calib {
-        Some(p) => open_data(p, &OpenOptions::default())
+        Some(p) => open_data_for_graph(&graph, p, &OpenOptions::default())
             .with_context(|| format!("opening calibration data {}", p.display()))?,
         None => {
             let n = 64;
@@ -131,22 +134,62 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
     if args.batch == 0 || args.threads == 0 {
         bail!("--batch and --threads must be at least 1");
     }
-    let float = Backend::Float.load(model)?;
+    let graph = load_model(model).with_context(|| format!("loading {}", model.display()))?;
+    let specs = input_specs(&graph)?;
+    let float = Backend::Float.wrap(model, graph.clone())?;
     let vi = float.input().clone();
-    let dims = vi.shape.clone().unwrap_or_default();
-    let shape = input_shape(model, &dims, &vi.name, args.batch)?;
+    // One float input: a synthetic batch. Several inputs, or integer ones (token ids,
+    // bytes: random values would not be valid ids): the first run of --calib's named arrays.
+    let synthetic = specs.len() == 1 && matches!(specs[0].dtype, None | Some(NpyDType::F32));
+    let (x, sample): (Vec<(String, Tensor)>, Vec<usize>) = if synthetic {
+        let dims = vi.shape.clone().unwrap_or_default();
+        let shape = input_shape(model, &dims, &vi.name, args.batch)?;
+        let n: usize = shape.iter().product();
+        let x = Tensor::from_f32(&shape, uniform(n, 7));
+        (vec![(vi.name.clone(), x)], shape[1..].to_vec())
+    } else {
+        let names = specs
+            .iter()
+            .map(|s| format!("`{}`", s.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let Some(p) = &args.calib else {
+            bail!(
+                "{}: inputs {names}: a model with several or non-float inputs is timed on real \
+                 data: give --calib FILE.npz with one array per input, named after it",
+                model.display()
+            );
+        };
+        let data = open_data_for_graph(&graph, p, &OpenOptions::default())
+            .with_context(|| format!("opening {}", p.display()))?;
+        let DataSource::Named(mut feeds) = data else {
+            bail!(
+                "{}: its arrays are not named after the model's inputs {names}",
+                p.display()
+            );
+        };
+        let run = feeds
+            .runs(args.batch, None)?
+            .next()
+            .context("no runs")?
+            .with_context(|| format!("reading {}", p.display()))?;
+        (run_tensors(run)?, Vec::new())
+    };
     let int8_backend = Backend::int8();
     let (int8_path, int8) = match &args.int8 {
         Some(p) => (p.clone(), int8_backend.load(p)?),
         None => {
             let label = PathBuf::from(format!("{} (quantized now)", model.display()));
-            let q = quantize_now(model, args, &shape[1..])?;
+            let q = quantize_now(model, args, &sample)?;
             let runner = int8_backend.wrap(&label, q)?;
             (label, runner)
         }
     };
-    let n: usize = shape.iter().product();
-    let x = Tensor::from_f32(&shape, uniform(n, 7));
+    let shape = x[0].1.shape.clone();
+    let inputs_json: Vec<_> = x
+        .iter()
+        .map(|(n, t)| json!({"name": n, "dtype": t.dtype.to_string(), "shape": t.shape}))
+        .collect();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
         .build()
@@ -172,8 +215,9 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
         };
         let v = json!({
             "model": model,
-            "input": vi.name,
+            "input": x[0].0,
             "shape": shape,
+            "inputs": inputs_json,
             "batch": args.batch,
             "threads": args.threads,
             "float": side(&tf, Backend::Float.name(), model),
@@ -182,11 +226,14 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        let described = x
+            .iter()
+            .map(|(n, t)| format!("`{n}` {} {:?}", t.dtype, t.shape))
+            .collect::<Vec<_>>()
+            .join(", ");
         println!(
-            "{}: input `{}` {:?}, {} thread(s)",
+            "{}: input {described}, {} thread(s)",
             model.display(),
-            vi.name,
-            shape,
             args.threads
         );
         println!(

@@ -95,6 +95,7 @@ pub fn run(args: Args) -> Result<()> {
     let eval_opts = EvalOptions {
         batch: 100,
         limit: None,
+        labels: None,
     };
     let open = || {
         open_data(&data_path, &OpenOptions::default())

@@ -4,7 +4,7 @@
 
 use crate::evaluate::{evaluate, Backend, EvalOptions, Metric, Outcome};
 use anyhow::{bail, Context, Result};
-use quantkit_data::{open_data, OpenOptions, Split};
+use quantkit_data::{open_data_for, OpenOptions, Split};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -15,7 +15,9 @@ pub struct Args {
     /// The ONNX model: float, or quantized (QDQ, QOperator or dynamic).
     pub model: PathBuf,
     /// Data: IDX folder (e.g. Fashion-MNIST), folder with images.npy, .npy, .npz or an
-    /// image folder. u8 data is fed as pixel/255.
+    /// image folder. u8 data is fed as pixel/255. A model with several inputs, or with
+    /// integer inputs, takes an .npz with one array per input named after it (NAME stacks
+    /// the samples on the batch axis, NAME__K is run K's feed; see docs/data.md).
     #[arg(long)]
     pub data: PathBuf,
     /// Labels for a .npy/IDX/image-folder source (integer .npy or IDX label file).
@@ -24,7 +26,7 @@ pub struct Args {
     /// Split of an IDX folder: test (default) or train.
     #[arg(long)]
     pub split: Option<Split>,
-    /// Evaluate only the first N samples.
+    /// Evaluate only the first N samples (runs, for an .npz of NAME__K arrays).
     #[arg(long)]
     pub limit: Option<usize>,
     /// Samples per batch (a model input with a fixed batch size overrides it).
@@ -62,14 +64,17 @@ pub fn run(args: Args) -> Result<()> {
         Some(_) => Backend::Float,
         None => Backend::for_graph(&graph),
     };
+    let specs = quantkit_ptq::input_specs(&graph)
+        .with_context(|| format!("the inputs of {}", args.model.display()))?;
     let model = backend.wrap(&args.model, graph)?;
     let reference = args
         .reference
         .as_deref()
         .map(|p| Backend::Float.load(p))
         .transpose()?;
-    let mut data = open_data(
+    let mut data = open_data_for(
         &args.data,
+        &specs,
         &OpenOptions {
             split: args.split.unwrap_or_default(),
             labels: args.labels.clone(),
@@ -77,6 +82,26 @@ pub fn run(args: Args) -> Result<()> {
         },
     )
     .with_context(|| format!("opening the data {}", args.data.display()))?;
+    // A single-tensor source feeds one float32 input; say what else to give.
+    let one_float =
+        specs.len() == 1 && matches!(specs[0].dtype, None | Some(quantkit_data::npy::DType::F32));
+    if !matches!(data, quantkit_data::DataSource::Named(_)) && !one_float {
+        bail!(
+            "{}: the model's inputs are {}: {} feeds one float32 input; give an .npz with \
+             one array per input, named after it (see docs/data.md)",
+            args.model.display(),
+            specs
+                .iter()
+                .map(|s| format!(
+                    "`{}` {}",
+                    s.name,
+                    s.dtype.map_or("?", quantkit_data::feed::dtype_name)
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.data.display()
+        );
+    }
 
     let bar = if args.json || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
@@ -98,6 +123,7 @@ pub fn run(args: Args) -> Result<()> {
         &EvalOptions {
             batch: args.batch,
             limit: args.limit,
+            labels: args.labels.clone(),
         },
         |done, total| {
             if let Some(t) = total {

@@ -13,7 +13,12 @@ pub struct Args {
     /// Float ONNX model.
     pub model: PathBuf,
     /// Calibration data: IDX folder, image folder, folder with images.npy, .npy or .npz
-    /// (required unless --dynamic).
+    /// (required unless --dynamic). A model with several inputs, or with integer inputs,
+    /// takes an .npz with one array per input named after it: NAME holds all samples
+    /// stacked on the input's batch axis (cut into runs of --batch-size), NAME__0,
+    /// NAME__1... hold the feed of each run; an array with no batch axis to split (a
+    /// scalar, a fixed-shape state) is fed unchanged to every run. Integer inputs keep
+    /// their dtype (see docs/data.md).
     #[arg(long)]
     pub calib: Option<PathBuf>,
     /// Dynamic quantization as ONNX Runtime's quantize_dynamic writes it: int8 weights,
@@ -43,9 +48,13 @@ pub struct Args {
     /// Keep this node in float (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
-    /// Use at most N calibration samples (arrays, for an .npz of batches).
+    /// Use at most N calibration samples (arrays, for an .npz of batches; runs, for NAME__K
+    /// arrays).
     #[arg(long)]
     pub calib_samples: Option<usize>,
+    /// Samples per executor call during calibration.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
     /// Split of an IDX calibration folder: train (default — calibration should not see the
     /// images a model is evaluated on) or test.
     #[arg(long, default_value = "train")]
@@ -70,6 +79,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         other => anyhow::bail!("--activations {other}: expected u8 or i8"),
     };
     let format: Format = args.format.parse()?;
+    if args.batch_size == 0 {
+        anyhow::bail!("--batch-size must be at least 1");
+    }
     let size_before = std::fs::metadata(&args.model)
         .with_context(|| format!("reading {}", args.model.display()))?
         .len();
@@ -84,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         exclude: args.exclude.clone(),
         calib_samples: args.calib_samples,
-        ..Default::default()
+        batch_size: args.batch_size,
     };
     if args.dynamic {
         if format != Format::Qdq {
@@ -106,7 +118,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(calib) = &args.calib else {
         anyhow::bail!("--calib DATA is required for static quantization (or use --dynamic)");
     };
-    let mut data = quantkit_data::open_data(
+    let mut data = quantkit_ptq::open_data_for_graph(
+        &graph,
         calib,
         &quantkit_data::OpenOptions {
             scale: args.scale,

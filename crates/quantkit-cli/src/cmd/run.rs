@@ -16,8 +16,10 @@ use std::time::Instant;
 pub struct Args {
     /// The ONNX model.
     pub model: PathBuf,
-    /// An input as NAME=FILE (FILE is .npy or .pb); a bare FILE is accepted when the model
-    /// has a single input.
+    /// An input as NAME=FILE (FILE is .npy of any dtype, or .pb); a bare FILE is accepted
+    /// when the model has a single input. A bare FILE.npz feeds every input not given
+    /// otherwise from arrays named after them (as `quantize --calib` reads them, see
+    /// docs/data.md).
     #[arg(long = "input", short = 'i', value_name = "NAME=FILE", required = true)]
     pub inputs: Vec<String>,
     /// Folder for the outputs (created if missing).
@@ -93,21 +95,48 @@ pub fn read_tensor(path: &Path) -> Result<Tensor> {
         return Ok(load_tensor_pb(path)?.1);
     }
     let a = read_npy(path).with_context(|| format!("reading {}", path.display()))?;
-    let data = match a.data {
-        NpyData::Bool(v) => Data::Bool(v),
-        NpyData::U8(v) => Data::U8(v),
-        NpyData::I8(v) => Data::I8(v),
-        NpyData::U16(v) => Data::U16(v),
-        NpyData::I16(v) => Data::I16(v),
-        NpyData::U32(v) => Data::U32(v),
-        NpyData::I32(v) => Data::I32(v),
-        NpyData::U64(v) => Data::U64(v),
-        NpyData::I64(v) => Data::I64(v),
-        NpyData::F16(v) => Data::F16(v),
-        NpyData::F32(v) => Data::F32(v),
-        NpyData::F64(v) => Data::F64(v),
+    Ok(quantkit_ptq::to_tensor(a)?)
+}
+
+/// The inputs an `.npz` of arrays named after them feeds (`quantkit_data::feed`'s scheme,
+/// the one `quantize --calib` reads), for the inputs of `graph` not in `given`. `run` makes
+/// one call: stacked arrays are fed whole, and per-run arrays must hold a single run.
+fn npz_inputs(
+    graph: &quantkit_graph::Graph,
+    path: &Path,
+    given: &[(String, Tensor)],
+) -> Result<Vec<(String, Tensor)>> {
+    let specs: Vec<_> = quantkit_ptq::input_specs(graph)?
+        .into_iter()
+        .filter(|s| !given.iter().any(|(n, _)| *n == s.name))
+        .collect();
+    let Some(mut feeds) = quantkit_data::NamedFeeds::open(path, &specs, None)
+        .with_context(|| format!("reading {}", path.display()))?
+    else {
+        bail!(
+            "{}: no array is named after an input of the model ({})",
+            path.display(),
+            specs
+                .iter()
+                .map(|s| format!("`{}`", s.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     };
-    Ok(Tensor::new(a.shape, data)?)
+    let runs = feeds.run_count(usize::MAX, None)?;
+    if runs != 1 {
+        bail!(
+            "{}: holds {runs} runs (per-run NAME__K arrays, or several of the model's fixed \
+             batches); `run` makes one call (give one run, or use `eval`)",
+            path.display()
+        );
+    }
+    let run = feeds
+        .runs(usize::MAX, None)?
+        .next()
+        .context("one run")?
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(quantkit_ptq::run_tensors(run)?)
 }
 
 /// Converts a tensor to a `.npy` array (4-bit types are written unpacked as int8/uint8).
@@ -148,9 +177,14 @@ pub fn run(args: Args) -> Result<()> {
     let graph = load_model(&args.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let mut inputs = Vec::new();
+    let mut archives = Vec::new();
     for spec in &args.inputs {
         let (name, file) = match spec.split_once('=') {
             Some((n, f)) => (n.to_string(), f),
+            None if spec.ends_with(".npz") => {
+                archives.push(PathBuf::from(spec));
+                continue;
+            }
             None if graph.inputs.len() == 1 => (graph.inputs[0].name.clone(), spec.as_str()),
             None => bail!(
                 "--input {spec}: give NAME=FILE (the model has {} inputs)",
@@ -159,6 +193,10 @@ pub fn run(args: Args) -> Result<()> {
         };
         let t = read_tensor(Path::new(file)).with_context(|| format!("input `{name}`"))?;
         inputs.push((name, t));
+    }
+    for a in &archives {
+        let more = npz_inputs(&graph, a, &inputs)?;
+        inputs.extend(more);
     }
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
