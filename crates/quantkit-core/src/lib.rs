@@ -37,8 +37,10 @@
 
 #![deny(missing_docs)]
 
+pub mod atomic;
 pub mod error;
 pub mod fixed_point;
+pub mod limits;
 pub mod linear;
 pub mod metrics;
 pub mod observer;
