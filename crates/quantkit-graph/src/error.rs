@@ -42,6 +42,10 @@ pub enum OpError {
     /// Any other invalid operand.
     #[error("{0}")]
     Invalid(String),
+    /// An output or buffer larger than the resource limits allow
+    /// ([`quantkit_core::limits::Limits`]).
+    #[error(transparent)]
+    Limit(#[from] quantkit_core::limits::LimitError),
 }
 
 impl OpError {
@@ -138,6 +142,10 @@ pub enum GraphError {
     /// The graph has a cycle or an output nobody produces.
     #[error("graph: {0}")]
     Structure(String),
+    /// A tensor or file claiming more than the resource limits allow
+    /// ([`quantkit_core::limits::Limits`]; the message names it and the size it claims).
+    #[error(transparent)]
+    Limit(#[from] quantkit_core::limits::LimitError),
     /// An input given to `execute` that the graph does not declare.
     #[error("`{name}` is not an input of the graph (inputs: {known})")]
     UnknownInput {
