@@ -76,6 +76,27 @@ model("dup_output", [h.make_node("Relu", ["x"], ["y"], name="first"),
                      h.make_node("Neg", ["x"], ["y"], name="second")],
       [vi("x", F, [2])], [vi("y", F, None)])
 
+
+# The integer engine (`run --engine int8`): a QDQ Conv whose pads make the kernel's output
+# size 2^40 elements, and one whose pads overflow the kernel's size arithmetic.
+def qdq_conv(name, pads):
+    u8 = T.UINT8
+    q = lambda n: [nh.from_array(np.array(0.05, np.float32), n + "_s"),
+                   nh.from_array(np.array(128, np.uint8), n + "_z")]
+    model(name, [
+        h.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"], name="qx"),
+        h.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"], name="dqx"),
+        h.make_node("DequantizeLinear", ["wq", "w_s", "w_z"], ["wd"], name="dqw"),
+        h.make_node("Conv", ["xd", "wd"], ["c"], name="qconv", pads=pads),
+        h.make_node("QuantizeLinear", ["c", "y_s", "y_z"], ["yq"], name="qy"),
+        h.make_node("DequantizeLinear", ["yq", "y_s", "y_z"], ["y"], name="dqy")],
+        [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None)],
+        [nh.from_array(np.full((1, 1, 3, 3), 130, np.uint8), "wq")] + q("x") + q("w") + q("y"))
+
+
+qdq_conv("engine_conv_pads_1m", [P, P, P, P])
+qdq_conv("engine_conv_pads_huge", [BIG, BIG, BIG, BIG])
+
 # Inputs for `run`.
 np.save(os.path.join(OUT, "x_4.npy"), np.ones(4, np.float32))
 np.save(os.path.join(OUT, "x_2x3.npy"), np.ones((2, 3), np.float32))
