@@ -43,9 +43,16 @@ pub enum OpError {
     #[error("{0}")]
     Invalid(String),
     /// An output or buffer larger than the resource limits allow
-    /// ([`quantkit_core::limits::Limits`]).
+    /// ([`quantkit_core::limits::Limits`]). Boxed: it is rare, and keeps `OpError` (held by
+    /// every `GraphError::Op`) small.
     #[error(transparent)]
-    Limit(#[from] quantkit_core::limits::LimitError),
+    Limit(Box<quantkit_core::limits::LimitError>),
+}
+
+impl From<quantkit_core::limits::LimitError> for OpError {
+    fn from(e: quantkit_core::limits::LimitError) -> OpError {
+        OpError::Limit(Box::new(e))
+    }
 }
 
 impl OpError {
