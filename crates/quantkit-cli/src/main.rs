@@ -61,7 +61,45 @@ fn keep_freed_memory() {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+/// On SIGINT, SIGTERM or SIGHUP, removes the temporary files of atomic writes in progress
+/// (so an interrupted `quantize -o out.onnx` leaves the old `out.onnx` or nothing, and no
+/// `.out.onnx.*.tmp-quantkit`), then ends the process the way the signal would have.
+/// The work is done on a thread of its own, not in the signal handler, so it may lock and
+/// call the file system.
+#[cfg(unix)]
+fn clean_up_on_signals() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            // Keeps the registry locked: no rename may start after the cleanup.
+            quantkit_core::atomic::remove_pending(true);
+            let _ = signal_hook::low_level::emulate_default_handler(sig);
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
+/// Prints an error and its causes the way anyhow's `Debug` does, but never a backtrace:
+/// with `RUST_BACKTRACE=1` set (common on developers' machines) returning the error from
+/// `main` printed a stack trace for every ordinary user error. Panics still print one.
+fn report(e: &anyhow::Error) {
+    eprintln!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    if !causes.is_empty() {
+        eprintln!("\nCaused by:");
+        for (i, c) in causes.iter().enumerate() {
+            if causes.len() == 1 {
+                eprintln!("    {c}");
+            } else {
+                eprintln!("    {i}: {c}");
+            }
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
     #[cfg(unix)]
     // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
     // disposition for SIGPIPE.
@@ -69,6 +107,20 @@ fn main() -> anyhow::Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     keep_freed_memory();
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            report(&e);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    // A malformed QUANTKIT_LIMITS is an error here rather than silently the defaults.
+    quantkit_core::limits::Limits::install(quantkit_core::limits::Limits::from_env()?);
+    #[cfg(unix)]
+    clean_up_on_signals()?;
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),

@@ -37,9 +37,11 @@
 
 #![deny(missing_docs)]
 
+pub mod atomic;
 pub mod error;
 pub mod fixed_point;
 pub mod formats;
+pub mod limits;
 pub mod linear;
 pub mod metrics;
 pub mod observer;

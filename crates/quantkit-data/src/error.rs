@@ -83,6 +83,10 @@ pub enum DataError {
     /// A bad argument from the caller (batch size 0, index out of range, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A file, archive member or image claiming more than the resource limits allow
+    /// ([`quantkit_core::limits::Limits`]; the message names it and what it claims).
+    #[error(transparent)]
+    Limit(#[from] quantkit_core::limits::LimitError),
 }
 
 /// Result with [`DataError`].

@@ -23,20 +23,67 @@ pub const FASHION_MNIST_ENV: &str = "QUANTKIT_FASHION_MNIST";
 /// Where Debian's `dataset-fashion-mnist` package installs it.
 pub const FASHION_MNIST_DEFAULT: &str = "/usr/share/datasets/fashion-mnist";
 
-/// Returns the bytes of a file, gunzipped when they start with the gzip magic.
+/// Returns the bytes of an IDX file, gunzipped when they start with the gzip magic.
+///
+/// A gzip stream is inflated header first: the IDX header's dims are checked against the
+/// resource limits (elements, bytes after decompression, expansion ratio), then exactly the
+/// bytes it declares are inflated, then one byte more to detect trailing data — a 16 MB
+/// file that inflates to 8 GiB, or a valid file followed by a gigabyte of zeros, stops at
+/// the header's size with an error instead of filling memory.
 pub(crate) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
     let raw = read_all(path)?;
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::with_capacity(raw.len() * 4);
-        flate2::read::MultiGzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                DataError::format(path, format!("gzip stream is corrupt or truncated: {e}"))
-            })?;
-        Ok(out)
-    } else {
-        Ok(raw)
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return Ok(raw);
     }
+    let corrupt = |e: std::io::Error| {
+        DataError::format(path, format!("gzip stream is corrupt or truncated: {e}"))
+    };
+    let mut dec = flate2::read::MultiGzDecoder::new(&raw[..]);
+    let mut out = Vec::with_capacity(16);
+    (&mut dec).take(4).read_to_end(&mut out).map_err(corrupt)?;
+    if out.len() < 4 || out[0] != 0 || out[1] != 0 {
+        // Not an IDX header: the parser reports what is wrong with these bytes.
+        return Ok(out);
+    }
+    let ndims = out[3] as u64;
+    (&mut dec)
+        .take(4 * ndims)
+        .read_to_end(&mut out)
+        .map_err(corrupt)?;
+    if (out.len() as u64) < 4 + 4 * ndims {
+        return Ok(out);
+    }
+    let dims: Vec<usize> = out[4..]
+        .chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect();
+    let size = match out[2] {
+        0x0B => 2,
+        0x0C | 0x0D => 4,
+        0x0E => 8,
+        _ => 1,
+    };
+    let what = path.display().to_string();
+    let limits = quantkit_core::limits::Limits::current();
+    let n = limits.check_shape(&what, &dims)? as u64;
+    let total = out.len() as u64 + n * size;
+    limits.check_inflated(&what, total, raw.len() as u64)?;
+    out.reserve_exact(total as usize - out.len());
+    (&mut dec)
+        .take(total - out.len() as u64)
+        .read_to_end(&mut out)
+        .map_err(corrupt)?;
+    let mut probe = [0u8; 1];
+    if out.len() as u64 == total && dec.read(&mut probe).map_err(corrupt)? != 0 {
+        return Err(DataError::format(
+            path,
+            format!(
+                "trailing data: the gzip stream holds more than the {total} bytes its IDX header \
+                 declares"
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 /// Parses an IDX file held in memory (already decompressed). `path` names it in errors.

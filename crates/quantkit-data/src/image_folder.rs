@@ -316,13 +316,31 @@ impl ImageFolder {
     }
 }
 
+/// Decodes an image after checking its dimensions, read from the header, against
+/// `Limits::image_pixels` (a 389 KB PNG can declare 20000 × 20000 pixels).
 fn decode(path: &Path) -> Result<image::DynamicImage> {
-    image::ImageReader::open(path)
-        .map_err(|e| DataError::io(path, e))?
-        .with_guessed_format()
-        .map_err(|e| DataError::io(path, e))?
-        .decode()
-        .map_err(|e| DataError::format(path, format!("cannot decode image: {e}")))
+    let open = || {
+        image::ImageReader::open(path)
+            .map_err(|e| DataError::io(path, e))?
+            .with_guessed_format()
+            .map_err(|e| DataError::io(path, e))
+    };
+    let bad = |e: image::ImageError| DataError::format(path, format!("cannot decode image: {e}"));
+    let (w, h) = open()?.into_dimensions().map_err(bad)?;
+    let limits = quantkit_core::limits::Limits::current();
+    quantkit_core::limits::Limits::check(
+        &format!("{} ({w} × {h})", path.display()),
+        u64::from(w) * u64::from(h),
+        limits.image_pixels,
+        "image_pixels",
+        "pixels",
+    )?;
+    let mut reader = open()?;
+    // The decoder's own allocation cap as a second line (4 channels of 16 bits).
+    let mut caps = image::Limits::default();
+    caps.max_alloc = Some(limits.image_pixels.saturating_mul(8));
+    reader.limits(caps);
+    reader.decode().map_err(bad)
 }
 
 impl Dataset for ImageFolder {

@@ -855,6 +855,74 @@ pub fn read_npy_bytes(path: &Path, bytes: &[u8]) -> Result<NpyArray> {
     })
 }
 
+/// Reads a `.npy` from a stream whose length is not known in advance (a compressed `.npz`
+/// member of `compressed` bytes): the header first, then exactly the data bytes it
+/// declares once the claim is checked against the resource limits (elements, bytes after
+/// decompression, expansion ratio), then one byte more to detect trailing data. Memory is
+/// bounded by what the header declares, never by what the stream would expand to.
+pub(crate) fn read_npy_stream(path: &Path, mut r: impl Read, compressed: u64) -> Result<NpyArray> {
+    /// numpy's own default `max_header_size` is 10,000 bytes; a header of more than 1 MiB
+    /// is not a header.
+    const MAX_HEADER: u64 = 1 << 20;
+    let io = |e| DataError::io(path, e);
+    let mut head = Vec::with_capacity(12);
+    (&mut r).take(12).read_to_end(&mut head).map_err(io)?;
+    let hlen = header_len(&head);
+    if hlen > MAX_HEADER {
+        return Err(DataError::format(
+            path,
+            format!("header of {hlen} bytes (more than {MAX_HEADER})"),
+        ));
+    }
+    if hlen > head.len() as u64 {
+        (&mut r)
+            .take(hlen - head.len() as u64)
+            .read_to_end(&mut head)
+            .map_err(io)?;
+    }
+    let header = parse_header(path, &head)?;
+    let what = path.display().to_string();
+    let limits = quantkit_core::limits::Limits::current();
+    limits.check_shape(&what, &header.shape)?;
+    let total = header.data_offset.saturating_add(header.data_bytes());
+    limits.check_inflated(&what, total, compressed)?;
+    let mut bytes = head;
+    bytes.reserve_exact((total as usize).saturating_sub(bytes.len()));
+    (&mut r)
+        .take(total.saturating_sub(bytes.len() as u64))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let mut probe = [0u8; 1];
+    if bytes.len() as u64 == total && r.read(&mut probe).map_err(io)? != 0 {
+        return Err(DataError::format(
+            path,
+            format!(
+                "trailing bytes after the {} data bytes of shape {:?} {}",
+                header.data_bytes(),
+                header.shape,
+                header.dtype.code()
+            ),
+        ));
+    }
+    read_npy_bytes(path, &bytes)
+}
+
+/// The length of the preamble and header announced by the first (up to 12) bytes, or
+/// their count when they are not a `.npy` preamble (the header parser then says why).
+fn header_len(pre: &[u8]) -> u64 {
+    if pre.len() >= 10 && pre[..6] == MAGIC[..] {
+        match pre[6] {
+            1 => u16::from_le_bytes([pre[8], pre[9]]) as u64 + 10,
+            _ if pre.len() == 12 => {
+                u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]) as u64 + 12
+            }
+            _ => 12,
+        }
+    } else {
+        pre.len() as u64
+    }
+}
+
 /// Reads a `.npy` file.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<NpyArray> {
     let path = path.as_ref();
@@ -928,6 +996,19 @@ pub fn write_npy(path: impl AsRef<Path>, array: &NpyArray) -> Result<()> {
     write_atomic(path, |w| w.write_all(&bytes))
 }
 
+/// The member count of an `.npz` archive against `Limits::npz_members`.
+pub(crate) fn check_members(path: &Path, n: usize) -> Result<()> {
+    let l = quantkit_core::limits::Limits::current();
+    quantkit_core::limits::Limits::check(
+        &path.display().to_string(),
+        n as u64,
+        l.npz_members,
+        "npz_members",
+        "archive members",
+    )?;
+    Ok(())
+}
+
 fn zip_err(path: &Path, e: zip::result::ZipError) -> DataError {
     match e {
         zip::result::ZipError::Io(io) => DataError::io(path, io),
@@ -941,6 +1022,7 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, NpyArray)>> {
     let path = path.as_ref();
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_err(path, e))?;
+    check_members(path, archive.len())?;
     let mut out = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
         let mut entry = archive.by_index(i).map_err(|e| zip_err(path, e))?;
@@ -955,11 +1037,8 @@ pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, NpyArray)>> {
                 "member of an .npz archive is not a .npy file",
             ));
         };
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 26) as usize);
-        entry
-            .read_to_end(&mut bytes)
-            .map_err(|e| DataError::io(&member_path, e))?;
-        let array = read_npy_bytes(&member_path, &bytes)?;
+        let compressed = entry.compressed_size();
+        let array = read_npy_stream(&member_path, &mut entry, compressed)?;
         out.push((name.to_owned(), array));
     }
     Ok(out)
@@ -1019,17 +1098,7 @@ impl NpyFile {
             .take(12)
             .read_to_end(&mut pre)
             .map_err(|e| DataError::io(&path, e))?;
-        let hlen = if pre.len() >= 10 && pre[..6] == MAGIC[..] {
-            match pre[6] {
-                1 => u16::from_le_bytes([pre[8], pre[9]]) as u64 + 10,
-                _ if pre.len() == 12 => {
-                    u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]) as u64 + 12
-                }
-                _ => 12,
-            }
-        } else {
-            pre.len() as u64
-        };
+        let hlen = header_len(&pre);
         let mut head = pre;
         if hlen > head.len() as u64 {
             (&mut file)

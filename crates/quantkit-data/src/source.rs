@@ -2,7 +2,6 @@
 //! loader from a path.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::dataset::{sample_order, Batch, BatchIter, BatchOptions, Dataset};
@@ -10,7 +9,7 @@ use crate::error::{DataError, Result};
 use crate::feed::{InputSpec, NamedFeeds};
 use crate::idx::{is_idx_dir, IdxDataset, Split};
 use crate::image_folder::{ImageFolder, ImageOptions};
-use crate::npy::{read_npy, read_npy_bytes, DType, NpyArray, NpyFile};
+use crate::npy::{read_npy, DType, NpyArray, NpyFile};
 
 /// The scale applied to raw values when none is given: `1/255` for u8 data (images stored
 /// as bytes, the convention of torchvision's `ToTensor` and of the zoo models' `pixel/255`
@@ -285,6 +284,7 @@ impl NpzArrays {
         let path = path.as_ref().to_path_buf();
         let file = File::open(&path).map_err(|e| DataError::io(&path, e))?;
         let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_err(&path, e))?;
+        crate::npy::check_members(&path, archive.len())?;
         let mut members = Vec::new();
         for i in 0..archive.len() {
             let entry = archive.by_index(i).map_err(|e| zip_err(&path, e))?;
@@ -343,11 +343,11 @@ impl NpzArrays {
             .archive
             .by_index(zi)
             .map_err(|e| zip_err(&self.path, e))?;
-        let mut bytes = Vec::with_capacity(entry.size().min(1 << 26) as usize);
-        entry
-            .read_to_end(&mut bytes)
-            .map_err(|e| DataError::io(&member_path, e))?;
-        Ok((name, read_npy_bytes(&member_path, &bytes)?))
+        let compressed = entry.compressed_size();
+        Ok((
+            name,
+            crate::npy::read_npy_stream(&member_path, &mut entry, compressed)?,
+        ))
     }
 
     /// Reads array `i` as a batch (its own shape, f32, scaled, no labels).

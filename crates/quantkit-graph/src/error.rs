@@ -42,6 +42,17 @@ pub enum OpError {
     /// Any other invalid operand.
     #[error("{0}")]
     Invalid(String),
+    /// An output or buffer larger than the resource limits allow
+    /// ([`quantkit_core::limits::Limits`]). Boxed: it is rare, and keeps `OpError` (held by
+    /// every `GraphError::Op`) small.
+    #[error(transparent)]
+    Limit(Box<quantkit_core::limits::LimitError>),
+}
+
+impl From<quantkit_core::limits::LimitError> for OpError {
+    fn from(e: quantkit_core::limits::LimitError) -> OpError {
+        OpError::Limit(Box::new(e))
+    }
 }
 
 impl OpError {
@@ -138,6 +149,10 @@ pub enum GraphError {
     /// The graph has a cycle or an output nobody produces.
     #[error("graph: {0}")]
     Structure(String),
+    /// A tensor or file claiming more than the resource limits allow
+    /// ([`quantkit_core::limits::Limits`]; the message names it and the size it claims).
+    #[error(transparent)]
+    Limit(#[from] quantkit_core::limits::LimitError),
     /// An input given to `execute` that the graph does not declare.
     #[error("`{name}` is not an input of the graph (inputs: {known})")]
     UnknownInput {

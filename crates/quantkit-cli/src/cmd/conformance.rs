@@ -42,9 +42,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(md) = &args.markdown {
         let text = report.to_markdown(&args.dir.display().to_string());
-        let tmp = md.with_extension("md.tmp");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, md).with_context(|| format!("writing {}", md.display()))?;
+        quantkit_core::atomic::write_bytes(md, text.as_bytes())
+            .with_context(|| format!("writing {}", md.display()))?;
     }
     if report.failed > 0 {
         std::process::exit(1);

@@ -359,6 +359,7 @@ fn write_plot(path: &std::path::Path, x: &[f32], dq: &[f32], err: &[f32]) -> Res
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    std::fs::write(path, svg)?;
+    quantkit_core::atomic::write_bytes(path, svg.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }

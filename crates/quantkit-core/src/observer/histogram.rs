@@ -195,22 +195,35 @@ impl Histogram {
         self.max
     }
 
-    /// The histogram of `|x|` on the same grid: bin `i` covers `[i·w, (i+1)·w)`.
-    /// (Bin `k < 0` of the signed grid, `[k·w, (k+1)·w)`, folds onto `|x|` bin `−k−1`.)
-    pub fn abs_counts(&self) -> Vec<u64> {
-        let mut out: Vec<u64> = Vec::new();
-        for (j, &c) in self.counts.iter().enumerate() {
-            if c == 0 {
-                continue;
-            }
+    /// The histogram of `|x|` and its bin width `w'`: bin `i` covers `[i·w', (i+1)·w')`,
+    /// at most `nbins` bins. (Bin `k < 0` of the signed grid, `[k·w, (k+1)·w)`, folds onto
+    /// `|x|` bin `−k−1`.) `w' = w` when the signed grid's range reaches zero; for data of
+    /// one sign far from zero (a constant 5 sits on a grid of width 2^-38) the `|x|` bins
+    /// are merged by powers of two, exactly, until `[0, max|x|]` fits in `nbins` — sizing
+    /// the result from the grid's index alone asked for terabytes.
+    pub fn abs_counts(&self) -> (Vec<u64>, f64) {
+        let fold = |j: usize| {
             let k = self.k0 + j as i64;
-            let a = if k >= 0 { k } else { -k - 1 } as usize;
-            if out.len() <= a {
-                out.resize(a + 1, 0);
-            }
-            out[a] += c;
+            (if k >= 0 { k } else { -k - 1 }) as u64
+        };
+        let top = (0..self.counts.len())
+            .filter(|&j| self.counts[j] != 0)
+            .map(fold)
+            .max();
+        let Some(top) = top else {
+            return (Vec::new(), self.bin_width());
+        };
+        let mut d = 0u32;
+        while d < 63 && (top >> d) >= self.nbins as u64 {
+            d += 1;
         }
-        out
+        let mut out = vec![0u64; (top >> d) as usize + 1];
+        for (j, &c) in self.counts.iter().enumerate() {
+            if c != 0 {
+                out[(fold(j) >> d) as usize] += c;
+            }
+        }
+        (out, self.bin_width() * 2f64.powi(d as i32))
     }
 }
 
@@ -257,6 +270,31 @@ mod tests {
         h.add([3e38f32].into_iter());
         h.add([-3e38f32].into_iter());
         assert_eq!(h.total(), 4);
-        assert_eq!(h.abs_counts().iter().sum::<u64>(), 4);
+        assert_eq!(h.abs_counts().0.iter().sum::<u64>(), 4);
+    }
+
+    /// Regression: a constant far from zero sits on a grid of width 2^-38; its `|x|`
+    /// histogram was sized from the bin index (5·2^38 bins, terabytes).
+    #[test]
+    fn abs_counts_of_a_constant_is_small_and_exact() {
+        for v in [5.0f32, -5.0, -3.3, 1e30, 3e-30] {
+            let mut h = Histogram::new(DEFAULT_BINS);
+            h.add([v; 10].into_iter());
+            let (counts, w) = h.abs_counts();
+            assert!(counts.len() <= DEFAULT_BINS, "{v}: {} bins", counts.len());
+            assert_eq!(counts.iter().sum::<u64>(), 10);
+            let last = counts.len() - 1;
+            assert_eq!(counts[last], 10);
+            // A negative value's signed bin `[k·w, (k+1)·w)` folds onto `|x|` bin `−k−1`, which
+            // holds it at its closed upper edge: `-5` is in `(4.996, 5]`.
+            let a = f64::from(v.abs());
+            let (lo, hi) = (last as f64 * w, (last + 1) as f64 * w);
+            let inside = if v < 0.0 {
+                lo < a && a <= hi
+            } else {
+                lo <= a && a < hi
+            };
+            assert!(inside, "{v}: bin {last} of width {w}");
+        }
     }
 }

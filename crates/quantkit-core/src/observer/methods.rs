@@ -44,7 +44,8 @@ pub(super) fn clip_range(
             } else {
                 codes
             };
-            let t = entropy_threshold(&h.abs_counts(), h.bin_width(), levels.max(2)) as f32;
+            let (counts, w) = h.abs_counts();
+            let t = entropy_threshold(&counts, w, levels.max(2)) as f32;
             Ok(((-t).max(mn.min(0.0)), t.min(mx.max(0.0))))
         }
         HistogramMethod::Mse => mse_range(h, scheme),
@@ -53,8 +54,7 @@ pub(super) fn clip_range(
 
 /// `q`-quantile of `|x|`, interpolated inside its bin.
 fn abs_quantile(h: &Histogram, q: f64) -> f32 {
-    let counts = h.abs_counts();
-    let w = h.bin_width();
+    let (counts, w) = h.abs_counts();
     let amax = f64::from(h.min().abs().max(h.max().abs()));
     let target = q.clamp(0.0, 1.0) * h.total() as f64;
     let mut cum = 0f64;
@@ -279,6 +279,26 @@ mod tests {
                 crate::ErrorMetrics::compute(&x, &fq).unwrap().mse
             };
             assert!(mse_of(r.0, r.1) < mse_of(x_min, 49.0), "{method:?}");
+        }
+    }
+
+    /// Regression: entropy calibration of a constant asked for terabytes
+    /// (`quantkit tensor --values 5 --method entropy`); the range must hold the constant.
+    #[test]
+    fn entropy_of_a_constant_keeps_it_in_range() {
+        for (v, scheme) in [
+            (5.0f32, QuantScheme::u8_affine()),
+            (5.0, QuantScheme::i8_symmetric()),
+            (-2.5, QuantScheme::u8_affine()),
+            (0.0, QuantScheme::u8_affine()),
+        ] {
+            let mut o =
+                HistogramObserver::new("c", Granularity::PerTensor, HistogramMethod::Entropy);
+            o.observe(&[v; 64], &[64]).unwrap();
+            let r = o.ranges(&scheme).unwrap()[0];
+            assert!(r.0 <= v.min(0.0) && r.1 >= v.max(0.0), "{v}: {r:?}");
+            // Not a blown-up range either: within one |x| bin (2048 bins over [0, |v|]).
+            assert!(r.1 - r.0 <= v.abs() * 1.01 + 1e-6, "{v}: {r:?}");
         }
     }
 

@@ -210,3 +210,41 @@ fn real_fashion_mnist() {
     let train = IdxDataset::open_dir(&dir, Split::Train).unwrap();
     assert_eq!(train.len(), 60_000);
 }
+
+/// Issue 20: a gzip IDX file whose header claims 8 GiB, and a valid one followed by 256 MiB
+/// of zeros, stop at the header's size with an error instead of inflating everything.
+#[test]
+fn gzip_claims_are_checked_before_inflating() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = dir.path().join("claims-images-idx3-ubyte.gz");
+    let mut head = idx_u8(&[8192, 1024, 1024], &[]);
+    head.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(&claims, gz(&head)).unwrap();
+    let err = read_idx(&claims).unwrap_err().to_string();
+    assert!(
+        err.contains("claims-images-idx3-ubyte.gz")
+            && err.contains("8589934592")
+            && err.contains("limit"),
+        "{err}"
+    );
+    let trailing = dir.path().join("zeros-images-idx3-ubyte.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(&idx_u8(&[2, 2, 2], &[1; 8])).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..256 {
+        e.write_all(&zeros).unwrap();
+    }
+    std::fs::write(&trailing, e.finish().unwrap()).unwrap();
+    let t = std::time::Instant::now();
+    let err = read_idx(&trailing).unwrap_err().to_string();
+    assert!(
+        err.contains("zeros-images") && err.contains("trailing"),
+        "{err}"
+    );
+    // Stopping after the declared 8 bytes takes microseconds; inflating 256 MiB does not.
+    assert!(t.elapsed().as_secs_f64() < 0.5, "{:?}", t.elapsed());
+    // The reader still reads what is valid.
+    let ok = dir.path().join("ok-images-idx3-ubyte.gz");
+    std::fs::write(&ok, gz(&idx_u8(&[2, 2, 2], &[3; 8]))).unwrap();
+    assert_eq!(read_idx(&ok).unwrap().shape, vec![2, 2, 2]);
+}

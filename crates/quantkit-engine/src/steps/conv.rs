@@ -1,6 +1,6 @@
 //! The integer conv step, produced by `compile/conv.rs` (QDQ `Conv`, `QLinearConv`).
 
-use super::{bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
+use super::{alloc_len, bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
@@ -37,7 +37,7 @@ impl Kernel for ConvStep {
                 .map_err(kernel_err(step))?;
             out_shape = [out_shape[0], ph, pw, out_shape[3]];
         }
-        let len: usize = out_shape.iter().product();
+        let len = alloc_len(step, "output", &out_shape)?;
         let zp = self.x_zp;
         macro_rules! go {
             ($data:expr, $O:ty, $mk:ident) => {{

@@ -1,6 +1,6 @@
 //! The dynamic-quantization step, produced by `compile/dynamic.rs`.
 
-use super::{bad, first, kernel_err, nhwc_input, Kernel};
+use super::{alloc_len, bad, first, kernel_err, nhwc_input, Kernel};
 use crate::error::Result;
 use crate::value::Val;
 use crate::Step;
@@ -112,6 +112,8 @@ impl Kernel for DynamicStep {
                     Some(p) => p.output_size(oh, ow).map_err(kernel_err(step))?,
                     None => [oh, ow],
                 };
+                alloc_len(step, "accumulator", &[oh, ow, co])?;
+                alloc_len(step, "output", &[n, fh, fw, co])?;
                 let (per_in, per_acc) = (shape[1] * shape[2] * shape[3], oh * ow * co);
                 let chunk = (DYN_CHUNK_ACC / per_acc.max(1)).clamp(1, n.max(1));
                 let per_y = fh * fw * co;
@@ -167,9 +169,10 @@ impl Kernel for DynamicStep {
                 while out_shape.len() < self.min_rank {
                     out_shape.insert(0, 1);
                 }
-                let mut acc = vec![0i32; m * n];
+                let mn = alloc_len(step, "output", &[m, n])?;
+                let mut acc = vec![0i32; mn];
                 gemm_i32(&Activations::u8(&q, m, k, zp), w, &mut acc).map_err(kernel_err(step))?;
-                let mut y = vec![0f32; m * n];
+                let mut y = vec![0f32; mn];
                 self.epilogue(&acc, x_scale, n, &mut y);
                 (y, out_shape, false)
             }

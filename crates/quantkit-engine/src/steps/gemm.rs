@@ -2,7 +2,7 @@
 //! `QLinearMatMul`, com.microsoft `QGemm`).
 
 use super::flatten_gemm::FlatInput;
-use super::{bad, check_dtype, first, kernel_err, Kernel};
+use super::{alloc_len, bad, check_dtype, first, kernel_err, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
@@ -91,7 +91,7 @@ impl Kernel for GemmStep {
                 }
             }
         };
-        let len = m * nn;
+        let len = alloc_len(step, "output", &[m, nn])?;
         let zp = self.x_zp;
         macro_rules! go {
             ($a:expr, $O:ty, $mk:ident) => {{

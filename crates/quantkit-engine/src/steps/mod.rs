@@ -49,6 +49,15 @@ fn bad(step: &Step, value: &str, reason: String) -> EngineError {
     }
 }
 
+/// The element count of a buffer `what` of `shape` a step is about to allocate, checked
+/// for overflow and against `Limits::tensor_elements` (shapes computed from a mutated
+/// model's pads, strides or weights must fail naming the node, not abort the process).
+fn alloc_len(step: &Step, what: &str, shape: &[usize]) -> Result<usize> {
+    quantkit_core::limits::Limits::current()
+        .check_shape(what, shape)
+        .map_err(|e| bad(step, what, e.to_string()))
+}
+
 fn kernel_err(step: &Step) -> impl FnOnce(quantkit_kernels::KernelError) -> EngineError + '_ {
     move |source| EngineError::Kernel {
         node: step.node.clone(),

@@ -1,7 +1,7 @@
 //! The max pool step on 8-bit codes, produced by `compile/pool.rs`.
 
 use super::codes::Table;
-use super::{bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
+use super::{alloc_len, bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
@@ -29,7 +29,7 @@ impl Kernel for MaxPoolStep {
             .output_size(s[1], s[2])
             .map_err(kernel_err(step))?;
         let out_shape = vec![s[0], oh, ow, s[3]];
-        let len = out_shape.iter().product();
+        let len = alloc_len(step, "output", &out_shape)?;
         let t = match &x.data {
             Data::U8(d) => {
                 let mut out = vec![0u8; len];

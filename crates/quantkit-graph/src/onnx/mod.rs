@@ -100,12 +100,29 @@ pub fn import_model(model: &proto::ModelProto, what: &str) -> Result<Graph> {
             reason: "model-local functions are not supported".into(),
         });
     }
+    // Bytes of every tensor the file declares, against `Limits::file_bytes`.
+    let limits = quantkit_core::limits::Limits::current();
+    let mut declared = 0u64;
+    let mut count = |t: &Tensor| -> Result<()> {
+        declared = declared.saturating_add((t.len() * t.dtype.size_bytes()) as u64);
+        quantkit_core::limits::Limits::check(
+            &format!("the initializers of {what}"),
+            declared,
+            limits.file_bytes,
+            "file_bytes",
+            "bytes",
+        )?;
+        Ok(())
+    };
     for t in &g.initializer {
         let name = t.name.clone().unwrap_or_default();
-        graph.initializers.insert(name, tensor_from_proto(t)?);
+        let t = tensor_from_proto(t)?;
+        count(&t)?;
+        graph.initializers.insert(name, t);
     }
     for s in &g.sparse_initializer {
         let (name, t) = sparse_to_dense(s)?;
+        count(&t)?;
         graph.initializers.insert(name, t);
     }
     for vi in &g.input {
@@ -465,15 +482,30 @@ fn sparse_to_dense(s: &proto::SparseTensorProto) -> Result<(String, Tensor)> {
         Some(i) => tensor_from_proto(i)?.to_i64_vec(),
         None => return Err(bad("sparse tensor without indices")),
     };
-    let dims: Vec<usize> = s.dims.iter().map(|&d| d.max(0) as usize).collect();
-    let total: usize = dims.iter().product();
+    if s.dims.iter().any(|&d| d < 0) {
+        return Err(bad(&format!("negative dimension in {:?}", s.dims)));
+    }
+    let dims: Vec<usize> = s.dims.iter().map(|&d| d as usize).collect();
+    // Checked before the dense tensor is allocated: a sparse initializer's dims cost
+    // nothing in the file (dims 2^40 with one value is 16 bytes).
+    let total = quantkit_core::limits::Limits::current()
+        .check_shape(&format!("sparse initializer `{name}`"), &dims)?;
     let nnz = vals.len();
     let linear: Vec<usize> = if idx.len() == nnz {
         idx.iter().map(|&i| i as usize).collect()
     } else if idx.len() == nnz * dims.len() {
         let st = crate::tensor::strides(&dims);
         idx.chunks(dims.len().max(1))
-            .map(|c| c.iter().zip(&st).map(|(&i, &s)| i as usize * s).sum())
+            .map(|c| {
+                // An index outside its axis is out of range (and must not wrap into range).
+                c.iter()
+                    .zip(&st)
+                    .zip(&dims)
+                    .try_fold(0usize, |acc, ((&i, &s), &d)| {
+                        (i >= 0 && (i as usize) < d).then(|| acc + i as usize * s)
+                    })
+                    .unwrap_or(usize::MAX)
+            })
             .collect()
     } else {
         return Err(bad("indices do not match the number of values"));
@@ -526,10 +558,8 @@ pub fn tensor_from_proto(t: &proto::TensorProto) -> Result<Tensor> {
         return Err(bad(format!("negative dimension in {:?}", t.dims)));
     }
     let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
+    let n = quantkit_core::limits::Limits::current()
+        .check_shape(&format!("tensor `{name}`"), &shape)?;
     let data = match &t.raw_data {
         Some(raw) => decode_raw(raw, dtype, n).map_err(bad)?,
         None => decode_typed(t, dtype, n).map_err(bad)?,
@@ -815,14 +845,14 @@ pub fn save_model(graph: &Graph, path: impl AsRef<Path>) -> Result<()> {
     write_atomic(path, &bytes)
 }
 
+/// Writes through quantkit-core's one atomic writer ([`quantkit_core::atomic`]: O_EXCL
+/// temporary file with an unpredictable name in the same folder, fsync, rename; removed on
+/// every error path; a symlink, directory or FIFO at `path` is refused).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |source| GraphError::Io {
+    quantkit_core::atomic::write_bytes(path, bytes).map_err(|source| GraphError::Io {
         path: path.display().to_string(),
         source,
-    };
-    let tmp = path.with_extension("tmp-quantkit");
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    })
 }
 
 /// Names of values a graph's nodes read that nothing defines (helper for validation).

@@ -32,7 +32,10 @@ impl ConvAttrs {
     /// Reads the attributes of `node`.
     pub fn parse(node: &Node) -> Result<ConvAttrs, OpError> {
         Ok(ConvAttrs {
-            group: node.attr_int("group", 1)?.max(1) as usize,
+            group: match node.attr_int("group", 1)? {
+                g if g >= 1 => g as usize,
+                g => return Err(OpError::attr("group", format!("expected ≥ 1, got {g}"))),
+            },
             kernel_shape: match node.attr_ints("kernel_shape")? {
                 None => None,
                 Some(k) if k.iter().all(|&v| v >= 0) => {
@@ -123,6 +126,12 @@ impl ConvGeom {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut y_shape = vec![x[0], m];
+        y_shape.extend_from_slice(&out_sp);
+        super::alloc_len("Conv output", &y_shape)?;
+        let col_rows = (c / group).checked_mul(k.iter().try_fold(1usize, |a, &v| a.checked_mul(v)).unwrap_or(usize::MAX));
+        let out_len: usize = out_sp.iter().product();
+        super::alloc_len("Conv im2col buffer", &[col_rows.unwrap_or(usize::MAX), out_len])?;
         Ok(ConvGeom {
             n: x[0],
             c,

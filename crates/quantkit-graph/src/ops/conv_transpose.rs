@@ -22,7 +22,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         ));
     }
     let nd = x.rank() - 2;
-    let group = node.attr_int("group", 1)?.max(1) as usize;
+    let group = match node.attr_int("group", 1)? {
+        g if g >= 1 => g as usize,
+        g => return Err(OpError::attr("group", format!("expected ≥ 1, got {g}"))),
+    };
     let (n, c) = (x.shape[0], x.shape[1]);
     if w.shape[0] != c || c % group != 0 {
         return Err(OpError::shape(
@@ -31,7 +34,9 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         ));
     }
     let mg = w.shape[1];
-    let m = mg * group;
+    let m = mg
+        .checked_mul(group)
+        .ok_or_else(|| OpError::attr("group", format!("{group} × {mg} output channels overflows")))?;
     let k: Vec<usize> = w.shape[2..].to_vec();
     let ints = |name: &str, d: usize| -> Result<Vec<usize>, OpError> {
         Ok(match node.attr_ints(name)? {
@@ -48,14 +53,42 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             "strides, dilations and output_padding need one value per spatial axis",
         ));
     }
+    if strides.iter().chain(&dil).any(|&v| v == 0) {
+        return Err(OpError::attr(
+            "strides",
+            "strides and dilations must be positive",
+        ));
+    }
     let in_sp = x.shape[2..].to_vec();
+    if in_sp.iter().chain(&k).any(|&v| v == 0) {
+        return Err(OpError::shape(
+            "non-empty spatial input and kernel",
+            (&x.shape, &w.shape),
+        ));
+    }
+    // Checked: the attributes come from the file (a stride of 2^40 must not wrap into a
+    // plausible size).
     let full: Vec<usize> = (0..nd)
-        .map(|i| strides[i] * (in_sp[i] - 1) + opad[i] + dil[i] * (k[i] - 1) + 1)
-        .collect();
+        .map(|i| {
+            strides[i]
+                .checked_mul(in_sp[i] - 1)
+                .and_then(|v| v.checked_add(opad[i]))
+                .and_then(|v| v.checked_add(dil[i].checked_mul(k[i] - 1)?))
+                .and_then(|v| v.checked_add(1))
+                .filter(|&v| v <= i64::MAX as usize)
+                .ok_or_else(|| OpError::attr("strides", "output size overflows"))
+        })
+        .collect::<Result<_, _>>()?;
     let auto_pad = node.attr_string("auto_pad", "NOTSET")?;
     let out_shape_attr = node.attr_ints("output_shape")?;
     let (pb, out_sp): (Vec<usize>, Vec<usize>) = if let Some(os) = out_shape_attr {
-        let os: Vec<usize> = os[os.len().saturating_sub(nd)..]
+        if os.len() < nd {
+            return Err(OpError::attr(
+                "output_shape",
+                format!("expected {nd} spatial values, got {os:?}"),
+            ));
+        }
+        let os: Vec<usize> = os[os.len() - nd..]
             .iter()
             .map(|&v| v as usize)
             .collect();
@@ -70,7 +103,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
         (pb, os)
     } else if auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" {
-        let os: Vec<usize> = (0..nd).map(|i| in_sp[i] * strides[i]).collect();
+        let os: Vec<usize> = (0..nd).map(|i| in_sp[i].saturating_mul(strides[i])).collect();
         let mut pb = vec![0; nd];
         for i in 0..nd {
             let total = full[i].saturating_sub(os[i]);
@@ -92,10 +125,26 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         }
         let pb: Vec<usize> = pads[..nd].iter().map(|&p| p.max(0) as usize).collect();
         let os = (0..nd)
-            .map(|i| (full[i] as i64 - pads[i] - pads[i + nd]).max(0) as usize)
-            .collect();
+            .map(|i| {
+                (full[i] as i64)
+                    .checked_sub(pads[i])
+                    .and_then(|v| v.checked_sub(pads[i + nd]))
+                    .map(|v| v.max(0) as usize)
+                    .ok_or_else(|| OpError::attr("pads", format!("{pads:?} overflow")))
+            })
+            .collect::<Result<_, _>>()?;
         (pb, os)
     };
+    let mut y_shape = vec![n, m];
+    y_shape.extend_from_slice(&out_sp);
+    super::alloc_len("ConvTranspose output", &y_shape)?;
+    let mut col_shape = vec![mg];
+    col_shape.extend_from_slice(&k);
+    col_shape.extend_from_slice(&in_sp);
+    super::alloc_len("ConvTranspose column buffer", &col_shape)?;
+    if pb.iter().any(|&p| p > isize::MAX as usize) {
+        return Err(OpError::attr("pads", format!("{pb:?} out of range")));
+    }
     let xv = x.to_f32_vec();
     let wv = w.to_f32_vec();
     let in_len: usize = in_sp.iter().product();

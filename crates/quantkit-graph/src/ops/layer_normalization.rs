@@ -16,13 +16,18 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let outer: usize = x.shape[..axis].iter().product();
     let inner: usize = x.shape[axis..].iter().product();
     let norm_shape = &x.shape[axis..];
-    let si = broadcast_index(&scale.shape, norm_shape);
-    if crate::tensor::broadcast_shapes(&scale.shape, norm_shape).as_deref() != Some(norm_shape) {
-        return Err(OpError::shape(
-            format!("scale broadcastable to {norm_shape:?}"),
-            &scale.shape,
-        ));
+    // Checked before indexing: a Scale or B of higher rank than the normalised axes (or
+    // not broadcastable to them) has no meaning and would index out of range.
+    for (what, t) in [("scale", Some(scale)), ("bias", bias)] {
+        let Some(t) = t else { continue };
+        if crate::tensor::broadcast_shapes(&t.shape, norm_shape).as_deref() != Some(norm_shape) {
+            return Err(OpError::shape(
+                format!("{what} broadcastable to the normalised axes {norm_shape:?}"),
+                &t.shape,
+            ));
+        }
     }
+    let si = broadcast_index(&scale.shape, norm_shape);
     let sv = scale.to_f64_vec();
     let bv = bias.map(|b| (b.to_f64_vec(), broadcast_index(&b.shape, norm_shape)));
     let xv = x.to_f64_vec();

@@ -291,6 +291,13 @@ pub fn make(dtype: DType, shape: Vec<usize>, data: Data) -> Result<Tensor, OpErr
         .map_err(|e| OpError::Invalid(e.to_string()))
 }
 
+/// The element count of a buffer `what` of `shape` an operator is about to allocate,
+/// checked for overflow and against [`quantkit_core::limits::Limits::tensor_elements`]
+/// (a Pad, Conv or pool with absurd pads or strides must fail before allocating).
+pub fn alloc_len(what: &str, shape: &[usize]) -> Result<usize, OpError> {
+    Ok(quantkit_core::limits::Limits::current().check_shape(what, shape)?)
+}
+
 /// Output size of a sliding window along one axis (ONNX conv/pool formula):
 /// `floor_or_ceil((in + pb + pe − (d·(k−1)+1)) / s) + 1`; in ceil mode a window that would
 /// start beyond the input and left padding is dropped (as PyTorch and the ONNX reference do).
@@ -308,8 +315,25 @@ pub fn window_out(
             "kernel, stride and dilation must be positive".into(),
         ));
     }
-    let eff = dilation * (kernel - 1) + 1;
-    let padded = input + pad_begin + pad_end;
+    // Checked: attributes come from the file, and wrapped sizes give a plausible wrong
+    // shape (or an index of 2^63 later). Sizes stay within isize so the signed index
+    // arithmetic of im2col and the pools cannot wrap either.
+    let overflow = || {
+        OpError::Invalid(format!(
+            "window of kernel {kernel}, dilation {dilation} over input {input} padded by \
+             {pad_begin} + {pad_end} overflows"
+        ))
+    };
+    let eff = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|v| v.checked_add(1))
+        .filter(|&v| v <= isize::MAX as usize)
+        .ok_or_else(overflow)?;
+    let padded = input
+        .checked_add(pad_begin)
+        .and_then(|v| v.checked_add(pad_end))
+        .filter(|&v| v <= isize::MAX as usize)
+        .ok_or_else(overflow)?;
     if padded < eff {
         return Err(OpError::shape(
             format!("padded input ≥ effective kernel {eff}"),
@@ -322,7 +346,7 @@ pub fn window_out(
     } else {
         num / stride + 1
     };
-    if ceil && out > 1 && (out - 1) * stride >= input + pad_begin {
+    if ceil && out > 1 && (out - 1).saturating_mul(stride) >= input + pad_begin {
         out -= 1;
     }
     Ok(out)

@@ -42,14 +42,17 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let mut shape = vec![0usize; r];
     for a in 0..r {
-        let s = x.shape[a] as i64 + begin[a] + end[a];
+        let s = (x.shape[a] as i64)
+            .checked_add(begin[a])
+            .and_then(|s| s.checked_add(end[a]))
+            .ok_or_else(|| OpError::shape("a padded size within i64", (begin[a], end[a])))?;
         if s < 0 {
             return Err(OpError::shape("non-negative padded size", s));
         }
         shape[a] = s as usize;
     }
     let st = strides(&x.shape);
-    let n: usize = shape.iter().product();
+    let n = super::alloc_len("Pad output", &shape)?;
     let mut idx = Vec::with_capacity(n);
     let mut counter = vec![0usize; r];
     for _ in 0..n {

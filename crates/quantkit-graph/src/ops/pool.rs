@@ -82,6 +82,13 @@ impl PoolGeom {
         let out_sp = (0..nd)
             .map(|i| window_out(in_sp[i], k[i], strides[i], dilations[i], pb[i], pe[i], ceil))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut y_shape = shape[..2].to_vec();
+        y_shape.extend_from_slice(&out_sp);
+        super::alloc_len("pool output", &y_shape)?;
+        // `taps` holds one entry per output position and kernel tap.
+        let mut taps = out_sp.clone();
+        taps.extend_from_slice(&k);
+        super::alloc_len("pool window table", &taps)?;
         Ok(PoolGeom {
             planes: shape[0] * shape[1],
             in_sp,

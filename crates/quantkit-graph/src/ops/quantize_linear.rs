@@ -38,6 +38,14 @@ pub fn qparam_index(
     if plen == 1 && block == 0 {
         return Ok(vec![0; n]);
     }
+    if x.is_empty() {
+        // A scalar has no axis to quantize along (`norm_axis` accepts axis 0 of rank 0 for
+        // the per-tensor case only).
+        return Err(OpError::shape(
+            "a one-element scale and zero point for a scalar input",
+            p,
+        ));
+    }
     let a = norm_axis(axis, x.len())?;
     let inner: usize = x[a + 1..].iter().product();
     if block == 0 {

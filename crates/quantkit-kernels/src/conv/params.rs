@@ -49,8 +49,23 @@ impl ConvParams {
             .zip([(self.pads[0], self.pads[2]), (self.pads[1], self.pads[3])])
             .enumerate()
         {
-            let span = self.dilation[i] * (self.kernel[i] - 1) + 1;
-            let padded = x + p0 + p1;
+            // Checked: the geometry comes from a model file, and a wrapped span or padded
+            // size gives a plausible wrong output size (issue 20).
+            let span = self.kernel[i]
+                .checked_sub(1)
+                .and_then(|k| self.dilation[i].checked_mul(k))
+                .and_then(|v| v.checked_add(1));
+            let padded = x.checked_add(p0).and_then(|v| v.checked_add(p1));
+            let (Some(span), Some(padded)) = (span, padded) else {
+                return Err(KernelError::InvalidArgument {
+                    op: "conv2d",
+                    arg: "params",
+                    reason: format!(
+                        "kernel {:?} (dilation {:?}) over input {h}×{w} with pads {:?} overflows",
+                        self.kernel, self.dilation, self.pads
+                    ),
+                });
+            };
             if self.stride[i] == 0 || self.dilation[i] == 0 || self.kernel[i] == 0 || padded < span
             {
                 return Err(KernelError::InvalidArgument {
@@ -136,5 +151,24 @@ impl PixelPos {
                 self.b += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvParams;
+
+    /// Issue 20: pads or dilations from a mutated model near `usize::MAX` wrapped into a
+    /// plausible output size; now an error.
+    #[test]
+    fn output_size_overflow_is_an_error() {
+        let mut p = ConvParams::new(3, 3);
+        assert_eq!(p.output_size(4, 4).unwrap(), [2, 2]);
+        p.pads = [usize::MAX - 1, 0, usize::MAX - 1, 0];
+        let e = p.output_size(4, 4).unwrap_err().to_string();
+        assert!(e.contains("overflows"), "{e}");
+        let mut d = ConvParams::new(3, 3);
+        d.dilation = [usize::MAX / 2 + 1, 1];
+        assert!(d.output_size(4, 4).is_err());
     }
 }
