@@ -16,26 +16,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Cases of the whole suite that pass today; the test fails if fewer pass.
-const PASS_FLOOR: usize = 774;
+const PASS_FLOOR: usize = 1775;
 
 /// Cases that fail today (not unsupported: they run and mismatch), with the reason.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    ("test_cast_FLOAT16_to_INT4", SAT4),
-    ("test_cast_FLOAT16_to_UINT4", SAT4),
-    ("test_cast_FLOAT_to_INT4", SAT4),
-    ("test_cast_FLOAT_to_UINT4", SAT4),
-    ("test_castlike_FLOAT16_to_INT4_expanded", SAT4),
-    ("test_castlike_FLOAT16_to_UINT4_expanded", SAT4),
-    ("test_castlike_FLOAT_to_INT4_expanded", SAT4),
-    ("test_castlike_FLOAT_to_UINT4_expanded", SAT4),
-    (
-        "test_resize_downsample_scales_linear_align_corners",
-        "linear downsampling with align_corners samples the wrong points",
-    ),
-];
-
-/// Why the 4-bit Cast cases fail.
-const SAT4: &str = "Cast to int4/uint4: onnx 1.23 saturates out-of-range values, quantkit wraps";
+const KNOWN_FAILURES: &[(&str, &str)] = &[(
+    "test_attention_4d_causal_fp16_expanded",
+    "float16 rounding after every operator of the expanded graph: element 12 is \
+     0.468994 here and 0.469482 in the reference, 1.04e-3 apart relative (the tolerance \
+     is 1e-3); the exact value is 0.469190, nearer to quantkit's (the fused Attention \
+     case passes)",
+)];
 
 fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")

@@ -10,8 +10,8 @@ use crate::ir::Node;
 use crate::tensor::{DType, Data, Tensor};
 
 pub use registry::{
-    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, QuantInputs, MS_DOMAIN,
-    ONNX_DOMAIN,
+    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, QuantInputs, ML_DOMAIN,
+    MS_DOMAIN, ONNX_DOMAIN, PREVIEW_DOMAIN,
 };
 
 pub mod binary;
@@ -216,6 +216,11 @@ registry::registry! {
     QLinearLeakyRelu => qlinear_leaky_relu,
     QLinearMul => qlinear_mul,
     QLinearSigmoid => qlinear_sigmoid,
+    // ai.onnx.ml
+    ArrayFeatureExtractor => array_feature_extractor,
+    Binarizer => binarizer,
+    // ai.onnx.preview
+    FlexAttention => flex_attention,
 }
 
 /// What an operator sees besides its inputs.

@@ -20,6 +20,10 @@ use std::sync::OnceLock;
 pub const ONNX_DOMAIN: &str = "";
 /// ONNX Runtime's contrib-operator domain.
 pub const MS_DOMAIN: &str = "com.microsoft";
+/// The classical machine-learning operators (Binarizer, TreeEnsemble...).
+pub const ML_DOMAIN: &str = "ai.onnx.ml";
+/// Operators ONNX is still shaping (FlexAttention).
+pub const PREVIEW_DOMAIN: &str = "ai.onnx.preview";
 
 /// Whether `domain` names the default ONNX operator set (`""` or `ai.onnx`).
 pub fn is_onnx_domain(domain: &str) -> bool {
@@ -198,6 +202,11 @@ impl OpDef {
             control: None,
             narrow_types: false,
         }
+    }
+    /// The same operator in another domain (`ML_DOMAIN`, `PREVIEW_DOMAIN`).
+    pub const fn domain(mut self, domain: &'static str) -> OpDef {
+        self.domain = domain;
+        self
     }
     /// With a shape rule.
     pub const fn infer(mut self, infer: InferFn) -> OpDef {
