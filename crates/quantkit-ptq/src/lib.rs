@@ -22,6 +22,7 @@
 // formulas do.
 #![allow(clippy::needless_range_loop)]
 
+pub mod analyze;
 pub mod calibrate;
 pub mod dynamic;
 pub mod error;
