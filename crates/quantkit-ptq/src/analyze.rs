@@ -90,6 +90,46 @@ impl Acc {
     }
 }
 
+/// Per-channel sums along axis 1 (`[N, C, ...]`), for the worst-channel figures.
+#[derive(Debug, Clone, Default)]
+struct ChannelAcc(Vec<Acc>);
+
+impl ChannelAcc {
+    fn add(&mut self, shape: &[usize], reference: &[f32], approx: &[f32]) {
+        if shape.len() < 2 || reference.len() != approx.len() {
+            return;
+        }
+        let c = shape[1].max(1);
+        let inner: usize = shape[2..].iter().product::<usize>().max(1);
+        if self.0.len() != c {
+            self.0 = vec![Acc::default(); c];
+        }
+        for (k, (r, a)) in reference.chunks(inner).zip(approx.chunks(inner)).enumerate() {
+            self.0[k % c].add(r, a);
+        }
+    }
+    /// The channel with the lowest SQNR among channels with signal (a channel that is all
+    /// zero in float, e.g. dead after Relu, is no evidence).
+    fn worst(&self) -> Option<WorstChannel> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.signal > 0.0)
+            .map(|(i, a)| (i, sqnr(a.signal, a.noise)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(channel, sqnr_db)| WorstChannel { channel, sqnr_db })
+    }
+}
+
+/// The channel (axis 1) of an activation with the lowest SQNR.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct WorstChannel {
+    /// Channel index.
+    pub channel: usize,
+    /// Its SQNR in dB.
+    pub sqnr_db: f64,
+}
+
 /// `10·log10(signal / noise)` with [`quantkit_core::ErrorMetrics`]' conventions.
 fn sqnr(signal: f64, noise: f64) -> f64 {
     match (signal == 0.0, noise == 0.0) {
@@ -168,8 +208,14 @@ pub struct LayerReport {
     pub weights: Vec<WeightError>,
     /// Output error with only this layer quantized, its inputs taken from the float run.
     pub local: Option<Stats>,
+    /// The channel of the output with the lowest local SQNR: a layer that flattens a few
+    /// channels (an outlier channel widening a per-tensor range) shows here even when the
+    /// tensor's SQNR, dominated by its largest channel, looks healthy.
+    pub local_worst_channel: Option<WorstChannel>,
     /// Output error in the fully quantized graph.
     pub propagated: Option<Stats>,
+    /// The channel of the output with the lowest propagated SQNR.
+    pub propagated_worst_channel: Option<WorstChannel>,
     /// Output sensitivity, for the layers it was run on.
     pub sensitivity: Option<Sensitivity>,
 }
@@ -184,7 +230,8 @@ pub struct Report {
     /// The fully quantized model against the float model.
     pub output: OutputError,
     /// Layers ranked, the most to blame first: layers with a sensitivity by `recovered`
-    /// (descending), then the others by local SQNR (ascending).
+    /// (descending), then the others by local SQNR, the lower of the tensor's and its worst
+    /// channel's (ascending).
     pub layers: Vec<LayerReport>,
     /// Propagated error of every quantized activation, in graph order.
     pub activations: Vec<(String, Stats)>,
@@ -193,7 +240,8 @@ pub struct Report {
 /// Options of [`analyze`].
 #[derive(Debug, Clone, Default)]
 pub struct AnalyzeOptions {
-    /// Run sensitivity on the `k` layers with the lowest local SQNR only (`None`: all;
+    /// Run sensitivity on the `k` layers with the lowest local SQNR (of the tensor or of its
+    /// worst channel) only (`None`: all;
     /// `Some(0)`: none).
     pub top_k: Option<usize>,
 }
@@ -682,7 +730,9 @@ pub fn analyze(
         .chain(measured.values().map(String::as_str))
         .collect();
     let mut local = vec![Acc::default(); layers.len()];
+    let mut local_ch = vec![ChannelAcc::default(); layers.len()];
     let mut prop: HashMap<&str, Acc> = HashMap::new();
+    let mut prop_ch: HashMap<&str, ChannelAcc> = HashMap::new();
     let mut full = OutAcc::default();
     let mut float_outputs: Vec<Feed> = Vec::with_capacity(data.len());
     let mut samples = 0;
@@ -705,11 +755,10 @@ pub fn analyze(
                 "running layer `{}` alone on batch {bi}",
                 layers[c.layer].nodes[0]
             )))?;
-            if let (Some(r), Some(a)) = (
-                values.get(&c.reference).and_then(Tensor::as_f32),
-                out[0].1.as_f32(),
-            ) {
+            let reference = values.get(&c.reference);
+            if let (Some(r), Some(a)) = (reference.and_then(Tensor::as_f32), out[0].1.as_f32()) {
                 local[c.layer].add(r, a);
+                local_ch[c.layer].add(&out[0].1.shape, r, a);
             }
         }
         let mut err = None;
@@ -718,6 +767,7 @@ pub fn analyze(
             match (values.get(fname).and_then(Tensor::as_f32), t.as_f32()) {
                 (Some(r), Some(a)) if r.len() == a.len() => {
                     prop.entry(fname.as_str()).or_default().add(r, a);
+                    prop_ch.entry(fname.as_str()).or_default().add(&t.shape, r, a);
                 }
                 _ => err = Some(fname.clone()),
             }
@@ -745,17 +795,27 @@ pub fn analyze(
                 output: l.output.clone(),
                 weights,
                 local: has_cone.then(|| local[li].stats()),
+                local_worst_channel: has_cone.then(|| local_ch[li].worst()).flatten(),
                 propagated: l
                     .output
                     .as_ref()
                     .and_then(|t| prop.get(t.as_str()))
                     .map(Acc::stats),
+                propagated_worst_channel: l
+                    .output
+                    .as_ref()
+                    .and_then(|t| prop_ch.get(t.as_str()))
+                    .and_then(ChannelAcc::worst),
                 sensitivity: None,
             }
         })
         .collect();
-    // Candidates for sensitivity: the lowest local SQNR first (a layer without one last).
-    let local_key = |r: &LayerReport| r.local.map_or(f64::INFINITY, |s| s.sqnr_db);
+    // Candidates for sensitivity: the lowest local SQNR first, of the tensor or of its worst
+    // channel (a layer without one last).
+    let local_key = |r: &LayerReport| {
+        let t = r.local.map_or(f64::INFINITY, |s| s.sqnr_db);
+        r.local_worst_channel.map_or(t, |c| t.min(c.sqnr_db))
+    };
     let mut order: Vec<usize> = (0..reports.len()).collect();
     order.sort_by(|&a, &b| local_key(&reports[a]).total_cmp(&local_key(&reports[b])));
     let k = opts.top_k.unwrap_or(order.len()).min(order.len());
