@@ -104,7 +104,11 @@ impl ChannelAcc {
         if self.0.len() != c {
             self.0 = vec![Acc::default(); c];
         }
-        for (k, (r, a)) in reference.chunks(inner).zip(approx.chunks(inner)).enumerate() {
+        for (k, (r, a)) in reference
+            .chunks(inner)
+            .zip(approx.chunks(inner))
+            .enumerate()
+        {
             self.0[k % c].add(r, a);
         }
     }
@@ -326,9 +330,9 @@ impl Setup {
         let mut act = BTreeMap::new();
         for t in &plan.activations {
             if let Some(obs) = observers.get(t) {
-                let p = obs.qparams(&scheme).map_err(core(format!(
-                    "choosing parameters of activation `{t}`"
-                )))?;
+                let p = obs
+                    .qparams(&scheme)
+                    .map_err(core(format!("choosing parameters of activation `{t}`")))?;
                 act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
             }
         }
@@ -574,8 +578,9 @@ fn weight_errors(float: &Graph, q: &Graph, uses: &Uses, layer: &Layer) -> Result
             meta: q.meta.clone(),
             ..Default::default()
         };
-        let deq = execute(&g, Vec::new())
-            .map_err(graph_err(format!("dequantizing the weight of node `{name}`")))?;
+        let deq = execute(&g, Vec::new()).map_err(graph_err(format!(
+            "dequantizing the weight of node `{name}`"
+        )))?;
         let wf = w.to_f32_vec();
         let wd = deq[0].1.to_f32_vec();
         let mut total = Acc::default();
@@ -644,7 +649,10 @@ impl OutAcc {
 fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
-        .fold((0, f32::NEG_INFINITY), |m, (i, &x)| if x > m.1 { (i, x) } else { m })
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |m, (i, &x)| if x > m.1 { (i, x) } else { m },
+        )
         .0
 }
 
@@ -763,16 +771,23 @@ pub fn analyze(
         }
         let mut err = None;
         let qouts = execute_with(&q, feed.clone(), |name, t| {
-            let Some(fname) = measured.get(name) else { return };
+            let Some(fname) = measured.get(name) else {
+                return;
+            };
             match (values.get(fname).and_then(Tensor::as_f32), t.as_f32()) {
                 (Some(r), Some(a)) if r.len() == a.len() => {
                     prop.entry(fname.as_str()).or_default().add(r, a);
-                    prop_ch.entry(fname.as_str()).or_default().add(&t.shape, r, a);
+                    prop_ch
+                        .entry(fname.as_str())
+                        .or_default()
+                        .add(&t.shape, r, a);
                 }
                 _ => err = Some(fname.clone()),
             }
         })
-        .map_err(graph_err(format!("running the quantized model on batch {bi}")))?;
+        .map_err(graph_err(format!(
+            "running the quantized model on batch {bi}"
+        )))?;
         if let Some(t) = err {
             return Err(PtqError::InvalidOption(format!(
                 "activation `{t}`: the quantized value does not match the float one"

@@ -2,7 +2,9 @@
 //! a deliberately destroyed layer is ranked first and recovers the output when left float.
 
 use quantkit_core::ErrorMetrics;
-use quantkit_graph::{execute, execute_with, AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
+use quantkit_graph::{
+    execute, execute_with, AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo,
+};
 use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
 use quantkit_ptq::{PtqConfig, QdqOptions};
 
@@ -129,8 +131,10 @@ fn local_and_propagated_sqnr_match_a_direct_computation() {
         opset_imports: vec![(String::new(), 13)],
         ..Default::default()
     };
-    one.inputs.push(ValueInfo::new("i", DType::F32, &[6, 4, 6, 6]));
-    one.outputs.push(ValueInfo::new("o", DType::F32, &[6, 3, 4, 4]));
+    one.inputs
+        .push(ValueInfo::new("i", DType::F32, &[6, 4, 6, 6]));
+    one.outputs
+        .push(ValueInfo::new("o", DType::F32, &[6, 3, 4, 4]));
     init(&mut one, "w", &[3, 4, 3, 3], w);
     init(&mut one, "b", &[3], b);
     let (mut reference, mut local, mut propagated) = (vec![], vec![], vec![]);
@@ -141,7 +145,11 @@ fn local_and_propagated_sqnr_match_a_direct_computation() {
         })
         .unwrap();
         let r1 = qdq(vals["r1"].as_f32().unwrap(), setup.act["r1"]);
-        let o = execute(&one, vec![("i".into(), Tensor::from_f32(&[6, 4, 6, 6], r1))]).unwrap();
+        let o = execute(
+            &one,
+            vec![("i".into(), Tensor::from_f32(&[6, 4, 6, 6], r1))],
+        )
+        .unwrap();
         local.extend(qdq(o[0].1.as_f32().unwrap(), setup.act["c2"]));
         reference.extend_from_slice(vals["c2"].as_f32().unwrap());
         execute_with(&q, feed.clone(), |n, t| {
@@ -158,8 +166,14 @@ fn local_and_propagated_sqnr_match_a_direct_computation() {
         "conv2 local {:.3} dB (direct {:.3}), propagated {:.3} dB (direct {:.3})",
         l.sqnr_db, direct_local.sqnr_db, p.sqnr_db, direct_prop.sqnr_db
     );
-    assert!((l.sqnr_db - direct_local.sqnr_db).abs() < 0.05, "{l:?} {direct_local:?}");
-    assert!((p.sqnr_db - direct_prop.sqnr_db).abs() < 1e-6, "{p:?} {direct_prop:?}");
+    assert!(
+        (l.sqnr_db - direct_local.sqnr_db).abs() < 0.05,
+        "{l:?} {direct_local:?}"
+    );
+    assert!(
+        (p.sqnr_db - direct_prop.sqnr_db).abs() < 1e-6,
+        "{p:?} {direct_prop:?}"
+    );
     assert!((p.max_abs - direct_prop.max_abs).abs() < 1e-6);
     // Accumulated error: the propagated figure is no better than the local one here.
     assert!(p.sqnr_db < l.sqnr_db + 0.5);
@@ -229,7 +243,13 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     let calib = feeds(4, 8, 10, 300);
     let eval = feeds(4, 8, 10, 400);
     let healthy = Setup::new(conv_net(false), &config, &calib, &mut |_, _| {}).unwrap();
-    let healthy = analyze(&healthy, &eval, &AnalyzeOptions::default(), &mut |_, _, _| {}).unwrap();
+    let healthy = analyze(
+        &healthy,
+        &eval,
+        &AnalyzeOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     let setup = Setup::new(conv_net(true), &config, &calib, &mut |_, _| {}).unwrap();
     let mut stages = 0;
     let report = analyze(
@@ -269,7 +289,10 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     // flattened channels show in its worst channel (and in conv3's local SQNR, which
     // includes conv3's input Q/DQ).
     assert!(first.local.unwrap().sqnr_db > 30.0);
-    assert!(first.local_worst_channel.unwrap().sqnr_db < 3.0, "{first:?}");
+    assert!(
+        first.local_worst_channel.unwrap().sqnr_db < 3.0,
+        "{first:?}"
+    );
     // ... and leaving it float recovers most of the output error.
     let s = first.sensitivity.unwrap();
     assert!(s.recovered > 0.9, "{s:?}");
@@ -281,7 +304,11 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     assert!(w.channels[1..].iter().all(|c| c.sqnr_db < 5.0), "{w:?}");
     // top_k: sensitivity ran on three layers only; progress was reported for passes and layers.
     assert_eq!(
-        report.layers.iter().filter(|l| l.sensitivity.is_some()).count(),
+        report
+            .layers
+            .iter()
+            .filter(|l| l.sensitivity.is_some())
+            .count(),
         3
     );
     assert_eq!(stages, 4 + 3);
