@@ -313,3 +313,42 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     );
     assert_eq!(stages, 4 + 3);
 }
+
+/// The graph analyze measures is the one `quantize_static` writes from the same data: same
+/// preparation, plan, calibration and parameters.
+#[test]
+fn setup_quantizes_as_quantize_static_does() {
+    let calib = feeds(3, 8, 10, 500);
+    let dir = std::env::temp_dir().join(format!("quantkit-ptq-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let npy = dir.join("calib.npy");
+    let all: Vec<f32> = calib
+        .iter()
+        .flat_map(|f| f[0].1.as_f32().unwrap().to_vec())
+        .collect();
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let mut header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (24, 1, 10, 10), }".to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in &all {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(&npy, bytes).unwrap();
+    let config = PtqConfig {
+        batch_size: 8,
+        ..Default::default()
+    };
+    let mut data = quantkit_data::open_data(&npy, &Default::default()).unwrap();
+    let (expected, _) =
+        quantkit_ptq::quantize_static(conv_net(false), &mut data, &config, &mut |_, _| {}).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let setup = Setup::new(conv_net(false), &config, &calib, &mut |_, _| {}).unwrap();
+    let got = setup.quantized().unwrap();
+    assert_eq!(got.nodes, expected.nodes);
+    assert_eq!(got.initializers, expected.initializers);
+}
