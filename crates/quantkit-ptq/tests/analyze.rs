@@ -329,7 +329,7 @@ fn setup_quantizes_as_quantize_static_does() {
     let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
     let mut header =
         "{'descr': '<f4', 'fortran_order': False, 'shape': (24, 1, 10, 10), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
