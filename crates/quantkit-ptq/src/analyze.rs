@@ -248,6 +248,9 @@ pub struct AnalyzeOptions {
     /// worst channel) only (`None`: all;
     /// `Some(0)`: none).
     pub top_k: Option<usize>,
+    /// Time for the sensitivity passes: run them on at most as many layers (of `top_k`) as
+    /// fit, estimated from the time of the quantized pass (two such passes per layer).
+    pub budget: Option<std::time::Duration>,
 }
 
 /// The inputs and outputs one quantized node reads and writes as activations, by the
@@ -744,6 +747,7 @@ pub fn analyze(
     let mut full = OutAcc::default();
     let mut float_outputs: Vec<Feed> = Vec::with_capacity(data.len());
     let mut samples = 0;
+    let mut qdq_time = std::time::Duration::ZERO;
     for (bi, feed) in data.iter().enumerate() {
         samples += batch_of(feed);
         let mut values: HashMap<String, Tensor> = HashMap::new();
@@ -770,6 +774,7 @@ pub fn analyze(
             }
         }
         let mut err = None;
+        let t0 = std::time::Instant::now();
         let qouts = execute_with(&q, feed.clone(), |name, t| {
             let Some(fname) = measured.get(name) else {
                 return;
@@ -788,6 +793,7 @@ pub fn analyze(
         .map_err(graph_err(format!(
             "running the quantized model on batch {bi}"
         )))?;
+        qdq_time += t0.elapsed();
         if let Some(t) = err {
             return Err(PtqError::InvalidOption(format!(
                 "activation `{t}`: the quantized value does not match the float one"
@@ -833,7 +839,13 @@ pub fn analyze(
     };
     let mut order: Vec<usize> = (0..reports.len()).collect();
     order.sort_by(|&a, &b| local_key(&reports[a]).total_cmp(&local_key(&reports[b])));
-    let k = opts.top_k.unwrap_or(order.len()).min(order.len());
+    let mut k = opts.top_k.unwrap_or(order.len()).min(order.len());
+    if let Some(budget) = opts.budget {
+        let per_layer = 2.0 * qdq_time.as_secs_f64();
+        if per_layer > 0.0 {
+            k = k.min(((budget.as_secs_f64() / per_layer) as usize).max(1));
+        }
+    }
     let full_noise = full.acc.noise;
     for (done, &li) in order[..k].iter().enumerate() {
         let l = &layers[li];

@@ -255,7 +255,10 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     let report = analyze(
         &setup,
         &eval,
-        &AnalyzeOptions { top_k: Some(3) },
+        &AnalyzeOptions {
+            top_k: Some(3),
+            budget: None,
+        },
         &mut |_, _, _| stages += 1,
     )
     .unwrap();

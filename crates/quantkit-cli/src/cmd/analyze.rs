@@ -25,7 +25,7 @@ a big drop from the previous layers' prop to this layer's, with a low local, mar
   recovered     share of the quantized model's output error (squared) that goes away when this \
 layer is left in float; the ranking's key
 Layers are ranked most-to-blame first: by `recovered` where sensitivity ran (--top K layers with \
-the lowest local SQNR, 10 by default), then by local SQNR. A negative `recovered` means the output got worse with the layer in float: quantization errors of different layers partly cancel.")]
+the lowest local SQNR; by default as many as fit in --budget seconds), then by local SQNR. A negative `recovered` means the output got worse with the layer in float: quantization errors of different layers partly cancel.")]
 pub struct Args {
     /// Float ONNX model.
     pub model: PathBuf,
@@ -47,9 +47,13 @@ pub struct Args {
     pub batch: usize,
     /// Run the sensitivity passes (two model passes per layer, the expensive part) on the K
     /// layers with the lowest local SQNR (tensor or worst channel) only; 0: none, `all`:
-    /// every layer.
-    #[arg(long, default_value = "10")]
+    /// every layer, `auto`: as many as fit in --budget.
+    #[arg(long, default_value = "auto")]
     pub top: String,
+    /// Seconds for the sensitivity passes with `--top auto` (estimated from the time of one
+    /// quantized pass).
+    #[arg(long, default_value_t = 30.0)]
+    pub budget: f64,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
     #[arg(long, default_value = "minmax")]
     pub method: String,
@@ -77,7 +81,7 @@ pub struct Args {
 }
 
 fn parse_top(s: &str) -> anyhow::Result<Option<usize>> {
-    if s == "all" {
+    if s == "all" || s == "auto" {
         return Ok(None);
     }
     s.parse()
@@ -206,7 +210,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = analyze(
         &setup,
         &eval,
-        &AnalyzeOptions { top_k },
+        &AnalyzeOptions {
+            top_k,
+            budget: (args.top == "auto")
+                .then(|| std::time::Duration::from_secs_f64(args.budget.clamp(0.0, 1e9))),
+        },
         &mut |stage, done, total| {
             let b = if stage == Stage::Passes {
                 &passes
