@@ -186,6 +186,16 @@ fn local_and_propagated_sqnr_match_a_direct_computation() {
     assert!(report.layers.iter().all(|l| l.sensitivity.is_some()));
     assert!(report.output.sqnr_db.is_finite());
     assert_eq!(report.samples, 12);
+    // A zero time budget still runs the first candidate.
+    let opts = AnalyzeOptions {
+        top_k: None,
+        budget: Some(std::time::Duration::ZERO),
+    };
+    let r = analyze(&setup, &eval, &opts, &mut |_, _, _| {}).unwrap();
+    assert_eq!(
+        r.layers.iter().filter(|l| l.sensitivity.is_some()).count(),
+        1
+    );
 }
 
 /// x[N,1,10,10] → conv1(1→8) → relu1 → conv2(8→8) → relu2 → conv3(8→8) → relu3 → flatten
