@@ -43,6 +43,9 @@ enum Command {
     Quantize(Box<cmd::quantize::Args>),
     /// Accuracy or reconstruction MSE of a model on a data set, optionally against a reference.
     Eval(Box<cmd::eval::Args>),
+    /// Per-layer quantization error and which layer is to blame: weight error, local and
+    /// propagated SQNR, and the output with each layer left in float, ranked.
+    Analyze(Box<cmd::analyze::Args>),
 }
 
 /// Tells glibc's allocator to keep large freed blocks instead of returning them to the
@@ -132,5 +135,6 @@ fn run() -> anyhow::Result<()> {
         Command::Train(args) => cmd::train::run(*args),
         Command::Quantize(args) => cmd::quantize::run(*args),
         Command::Eval(args) => cmd::eval::run(*args),
+        Command::Analyze(args) => cmd::analyze::run(*args),
     }
 }

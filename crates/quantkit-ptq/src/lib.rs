@@ -5,7 +5,8 @@
 //! biases, QuantizeLinear/DequantizeLinear on activations). [`Format::QOperator`] then
 //! rewrites that graph into QLinear operators ([`to_qoperator`]); [`quantize_dynamic`]
 //! writes dynamic quantization (run-time activation ranges) without calibration data.
-//! `docs/formats.md` compares the three layouts.
+//! `docs/formats.md` compares the three layouts. [`analyze`] measures the error per layer and
+//! ranks the layers to blame (`docs/analysis.md`).
 //!
 //! ```no_run
 //! use quantkit_ptq::{quantize_static, PtqConfig};
@@ -22,6 +23,7 @@
 // formulas do.
 #![allow(clippy::needless_range_loop)]
 
+pub mod analyze;
 pub mod calibrate;
 pub mod dynamic;
 pub mod error;
