@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | `tensor_elements` | 2^28 (268,435,456; 1 GiB of f32) | elements of one tensor allocated from declared dims or computed output shapes |
 //! | `file_bytes` | 4 GiB | total bytes of the tensors one model file declares (initializers, sparse initializers) |
-//! | `nesting` | 32 | depth of nested subgraphs (`If`/`Loop`/`Scan` bodies) |
+//! | `nesting` | 30 | depth of nested subgraphs (`If`/`Loop`/`Scan` bodies); 30 is also the most the model decoder can read |
 //! | `inflated_bytes` | 1 GiB | bytes one compressed stream (an `.npz` member, a gzip IDX file) may expand to |
 //! | `inflate_ratio` | 1024 | expansion ratio of a compressed stream, checked once it has produced more than 64 MiB |
 //! | `npz_members` | 4096 | members of one `.npz` archive |
@@ -92,7 +92,7 @@ impl Limits {
     pub const DEFAULT: Limits = Limits {
         tensor_elements: 1 << 28,
         file_bytes: 4 << 30,
-        nesting: 32,
+        nesting: 30,
         inflated_bytes: 1 << 30,
         inflate_ratio: 1024,
         npz_members: 4096,

@@ -399,3 +399,23 @@ fn loop_shapes_are_inferred_where_determinable() {
     .unwrap();
     assert_eq!(out[0].1.as_f32().unwrap(), [31.0, 62.0]);
 }
+
+/// `QUANTKIT_LIMITS=nesting=N` lowers the depth cap. The limits are read once per process,
+/// so the test reruns itself in a child process with the variable set.
+#[test]
+fn nesting_limit_lowers_the_depth_cap() {
+    if std::env::var("QUANTKIT_LIMITS").as_deref() == Ok("nesting=2") {
+        round_trip(&nested_ifs(2)).expect("depth 2 is within nesting=2");
+        let err = round_trip(&nested_ifs(3)).unwrap_err().to_string();
+        assert!(err.contains("deeper than 2"), "{err}");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["nesting_limit_lowers_the_depth_cap", "--exact"])
+        .env("QUANTKIT_LIMITS", "nesting=2")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child: {text}");
+    assert!(text.contains("1 passed"), "the child ran the test: {text}");
+}

@@ -206,10 +206,12 @@ fn subgraph_from_proto(
         reason,
     };
     let depth = outer.depth + 1;
-    if depth > crate::ir::MAX_SUBGRAPH_DEPTH {
+    // The `nesting` limit may lower the cap, never raise it past what can be decoded.
+    let cap = (quantkit_core::limits::Limits::current().nesting as usize)
+        .min(crate::ir::MAX_SUBGRAPH_DEPTH);
+    if depth > cap {
         return Err(invalid(format!(
-            "subgraphs nest deeper than {} levels",
-            crate::ir::MAX_SUBGRAPH_DEPTH
+            "subgraphs nest deeper than {cap} levels (QUANTKIT_LIMITS nesting)"
         )));
     }
     let own = proto_defined(g);
