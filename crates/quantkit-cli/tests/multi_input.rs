@@ -438,6 +438,46 @@ fn int64_token_ids_through_an_embedding_gather() {
         "the labels are the float model's top-1"
     );
     assert!(v["cosine"].as_f64().unwrap() >= 0.99, "{v}");
+
+    // `analyze` takes the same named feeds: per-run calibration, stacked evaluation.
+    let (ok, stdout, err) = quantkit(&[
+        "analyze",
+        s(&models().join("text.onnx")),
+        "--calib",
+        s(&calib),
+        "--data",
+        s(&dir.join("text.eval.npz")),
+        "--top",
+        "all",
+        "--json",
+    ]);
+    assert!(ok, "analyze: {err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["samples"], 40);
+    let layers: Vec<&str> = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        layers.contains(&"fc1") && layers.contains(&"fc2"),
+        "{layers:?}"
+    );
+    // Every propagated error is measured: exact (an infinite SQNR, null in JSON) or above
+    // 15 dB (the whole model's output is at about 22 dB on these random weights).
+    for l in v["layers"].as_array().unwrap() {
+        let db = &l["propagated"]["sqnr_db"];
+        assert!(
+            db.is_null() || db.as_f64().is_some_and(|d| d > 15.0),
+            "{}: {db} dB",
+            l["name"]
+        );
+    }
+    assert!(
+        v["layers"][0]["propagated"]["sqnr_db"].as_f64().is_some(),
+        "{v}"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use quantkit_core::CalibrationMethod;
-use quantkit_data::{open_data, BatchOptions, DataSource, OpenOptions};
+use quantkit_data::{BatchOptions, DataSource, OpenOptions};
 use quantkit_graph::{Dim, Tensor};
 use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Report, Setup, Stage};
 use quantkit_ptq::{PtqConfig, QdqOptions};
@@ -92,15 +92,34 @@ fn parse_top(s: &str) -> anyhow::Result<Option<usize>> {
 /// Reads up to `limit` samples of `path` as feeds of the model input `input`, in chunks
 /// that fit its batch dimension.
 fn load_feeds(
+    graph: &quantkit_graph::Graph,
     path: &Path,
     opts: &OpenOptions,
-    input: &str,
-    declared: &Option<Vec<Dim>>,
     limit: usize,
     batch: usize,
 ) -> anyhow::Result<Vec<Feed>> {
-    let mut data: DataSource =
-        open_data(path, opts).with_context(|| format!("opening data {}", path.display()))?;
+    let mut data: DataSource = quantkit_ptq::open_data_for_graph(graph, path, opts)
+        .with_context(|| format!("opening data {}", path.display()))?;
+    // An .npz named after the model's inputs feeds every input, of any type, run by run.
+    if let DataSource::Named(named) = &mut data {
+        let mut feeds = Vec::new();
+        for run in named.runs(batch.max(1), Some(limit))? {
+            let run = run.with_context(|| format!("reading {}", path.display()))?;
+            let tensors = quantkit_ptq::run_tensors(run)?;
+            let bad = tensors
+                .iter()
+                .any(|(_, t)| t.dtype.is_float() && t.to_f64_vec().iter().any(|v| !v.is_finite()));
+            if bad {
+                anyhow::bail!("{}: non-finite input value", path.display());
+            }
+            feeds.push(tensors);
+        }
+        if feeds.is_empty() {
+            anyhow::bail!("{}: no samples", path.display());
+        }
+        return Ok(feeds);
+    }
+    let (input, declared) = quantkit_ptq::calibrate::calibration_input(graph)?;
     let fixed = match declared.as_ref().and_then(|d| d.first()) {
         Some(Dim::Known(m)) if *m > 0 => Some(*m),
         _ => None,
@@ -119,10 +138,7 @@ fn load_feeds(
         if fixed.is_some_and(|m| b.shape.first() != Some(&m)) {
             continue; // a short last batch of a model with a fixed batch size
         }
-        feeds.push(vec![(
-            input.to_string(),
-            Tensor::from_f32(&b.shape, b.data),
-        )]);
+        feeds.push(vec![(input.clone(), Tensor::from_f32(&b.shape, b.data))]);
     }
     if feeds.is_empty() {
         anyhow::bail!("{}: no samples", path.display());
@@ -152,28 +168,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let top_k = parse_top(&args.top)?;
     let graph = quantkit_graph::load_model(&args.model)?;
-    let (input, declared) = quantkit_ptq::calibrate::calibration_input(&graph)?;
     let calib = load_feeds(
+        &graph,
         &args.calib,
         &OpenOptions {
             scale: args.scale,
             split: quantkit_data::Split::Train,
             ..Default::default()
         },
-        &input,
-        &declared,
         args.calib_samples,
         args.batch,
     )?;
     let eval = load_feeds(
+        &graph,
         args.data.as_deref().unwrap_or(&args.calib),
         &OpenOptions {
             scale: args.scale,
             split: quantkit_data::Split::Test,
             ..Default::default()
         },
-        &input,
-        &declared,
         args.samples,
         args.batch,
     )?;
