@@ -219,6 +219,7 @@ registry::registry! {
     // ai.onnx.ml
     ArrayFeatureExtractor => array_feature_extractor,
     Binarizer => binarizer,
+    TreeEnsemble => tree_ensemble,
     // ai.onnx.preview
     FlexAttention => flex_attention,
 }
