@@ -11,6 +11,9 @@ use crate::tensor::{Data, Tensor};
 /// (default 1), so `inner` is 1 and `len` the whole flattened inner block.
 pub fn blocks(ctx: &OpCtx, x: &Tensor) -> Result<(usize, usize, usize), OpError> {
     let r = x.rank();
+    if r == 0 {
+        return Err(OpError::shape("an input of rank ≥ 1", &x.shape));
+    }
     Ok(if ctx.opset >= 13 {
         let a = norm_axis(ctx.node.attr_int("axis", -1)?, r)?;
         (
@@ -84,3 +87,20 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 /// `Softmax` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Softmax", 1, eval).infer(super::registry::same_as_first);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Node;
+
+    /// A scalar has no axis to normalise: an error, not an index panic (found by the
+    /// `model_run` fuzz target).
+    #[test]
+    fn scalar_input_is_an_error() {
+        let n = Node::new("s", "Softmax", &["x"], &["y"]);
+        let x = Tensor::from_f32(&[], vec![1.0]);
+        for opset in [11, 13] {
+            assert!(eval(&OpCtx { node: &n, opset }, &[Some(&x)]).is_err());
+        }
+    }
+}
