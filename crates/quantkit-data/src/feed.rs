@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{DataError, Result};
+use crate::npy::zip_err;
 use crate::npy::{read_npy_bytes, DType, NpyArray, NpyData, NpyFile};
 use crate::source::{apply_scale, default_scale};
 
@@ -166,13 +167,6 @@ pub struct NamedFeeds {
     slots: Vec<Slot>,
     layout: Layout,
     scale: Option<f32>,
-}
-
-fn zip_err(path: &Path, e: zip::result::ZipError) -> DataError {
-    match e {
-        zip::result::ZipError::Io(io) => DataError::io(path, io),
-        other => DataError::format(path, format!("not a valid .npz (zip) archive: {other}")),
-    }
 }
 
 fn member_path(path: &Path, name: &str) -> PathBuf {
@@ -314,24 +308,8 @@ impl NamedFeeds {
         scale: Option<f32>,
     ) -> Result<Option<Self>> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| DataError::io(&path, e))?;
-        let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_err(&path, e))?;
         // Member names (without `.npy`) and zip indices.
-        let mut members = Vec::new();
-        for i in 0..archive.len() {
-            let entry = archive.by_index(i).map_err(|e| zip_err(&path, e))?;
-            if entry.is_dir() {
-                continue;
-            }
-            let name = entry.name().map_err(|e| zip_err(&path, e))?.into_owned();
-            let Some(stem) = name.strip_suffix(".npy") else {
-                return Err(DataError::format(
-                    &PathBuf::from(format!("{}:{name}", path.display())),
-                    "member of an .npz archive is not a .npy file",
-                ));
-            };
-            members.push((stem.to_owned(), i));
-        }
+        let (mut archive, members) = crate::npy::open_npz(&path)?;
         let known: HashMap<&str, usize> = specs
             .iter()
             .enumerate()

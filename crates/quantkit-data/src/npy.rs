@@ -1009,11 +1009,39 @@ pub(crate) fn check_members(path: &Path, n: usize) -> Result<()> {
     Ok(())
 }
 
-fn zip_err(path: &Path, e: zip::result::ZipError) -> DataError {
+pub(crate) fn zip_err(path: &Path, e: zip::result::ZipError) -> DataError {
     match e {
         zip::result::ZipError::Io(io) => DataError::io(path, io),
         other => DataError::format(path, format!("not a valid .npz (zip) archive: {other}")),
     }
+}
+
+/// An open `.npz` archive.
+pub(crate) type NpzArchive = zip::ZipArchive<std::fs::File>;
+
+/// Opens an `.npz` archive (its member count checked against the `npz_members` limit) and
+/// lists its arrays: `(name without .npy, zip index)`, directories skipped; a member that
+/// is not a `.npy` file is an error naming it.
+pub(crate) fn open_npz(path: &Path) -> Result<(NpzArchive, Vec<(String, usize)>)> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_err(path, e))?;
+    check_members(path, archive.len())?;
+    let mut members = Vec::new();
+    for i in 0..archive.len() {
+        let entry = archive.by_index(i).map_err(|e| zip_err(path, e))?;
+        if entry.is_dir() {
+            continue;
+        }
+        let name = entry.name().map_err(|e| zip_err(path, e))?.into_owned();
+        let Some(stem) = name.strip_suffix(".npy") else {
+            return Err(DataError::format(
+                &std::path::PathBuf::from(format!("{}:{name}", path.display())),
+                "member of an .npz archive is not a .npy file",
+            ));
+        };
+        members.push((stem.to_owned(), i));
+    }
+    Ok((archive, members))
 }
 
 /// Reads every array of an `.npz` archive, in archive order. Names drop the `.npy`

@@ -9,6 +9,7 @@ use crate::error::{DataError, Result};
 use crate::feed::{InputSpec, NamedFeeds};
 use crate::idx::{is_idx_dir, IdxDataset, Split};
 use crate::image_folder::{ImageFolder, ImageOptions};
+use crate::npy::zip_err;
 use crate::npy::{read_npy, DType, NpyArray, NpyFile};
 
 /// The scale applied to raw values when none is given: `1/255` for u8 data (images stored
@@ -271,35 +272,12 @@ pub struct NpzArrays {
     scale: Option<f32>,
 }
 
-fn zip_err(path: &Path, e: zip::result::ZipError) -> DataError {
-    match e {
-        zip::result::ZipError::Io(io) => DataError::io(path, io),
-        other => DataError::format(path, format!("not a valid .npz (zip) archive: {other}")),
-    }
-}
-
 impl NpzArrays {
     /// Opens the archive and lists its `.npy` members (no array is read yet).
     pub fn open(path: impl AsRef<Path>, scale: Option<f32>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| DataError::io(&path, e))?;
-        let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_err(&path, e))?;
-        crate::npy::check_members(&path, archive.len())?;
-        let mut members = Vec::new();
-        for i in 0..archive.len() {
-            let entry = archive.by_index(i).map_err(|e| zip_err(&path, e))?;
-            if entry.is_dir() {
-                continue;
-            }
-            let name = entry.name().map_err(|e| zip_err(&path, e))?.into_owned();
-            let Some(stem) = name.strip_suffix(".npy") else {
-                return Err(DataError::format(
-                    &PathBuf::from(format!("{}:{name}", path.display())),
-                    "member of an .npz archive is not a .npy file",
-                ));
-            };
-            members.push((stem.to_owned(), i));
-        }
+        // Member names (without `.npy`) and zip indices.
+        let (archive, members) = crate::npy::open_npz(&path)?;
         if members.is_empty() {
             return Err(DataError::Empty {
                 path,
