@@ -56,10 +56,23 @@ pub fn write_atomic(
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?
         .to_string_lossy()
         .into_owned();
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(TEMP_SUFFIX)
-        .tempfile_in(&dir)?;
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(TEMP_SUFFIX);
+    // The finished file gets the mode an ordinary create would give it: a replaced file
+    // keeps its own mode, a new one gets 0666 less the umask (the temporary file is
+    // created with that mode, so it is never more open than the result). Without this,
+    // `tempfile`'s private 0600 would leave every report and model unreadable to others.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = match std::fs::metadata(path) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(_) => 0o666,
+        };
+        builder.permissions(std::fs::Permissions::from_mode(mode));
+    }
+    let tmp = builder.tempfile_in(&dir)?;
     let tmp_path = tmp.path().to_path_buf();
     pending().insert(tmp_path.clone());
     let result = (|| {
@@ -170,6 +183,30 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"old");
         assert!(leftovers(dir.path()).is_empty());
         assert!(pending().is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn new_files_follow_the_umask_and_replaced_files_keep_their_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("fresh.onnx");
+        write_bytes(&fresh, b"x").unwrap();
+        // The process umask, read back from a file created the ordinary way.
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode(&fresh),
+            mode(&plain),
+            "a new file gets the ordinary mode"
+        );
+        let kept = dir.path().join("kept.onnx");
+        std::fs::write(&kept, b"old").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_bytes(&kept, b"new").unwrap();
+        assert_eq!(mode(&kept), 0o640, "a replaced file keeps its mode");
+        assert_eq!(std::fs::read(&kept).unwrap(), b"new");
     }
 
     #[test]
