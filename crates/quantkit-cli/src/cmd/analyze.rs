@@ -10,6 +10,8 @@ use quantkit_ptq::{PtqConfig, QdqOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+mod html;
+
 /// Arguments of `quantkit analyze`.
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -75,9 +77,16 @@ pub struct Args {
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the JSON report to this file.
+    /// Write the report into this folder (created if absent): `report.html`, a
+    /// self-contained page of charts (per-layer SQNR, sensitivity ranking, activation
+    /// histograms with clip range and grid, error vs bit width, one weight's error picture),
+    /// and `report.json`, the same figures as numbers. A path ending in `.json` writes only
+    /// the JSON report to that file.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Histogram bins per activation in the HTML report.
+    #[arg(long, default_value_t = 64)]
+    pub bins: usize,
 }
 
 fn parse_top(s: &str) -> anyhow::Result<Option<usize>> {
@@ -256,10 +265,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .into();
     json["activations"] = args.activations.clone().into();
     if let Some(o) = &args.output {
-        let tmp = o.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, o).with_context(|| format!("writing {}", o.display()))?;
+        if o.extension().is_some_and(|e| e == "json") {
+            write_file(o, serde_json::to_string_pretty(&json)?.as_bytes())?;
+        } else {
+            write_report_dir(o, &args, &setup, &eval, &report, json.clone(), hidden)?;
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -267,6 +277,217 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         print_table(&args, &report);
     }
     Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    quantkit_core::atomic::write_bytes(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `-o DIR`: the HTML page and the JSON report with the report's extra measurements.
+fn write_report_dir(
+    dir: &Path,
+    args: &Args,
+    setup: &Setup,
+    eval: &[Feed],
+    report: &Report,
+    mut json: serde_json::Value,
+    hidden: bool,
+) -> anyhow::Result<()> {
+    use quantkit_ptq::analyze::{details, weight_picture};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let b = bar(
+        hidden,
+        "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
+    );
+    let d = details(setup, eval, args.bins, &mut |done, total| {
+        b.set_length(total as u64);
+        b.set_position(done as u64);
+    })
+    .with_context(|| format!("measuring histograms and bit widths of {}", args.model.display()))?;
+    b.finish_and_clear();
+    // The error picture: the weight of the most-to-blame layer that has one.
+    let mut picture = None;
+    for l in report.layers.iter().filter(|l| !l.weights.is_empty()) {
+        if let Some(p) = weight_picture(setup, &l.name, 2048)? {
+            picture = Some(p);
+            break;
+        }
+    }
+    json["details"] = serde_json::to_value(&d)?;
+    json["weight_picture"] = serde_json::to_value(&picture)?;
+    let html = render_html(args, setup, report, &d, picture.as_ref())?;
+    write_file(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
+    write_file(&dir.join("report.html"), html.as_bytes())?;
+    if !args.json {
+        println!(
+            "report written to {} and {}",
+            dir.join("report.html").display(),
+            dir.join("report.json").display()
+        );
+    }
+    Ok(())
+}
+
+fn render_html(
+    args: &Args,
+    setup: &Setup,
+    report: &Report,
+    d: &quantkit_ptq::analyze::Details,
+    picture: Option<&quantkit_ptq::analyze::WeightPicture>,
+) -> anyhow::Result<String> {
+    use html::{esc, Figure, Row};
+    let chart = |r: Result<String, String>| r.map_err(|e| anyhow::anyhow!("drawing a chart: {e}"));
+    // Graph order of the layers.
+    let pos: std::collections::HashMap<&str, usize> = setup
+        .float
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut by_graph: Vec<_> = report.layers.iter().collect();
+    by_graph.sort_by_key(|l| pos.get(l.name.as_str()).copied().unwrap_or(usize::MAX));
+    let rows: Vec<Row> = by_graph
+        .iter()
+        .map(|l| Row {
+            name: &l.name,
+            op: &l.op,
+            local: l.local.map(|s| s.sqnr_db),
+            propagated: l.propagated.map(|s| s.sqnr_db),
+        })
+        .collect();
+    let top: Vec<String> = report.layers.iter().take(5).map(|l| l.name.clone()).collect();
+    let mut figs = vec![Figure {
+        id: "sqnr".into(),
+        caption: "Local SQNR: the layer alone quantized, fed float values (the error it adds). \
+Propagated: the same tensor in the fully quantized model (the error accumulated up to here). \
+A low local bar marks a layer that adds error; a low propagated bar with a high local one only \
+inherits it."
+            .into(),
+        svg: chart(html::sqnr_bars(&rows))?,
+    }];
+    if let Some(svg) =
+        html::ranking_bars(report, 40).map_err(|e| anyhow::anyhow!("drawing a chart: {e}"))?
+    {
+        figs.push(Figure {
+            id: "ranking".into(),
+            caption: "Share of the quantized model's output error (squared) that goes away when \
+the layer is left in float, most to blame first (layers the sensitivity passes ran on)."
+                .into(),
+            svg,
+        });
+    }
+    figs.push(Figure {
+        id: "bits-weights".into(),
+        caption: "Every weight quantized to 2–8 bits (activations as calibrated, 8 bits): the \
+worst weight SQNR of each layer (grey; the five most-to-blame layers in colour) and the model \
+output SQNR (black)."
+            .into(),
+        svg: chart(html::weight_bits_chart(d, &top))?,
+    });
+    figs.push(Figure {
+        id: "bits-activations".into(),
+        caption: "Each layer's output activation alone quantized to 2–8 bits over its calibrated \
+clip range, on the evaluation data: about 6 dB per bit while rounding dominates, flatter where \
+clipping does."
+            .into(),
+        svg: chart(html::activation_bits_chart(d, &top))?,
+    });
+    if let Some(p) = picture {
+        figs.push(Figure {
+            id: "picture".into(),
+            caption: format!(
+                "The weight of `{}`, the most-to-blame layer with a weight: float vs \
+dequantized values in storage order and the error of each element (within ± half a step of \
+its channel's scale).",
+                p.layer
+            ),
+            svg: chart(html::weight_picture_chart(p))?,
+        });
+    }
+    for (i, a) in d.activations.iter().enumerate() {
+        figs.push(Figure {
+            id: format!("hist-{i}"),
+            caption: format!(
+                "{}{}: observed {:.4}..{:.4}, clip range {:.4}..{:.4} (scale {:.3e}, zero point \
+{}), {} of {} values clipped ({:.3}%)",
+                a.tensor,
+                a.layer.as_deref().map(|l| format!(" (output of {l})")).unwrap_or_default(),
+                a.observed.0,
+                a.observed.1,
+                a.clip.0,
+                a.clip.1,
+                a.scale,
+                a.zero_point,
+                a.clipped_below + a.clipped_above,
+                a.elements,
+                100.0 * a.clipped_fraction
+            ),
+            svg: chart(html::histogram(a))?,
+        });
+    }
+    let top1 = report
+        .output
+        .top1_agreement
+        .map_or(String::new(), |t| format!(", top-1 agreement {:.1}%", 100.0 * t));
+    let summary = vec![
+        format!(
+            "{}: {} layers, {} evaluation / {} calibration samples, --method {}, weights i{} {}, \
+activations {}.",
+            args.model.display(),
+            report.layers.len(),
+            report.samples,
+            report.calibration_samples,
+            args.method,
+            args.weight_bits,
+            if args.per_tensor { "per-tensor" } else { "per-channel" },
+            args.activations
+        ),
+        format!(
+            "Quantized model output: SQNR {} dB{top1}. SQNR = 10·log10(Σ float² / Σ (float − \
+quantized)²); higher is better, 6 dB is one bit. docs/analysis.md explains every figure.",
+            db(Some(report.output.sqnr_db))
+        ),
+    ];
+    let mut table = String::from(
+        "<h2>Layers, most to blame first</h2>\n<table data-table=\"ranking\"><tr><th>rank</th>\
+<th>layer</th><th>op</th><th>weight dB</th><th>local dB</th><th>prop dB</th><th>float→ dB</th>\
+<th>top-1</th><th>recovered</th></tr>\n",
+    );
+    for (i, l) in report.layers.iter().enumerate() {
+        let weight = l.weights.iter().map(|w| w.total.sqnr_db).min_by(f64::total_cmp);
+        let (lf, t1, rec) = match &l.sensitivity {
+            Some(s) => (
+                db(Some(s.left_float.sqnr_db)),
+                s.left_float
+                    .top1_agreement
+                    .map_or("-".into(), |t| format!("{:.1}%", 100.0 * t)),
+                format!("{:.1}%", 100.0 * s.recovered),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        table.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+<td>{}</td><td>{}</td></tr>\n",
+            i + 1,
+            esc(&l.name),
+            esc(&l.op),
+            db(weight),
+            db(l.local.map(|s| s.sqnr_db)),
+            db(l.propagated.map(|s| s.sqnr_db)),
+            lf,
+            t1,
+            rec
+        ));
+    }
+    table.push_str("</table>\n<h2>Charts</h2>\n");
+    Ok(html::page(
+        &format!("quantkit analyze: {}", args.model.display()),
+        &summary,
+        &table,
+        &figs,
+    ))
 }
 
 fn db(v: Option<f64>) -> String {
