@@ -309,7 +309,7 @@ fn write_report_dir(
     // The error picture: the weight of the most-to-blame layer that has one.
     let mut picture = None;
     for l in report.layers.iter().filter(|l| !l.weights.is_empty()) {
-        if let Some(p) = weight_picture(setup, &l.name, 2048)? {
+        if let Some(p) = weight_picture(setup, &l.name, 256)? {
             picture = Some(p);
             break;
         }
@@ -399,8 +399,8 @@ clipping does."
             id: "picture".into(),
             caption: format!(
                 "The weight of `{}`, the most-to-blame layer with a weight: float vs \
-dequantized values in storage order and the error of each element (within ± half a step of \
-its channel's scale).",
+dequantized values in storage order (the first 256) and the error of each element (within ± \
+half a step of its channel's scale).",
                 p.layer
             ),
             svg: chart(html::weight_picture_chart(p))?,

@@ -83,6 +83,8 @@ fn hbars(
         * 7
         + 10;
     let (w, h) = (label_w + 640, 90 + row * n as u32);
+    // Room on the right for the legend, clear of the longest bar.
+    let x_range = (x_range.0, x_range.1 + 0.3 * (x_range.1 - x_range.0));
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
@@ -122,7 +124,7 @@ fn hbars(
                 .legend(move |(a, b)| Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled()));
         }
         c.configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperRight)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.9))
             .draw()
@@ -255,7 +257,7 @@ pub fn histogram(a: &ActivationRange) -> DrawResult<String> {
         .label(if every == 1 {
             "grid: every code".to_string()
         } else {
-            format!("grid: every {every}th code")
+            format!("grid: a tick per {every} codes")
         })
         .legend(|(x, y)| PathElement::new(vec![(x, y - 5), (x, y + 5)], RGBColor(90, 90, 90)));
         c.draw_series([a.clip.0, a.clip.1].into_iter().map(|x| {
@@ -467,16 +469,15 @@ pub fn weight_picture_chart(p: &WeightPicture) -> DrawResult<String> {
         .map_err(e)?
         .label("original")
         .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], BLUE));
-        c.draw_series(LineSeries::new(
+        c.draw_series(
             p.dequantized
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| (i as f64, f64::from(v))),
-            &RED,
-        ))
+                .map(|(i, &v)| Circle::new((i as f64, f64::from(v)), 2, RED.filled())),
+        )
         .map_err(e)?
         .label("dequantized")
-        .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], RED));
+        .legend(|(a, b)| Circle::new((a + 10, b), 3, RED.filled()));
         c.configure_series_labels()
             .border_style(BLACK)
             .background_style(WHITE.mix(0.9))
