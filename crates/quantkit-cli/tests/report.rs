@@ -66,7 +66,8 @@ window.addEventListener('load', async () => {
   }
   const pre = document.createElement('pre');
   pre.id = 'qk-result';
-  pre.textContent = 'QKRESULT' + btoa(JSON.stringify(out)) + 'QKEND';
+  // The markers are built here so that the script's own text does not contain them.
+  pre.textContent = 'QK' + 'RESULT' + btoa(JSON.stringify(out)) + 'QK' + 'END';
   document.body.appendChild(pre);
 });
 </script>"#;
@@ -98,6 +99,9 @@ fn base64_decode(s: &str) -> Vec<u8> {
 
 /// Runs headless Chromium on `page` and returns the probe's JSON.
 fn probe(chromium: &Path, page: &Path, profile: &Path) -> serde_json::Value {
+    // The DOM goes to a file: a pipe read only after exit would fill and block chromium.
+    let dom_path = profile.with_extension("dom.html");
+    let dom_file = std::fs::File::create(&dom_path).expect("create the DOM file");
     let mut child = Command::new(chromium)
         .args([
             "--headless",
@@ -113,23 +117,20 @@ fn probe(chromium: &Path, page: &Path, profile: &Path) -> serde_json::Value {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("file://{}", page.display()))
-        .stdout(Stdio::piped())
+        .stdout(dom_file)
         .stderr(Stdio::null())
         .spawn()
         .expect("start chromium");
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait chromium").is_some() {
-            break;
-        }
+    while child.try_wait().expect("wait chromium").is_none() {
         if start.elapsed() > Duration::from_secs(180) {
             child.kill().ok();
+            child.wait().ok();
             panic!("chromium did not finish in 180 s");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let out = child.wait_with_output().expect("chromium output");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = std::fs::read_to_string(&dom_path).expect("read the DOM");
     let a = dom
         .find("QKRESULT")
         .unwrap_or_else(|| panic!("the probe did not run; chromium printed:\n{dom:.2000}"));

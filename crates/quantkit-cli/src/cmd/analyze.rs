@@ -53,7 +53,8 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     pub top: String,
     /// Seconds for the sensitivity passes with `--top auto` (estimated from the time of one
-    /// quantized pass).
+    /// quantized pass); with `-o DIR` the report's own passes, which run first, count
+    /// against it.
     #[arg(long, default_value_t = 30.0)]
     pub budget: f64,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
@@ -221,6 +222,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .with_context(|| format!("calibrating {}", args.model.display()))?;
     b.finish_and_clear();
     drop(calib);
+    // The report's own passes (histograms, bit widths) run first and count against the
+    // sensitivity budget, so `--budget` bounds the whole run.
+    let report_dir = args
+        .output
+        .as_ref()
+        .filter(|o| !o.extension().is_some_and(|e| e == "json"));
+    let t0 = std::time::Instant::now();
+    let details = match report_dir {
+        Some(_) => {
+            let b = bar(
+                hidden,
+                "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
+            );
+            let d = quantkit_ptq::analyze::details(&setup, &eval, args.bins, &mut |done, total| {
+                b.set_length(total as u64);
+                b.set_position(done as u64);
+            })
+            .with_context(|| {
+                format!(
+                    "measuring histograms and bit widths of {}",
+                    args.model.display()
+                )
+            })?;
+            b.finish_and_clear();
+            Some(d)
+        }
+        None => None,
+    };
+    let budget_left = (args.budget - t0.elapsed().as_secs_f64()).max(0.0);
     let passes = bar(
         hidden,
         "float + quantized passes {bar:30} {pos}/{len} batches",
@@ -235,7 +265,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &AnalyzeOptions {
             top_k,
             budget: (args.top == "auto")
-                .then(|| std::time::Duration::from_secs_f64(args.budget.clamp(0.0, 1e9))),
+                .then(|| std::time::Duration::from_secs_f64(budget_left.clamp(0.0, 1e9))),
         },
         &mut |stage, done, total| {
             let b = if stage == Stage::Passes {
@@ -265,10 +295,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .into();
     json["activations"] = args.activations.clone().into();
     if let Some(o) = &args.output {
-        if o.extension().is_some_and(|e| e == "json") {
-            write_file(o, serde_json::to_string_pretty(&json)?.as_bytes())?;
-        } else {
-            write_report_dir(o, &args, &setup, &eval, &report, json.clone(), hidden)?;
+        match &details {
+            Some(d) => write_report_dir(o, &args, &setup, d, &report, json.clone())?,
+            None => write_file(o, serde_json::to_string_pretty(&json)?.as_bytes())?,
         }
     }
     if args.json {
@@ -289,23 +318,12 @@ fn write_report_dir(
     dir: &Path,
     args: &Args,
     setup: &Setup,
-    eval: &[Feed],
+    d: &quantkit_ptq::analyze::Details,
     report: &Report,
     mut json: serde_json::Value,
-    hidden: bool,
 ) -> anyhow::Result<()> {
-    use quantkit_ptq::analyze::{details, weight_picture};
+    use quantkit_ptq::analyze::weight_picture;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let b = bar(
-        hidden,
-        "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
-    );
-    let d = details(setup, eval, args.bins, &mut |done, total| {
-        b.set_length(total as u64);
-        b.set_position(done as u64);
-    })
-    .with_context(|| format!("measuring histograms and bit widths of {}", args.model.display()))?;
-    b.finish_and_clear();
     // The error picture: the weight of the most-to-blame layer that has one.
     let mut picture = None;
     for l in report.layers.iter().filter(|l| !l.weights.is_empty()) {
@@ -314,9 +332,9 @@ fn write_report_dir(
             break;
         }
     }
-    json["details"] = serde_json::to_value(&d)?;
+    json["details"] = serde_json::to_value(d)?;
     json["weight_picture"] = serde_json::to_value(&picture)?;
-    let html = render_html(args, setup, report, &d, picture.as_ref())?;
+    let html = render_html(args, setup, report, d, picture.as_ref())?;
     write_file(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
     write_file(&dir.join("report.html"), html.as_bytes())?;
     if !args.json {

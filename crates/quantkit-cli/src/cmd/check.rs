@@ -103,16 +103,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(4)
             .max(5);
         println!(
-            "{:w$}  {:16}  {:>6}  {:>7}  {:>9}  {:>8}  {:>21}  {:>8}",
-            "layer", "op", "K", "types", "worst acc", "headroom", "multiplier", "shift"
+            "{:w$}  {:16}  {:>6}  {:>7}  {:>9}  {:>8}  {:>21}  {:>8}  {:>11}",
+            "layer", "op", "K", "types", "worst acc", "headroom", "multiplier", "shift", "sat. pairs"
         );
         for l in &report.layers {
             let m = l
                 .multiplier
                 .map_or("-".into(), |(a, b)| format!("{a:.2e}..{b:.2e}"));
             let s = l.shift.map_or("-".into(), |(a, b)| format!("{a}..{b}"));
+            let p = l
+                .maddubs_pairs_at_risk
+                .map_or("-".into(), |(r, p)| format!("{r}/{p}"));
             println!(
-                "{:w$}  {:16}  {:>6}  {:>7}  {:>9.2e}  {:>7.1}b  {:>21}  {:>8}",
+                "{:w$}  {:16}  {:>6}  {:>7}  {:>9.2e}  {:>7.1}b  {:>21}  {:>8}  {:>11}",
                 l.node,
                 l.op,
                 l.k,
@@ -120,7 +123,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 l.worst_accumulator,
                 l.headroom_bits,
                 m,
-                s
+                s,
+                p
             );
         }
         if report.findings.is_empty() {

@@ -95,6 +95,7 @@ pub struct WeightPicture {
 #[derive(Debug, Clone, Copy)]
 struct BitGrid {
     scale: f64,
+    inv_scale: f64,
     zero: f64,
     qmax: f64,
     signal: f64,
@@ -110,6 +111,7 @@ impl BitGrid {
         let zero = (-lo / scale).round().clamp(0.0, qmax);
         BitGrid {
             scale,
+            inv_scale: 1.0 / scale,
             zero,
             qmax,
             signal: 0.0,
@@ -117,7 +119,7 @@ impl BitGrid {
         }
     }
     fn add(&mut self, x: f64) {
-        let q = ((x / self.scale).round_ties_even() + self.zero).clamp(0.0, self.qmax);
+        let q = ((x * self.inv_scale).round_ties_even() + self.zero).clamp(0.0, self.qmax);
         let e = x - (q - self.zero) * self.scale;
         self.signal += x * x;
         self.noise += e * e;
@@ -207,17 +209,19 @@ pub fn details(
             let (Some(h), Some(x)) = (hists.get_mut(name), t.as_f32()) else {
                 return;
             };
-            let (clo, chi) = clip(acts[name]);
-            let width = (h.hi - h.lo) / bins as f64;
+            let (s, z) = acts[name];
+            let (clo, chi) = clip((s, z));
+            // A value is clipped when it lies beyond the outermost code by more than half a
+            // step (it rounds to that code from inside otherwise).
+            let half = 0.5 * f64::from(s);
+            let (below, above) = (clo - half, chi + half);
+            let inv_width = bins as f64 / (h.hi - h.lo);
             for &v in x {
                 let v = f64::from(v);
-                let k = (((v - h.lo) / width) as usize).min(bins - 1);
+                let k = (((v - h.lo) * inv_width) as usize).min(bins - 1);
                 h.bins[k] += 1;
-                // A value is clipped when it lies beyond the outermost code by more than
-                // half a step (it would round to that code from inside otherwise).
-                let half = 0.5 * f64::from(acts[name].0);
-                h.below += u64::from(v < clo - half);
-                h.above += u64::from(v > chi + half);
+                h.below += u64::from(v < below);
+                h.above += u64::from(v > above);
                 for g in &mut h.grids {
                     g.add(v);
                 }
