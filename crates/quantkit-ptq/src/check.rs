@@ -452,6 +452,9 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
         let Some(wt) = f.w.codes.as_ref() else {
             continue;
         };
+        let depthwise = matches!(f.layout, Layout::ConvOut)
+            && g.nodes[f.anchor].attr_int("group", 1).unwrap_or(1) > 1
+            && wt.shape.get(1) == Some(&1);
         let Some((rows, k)) = weight_rows(wt, f.layout) else {
             return Err(PtqError::InvalidOption(format!(
                 "node `{node}`: weight `{}` of shape {:?} does not fit its operator",
@@ -475,10 +478,6 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
         let (mut risky, mut pairs) = (0u64, 0u64);
         // A depthwise convolution (one input channel per group) runs on MLAS's depthwise
         // kernel, which widens to int32: no pairs.
-        let anchor = &g.nodes[f.anchor];
-        let depthwise = matches!(f.layout, Layout::ConvOut)
-            && anchor.attr_int("group", 1).unwrap_or(1) > 1
-            && wt.shape.get(1) == Some(&1);
         let maddubs =
             matches!(f.x.dtype, DType::U8) && matches!(f.w.dtype, DType::I8) && !depthwise;
         for (c, r) in rows.iter().enumerate() {
