@@ -82,7 +82,7 @@ fn hbars(
         .clamp(4, 48) as u32
         * 7
         + 10;
-    let (w, h) = (label_w + 640, 90 + row * n as u32);
+    let (w, h) = (label_w + 640, (90 + row * n as u32).max(200));
     // Room on the right for the legend, clear of the longest bar.
     let x_range = (x_range.0, x_range.1 + 0.3 * (x_range.1 - x_range.0));
     let mut svg = String::new();
