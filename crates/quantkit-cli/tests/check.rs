@@ -26,7 +26,10 @@ fn the_zoo_models_pass_the_check() {
             let out = dir.path().join(format!("{model}-{format}.onnx"));
             let q = quantkit(&[
                 "quantize",
-                repo().join(format!("models/{model}.onnx")).to_str().unwrap(),
+                repo()
+                    .join(format!("models/{model}.onnx"))
+                    .to_str()
+                    .unwrap(),
                 "--calib",
                 calib.to_str().unwrap(),
                 "--calib-samples",

@@ -157,7 +157,15 @@ fn html_report_opens_in_chromium_with_every_chart_drawn() {
         .arg(repo().join("models/lenet.onnx"))
         .arg("--calib")
         .arg(repo().join("data/fashion-mnist-sample"))
-        .args(["--calib-samples", "64", "--samples", "32", "--top", "3", "-o"])
+        .args([
+            "--calib-samples",
+            "64",
+            "--samples",
+            "32",
+            "--top",
+            "3",
+            "-o",
+        ])
         .arg(&out)
         .output()
         .expect("run quantkit");
@@ -314,7 +322,11 @@ fn report_json_holds_histograms_and_bit_sweeps() {
             .map(|p| p[1].as_f64().unwrap_or(f64::INFINITY))
             .collect();
         assert_eq!(sq.len(), 7);
-        assert!(sq.windows(2).all(|w| w[1] >= w[0] - 0.5), "{}: {sq:?}", a["tensor"]);
+        assert!(
+            sq.windows(2).all(|w| w[1] >= w[0] - 0.5),
+            "{}: {sq:?}",
+            a["tensor"]
+        );
     }
     // percentile=99 clips 1% of the calibration data at each end: some clipping shows.
     assert!(some_clipped);

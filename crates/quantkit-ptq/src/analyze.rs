@@ -35,7 +35,9 @@ use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Te
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod detail;
-pub use detail::{details, weight_picture, ActivationRange, BitPoint, Details, WeightPicture, BITS};
+pub use detail::{
+    details, weight_picture, ActivationRange, BitPoint, Details, WeightPicture, BITS,
+};
 
 /// One batch: the value of every model input.
 pub type Feed = Vec<(String, Tensor)>;

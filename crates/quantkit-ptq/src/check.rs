@@ -196,7 +196,13 @@ fn through_dq(g: &Graph, uses: &Uses, v: &str) -> Option<Operand> {
     if !dq.is(OpKind::DequantizeLinear) {
         return None;
     }
-    operand_from(g, uses, dq.inputs.first()?, dq.inputs.get(1), dq.inputs.get(2))
+    operand_from(
+        g,
+        uses,
+        dq.inputs.first()?,
+        dq.inputs.get(1),
+        dq.inputs.get(2),
+    )
 }
 
 /// The scale of the QuantizeLinear the layer's output reaches, through one Relu/Clip whose
@@ -398,7 +404,11 @@ fn find_layer(g: &Graph, uses: &Uses, i: usize) -> Option<Found> {
             })
         }
         OpKind::ConvInteger | OpKind::MatMulInteger => {
-            let zp = |k: usize| inp(k).and_then(|z| const_of(g, uses, z)).map(Tensor::to_i64_vec);
+            let zp = |k: usize| {
+                inp(k)
+                    .and_then(|z| const_of(g, uses, z))
+                    .map(Tensor::to_i64_vec)
+            };
             let xcodes = inp(0)?;
             let mut x = operand_from(g, uses, xcodes, None, None).unwrap_or(Operand {
                 dtype: DType::U8,
@@ -644,6 +654,6 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
             ),
         });
     }
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     Ok(CheckReport { layers, findings })
 }

@@ -138,15 +138,18 @@ fn qlinear_conv_is_checked_like_its_qdq_form() {
     for (n, t) in [
         ("xs", scalar(0.02)),
         ("xz", u8_scalar(10)),
-        ("w", Tensor::new(vec![3, 2, 3, 3], Data::I8(w.clone())).unwrap()),
-        ("ws", Tensor::from_f32(&[3], vec![0.1, 0.2, 0.4])),
         (
-            "wz",
-            Tensor::new(vec![3], Data::I8(vec![0, 0, 0])).unwrap(),
+            "w",
+            Tensor::new(vec![3, 2, 3, 3], Data::I8(w.clone())).unwrap(),
         ),
+        ("ws", Tensor::from_f32(&[3], vec![0.1, 0.2, 0.4])),
+        ("wz", Tensor::new(vec![3], Data::I8(vec![0, 0, 0])).unwrap()),
         ("ys", scalar(1e-12)),
         ("yz", u8_scalar(0)),
-        ("b", Tensor::new(vec![3], Data::I32(vec![5, -7, 1000])).unwrap()),
+        (
+            "b",
+            Tensor::new(vec![3], Data::I32(vec![5, -7, 1000])).unwrap(),
+        ),
     ] {
         g.initializers.insert(n.into(), t);
     }
@@ -163,7 +166,11 @@ fn qlinear_conv_is_checked_like_its_qdq_form() {
     // Worst channel: max|x − 10| = 245, Σ|w| of the channel, plus |bias|.
     let worst = (0..3)
         .map(|c| {
-            245.0 * w[c * 18..(c + 1) * 18].iter().map(|&v| f64::from(v).abs()).sum::<f64>()
+            245.0
+                * w[c * 18..(c + 1) * 18]
+                    .iter()
+                    .map(|&v| f64::from(v).abs())
+                    .sum::<f64>()
                 + [5.0, 7.0, 1000.0][c]
         })
         .fold(0.0, f64::max);

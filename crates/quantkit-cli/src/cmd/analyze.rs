@@ -335,7 +335,10 @@ fn write_report_dir(
     json["details"] = serde_json::to_value(d)?;
     json["weight_picture"] = serde_json::to_value(&picture)?;
     let html = render_html(args, setup, report, d, picture.as_ref())?;
-    write_file(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
+    write_file(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
     write_file(&dir.join("report.html"), html.as_bytes())?;
     if !args.json {
         println!(
@@ -375,7 +378,12 @@ fn render_html(
             propagated: l.propagated.map(|s| s.sqnr_db),
         })
         .collect();
-    let top: Vec<String> = report.layers.iter().take(5).map(|l| l.name.clone()).collect();
+    let top: Vec<String> = report
+        .layers
+        .iter()
+        .take(5)
+        .map(|l| l.name.clone())
+        .collect();
     let mut figs = vec![Figure {
         id: "sqnr".into(),
         caption: "Local SQNR: the layer alone quantized, fed float values (the error it adds). \
@@ -431,7 +439,10 @@ half a step of its channel's scale).",
                 "{}{}: observed {:.4}..{:.4}, clip range {:.4}..{:.4} (scale {:.3e}, zero point \
 {}), {} of {} values clipped ({:.3}%)",
                 a.tensor,
-                a.layer.as_deref().map(|l| format!(" (output of {l})")).unwrap_or_default(),
+                a.layer
+                    .as_deref()
+                    .map(|l| format!(" (output of {l})"))
+                    .unwrap_or_default(),
                 a.observed.0,
                 a.observed.1,
                 a.clip.0,
@@ -445,12 +456,12 @@ half a step of its channel's scale).",
             svg: chart(html::histogram(a))?,
         });
     }
-    let top1 = report
-        .output
-        .top1_agreement
-        .map_or(String::new(), |t| format!(", top-1 agreement {:.1}%", 100.0 * t));
-    let summary = vec![
-        format!(
+    let top1 = report.output.top1_agreement.map_or(String::new(), |t| {
+        format!(", top-1 agreement {:.1}%", 100.0 * t)
+    });
+    let summary =
+        vec![
+            format!(
             "{}: {} layers, {} evaluation / {} calibration samples, --method {}, weights i{} {}, \
 activations {}.",
             args.model.display(),
@@ -462,19 +473,23 @@ activations {}.",
             if args.per_tensor { "per-tensor" } else { "per-channel" },
             args.activations
         ),
-        format!(
-            "Quantized model output: SQNR {} dB{top1}. SQNR = 10·log10(Σ float² / Σ (float − \
+            format!(
+                "Quantized model output: SQNR {} dB{top1}. SQNR = 10·log10(Σ float² / Σ (float − \
 quantized)²); higher is better, 6 dB is one bit. docs/analysis.md explains every figure.",
-            db(Some(report.output.sqnr_db))
-        ),
-    ];
+                db(Some(report.output.sqnr_db))
+            ),
+        ];
     let mut table = String::from(
         "<h2>Layers, most to blame first</h2>\n<table data-table=\"ranking\"><tr><th>rank</th>\
 <th>layer</th><th>op</th><th>weight dB</th><th>local dB</th><th>prop dB</th><th>float→ dB</th>\
 <th>top-1</th><th>recovered</th></tr>\n",
     );
     for (i, l) in report.layers.iter().enumerate() {
-        let weight = l.weights.iter().map(|w| w.total.sqnr_db).min_by(f64::total_cmp);
+        let weight = l
+            .weights
+            .iter()
+            .map(|w| w.total.sqnr_db)
+            .min_by(f64::total_cmp);
         let (lf, t1, rec) = match &l.sensitivity {
             Some(s) => (
                 db(Some(s.left_float.sqnr_db)),

@@ -44,8 +44,7 @@ fn target_name(t: Target) -> &'static str {
 /// Runs `quantkit check`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let graph = quantkit_graph::load_model(&args.model)?;
-    let mut report =
-        check(&graph).with_context(|| format!("checking {}", args.model.display()))?;
+    let mut report = check(&graph).with_context(|| format!("checking {}", args.model.display()))?;
     // Float islands: what the engine's compile report says.
     let plan = compile(&graph, &EngineOptions::default())
         .with_context(|| format!("compiling {} for the engine", args.model.display()))?;
@@ -104,7 +103,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .max(5);
         println!(
             "{:w$}  {:16}  {:>6}  {:>7}  {:>9}  {:>8}  {:>21}  {:>8}  {:>11}",
-            "layer", "op", "K", "types", "worst acc", "headroom", "multiplier", "shift", "sat. pairs"
+            "layer",
+            "op",
+            "K",
+            "types",
+            "worst acc",
+            "headroom",
+            "multiplier",
+            "shift",
+            "sat. pairs"
         );
         for l in &report.layers {
             let m = l

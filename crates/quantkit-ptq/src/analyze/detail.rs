@@ -154,8 +154,7 @@ pub fn details(
     let bins = bins.clamp(8, 1024);
     let total = 2 + BITS.count();
     let float = &setup.float;
-    let acts: HashMap<&str, (f32, i32)> =
-        setup.act.iter().map(|(k, &v)| (k.as_str(), v)).collect();
+    let acts: HashMap<&str, (f32, i32)> = setup.act.iter().map(|(k, &v)| (k.as_str(), v)).collect();
     let scheme = setup.options.activation_scheme();
     let (qmin, qmax) = (scheme.qmin(), scheme.qmax());
     let clip = |(s, z): (f32, i32)| {

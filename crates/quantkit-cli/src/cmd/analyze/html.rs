@@ -121,7 +121,9 @@ fn hbars(
             c.draw_series(bars)
                 .map_err(e)?
                 .label(*name)
-                .legend(move |(a, b)| Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled()));
+                .legend(move |(a, b)| {
+                    Rectangle::new([(a, b - 5), (a + 12, b + 5)], color.filled())
+                });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -129,11 +131,12 @@ fn hbars(
             .background_style(WHITE.mix(0.9))
             .draw()
             .map_err(e)?;
-        let style = TextStyle::from(("sans-serif", 11).into_font())
-            .pos(plotters::style::text_anchor::Pos::new(
+        let style = TextStyle::from(("sans-serif", 11).into_font()).pos(
+            plotters::style::text_anchor::Pos::new(
                 plotters::style::text_anchor::HPos::Right,
                 plotters::style::text_anchor::VPos::Center,
-            ));
+            ),
+        );
         for (i, l) in labels.iter().enumerate() {
             let (_, py) = c.backend_coord(&(x_range.0, (n - 1 - i) as f64));
             let short: String = l.chars().take(48).collect();
@@ -235,13 +238,19 @@ pub fn histogram(a: &ActivationRange) -> DrawResult<String> {
             .draw()
             .map_err(e)?;
         let width = (hi - lo) / a.bins.len().max(1) as f64;
-        c.draw_series(a.bins.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| {
-            let x0 = lo + width * i as f64;
-            Rectangle::new(
-                [(x0, 0.0), (x0 + width, ((n as f64) + 1.0).log10())],
-                RGBColor(31, 119, 180).filled(),
-            )
-        }))
+        c.draw_series(
+            a.bins
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| {
+                    let x0 = lo + width * i as f64;
+                    Rectangle::new(
+                        [(x0, 0.0), (x0 + width, ((n as f64) + 1.0).log10())],
+                        RGBColor(31, 119, 180).filled(),
+                    )
+                }),
+        )
         .map_err(e)?;
         // The quantization grid: one tick per code, or every k-th when they would merge.
         let codes = (a.qmax - a.qmin) as usize + 1;
@@ -260,9 +269,11 @@ pub fn histogram(a: &ActivationRange) -> DrawResult<String> {
             format!("grid: a tick per {every} codes")
         })
         .legend(|(x, y)| PathElement::new(vec![(x, y - 5), (x, y + 5)], RGBColor(90, 90, 90)));
-        c.draw_series([a.clip.0, a.clip.1].into_iter().map(|x| {
-            PathElement::new(vec![(x, 0.0), (x, ymax)], RED.stroke_width(2))
-        }))
+        c.draw_series(
+            [a.clip.0, a.clip.1]
+                .into_iter()
+                .map(|x| PathElement::new(vec![(x, 0.0), (x, ymax)], RED.stroke_width(2))),
+        )
         .map_err(e)?
         .label("clip range")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], RED.stroke_width(2)));
@@ -321,9 +332,7 @@ fn bit_lines(
             .draw()
             .map_err(e)?;
         let pts = |v: &[(u8, f64)]| -> Vec<(f64, f64)> {
-            v.iter()
-                .map(|&(b, y)| (f64::from(b), fin(y, hi)))
-                .collect()
+            v.iter().map(|&(b, y)| (f64::from(b), fin(y, hi))).collect()
         };
         for (name, v) in all {
             if !highlight.contains(name) {
@@ -347,7 +356,9 @@ fn bit_lines(
             c.draw_series(LineSeries::new(pts(m), BLACK.stroke_width(3)))
                 .map_err(e)?
                 .label("whole model (output)")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLACK.stroke_width(3)));
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 14, y)], BLACK.stroke_width(3))
+                });
             c.draw_series(
                 pts(m)
                     .into_iter()
@@ -505,7 +516,9 @@ pub fn weight_picture_chart(p: &WeightPicture) -> DrawResult<String> {
             .map_err(e)?;
         c.configure_mesh().x_desc("index").draw().map_err(e)?;
         c.draw_series(LineSeries::new(
-            err.iter().enumerate().map(|(i, &v)| (i as f64, f64::from(v))),
+            err.iter()
+                .enumerate()
+                .map(|(i, &v)| (i as f64, f64::from(v))),
             &BLACK,
         ))
         .map_err(e)?;
