@@ -65,8 +65,10 @@ fn the_zoo_models_pass_the_check() {
 fn an_overflowing_accumulator_exits_with_status_2() {
     // x → Q(u8, z 0) → DQ → MatMul(DQ(int8 127, K = 70 000)) → Q → DQ: 255·127·70 000 > 2^31.
     let (k, n) = (70_000usize, 2usize);
-    let mut g = Graph::default();
-    g.opset_imports = vec![(String::new(), 17)];
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
     g.meta.ir_version = 8;
     g.inputs = vec![ValueInfo::new("x", DType::F32, &[1, k])];
     g.outputs = vec![ValueInfo::new("y", DType::F32, &[1, n])];

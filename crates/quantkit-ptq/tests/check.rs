@@ -17,8 +17,10 @@ fn u8_scalar(v: u8) -> Tensor {
 /// `x → Q → DQ → MatMul(DQ(W int8 [K, N])) → Q → DQ → y` with u8 activations (zero point
 /// `zx`), every weight `w`, input scale `sx`, weight scale `sw`, output scale `sy`.
 fn qdq_matmul(k: usize, n: usize, w: i8, zx: u8, sx: f32, sw: f32, sy: f32) -> Graph {
-    let mut g = Graph::default();
-    g.opset_imports = vec![(String::new(), 17)];
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
     g.inputs = vec![ValueInfo::new("x", DType::F32, &[1, k])];
     g.outputs = vec![ValueInfo::new("y", DType::F32, &[1, n])];
     let init = |g: &mut Graph, name: &str, t: Tensor| {
@@ -130,8 +132,10 @@ fn vpmaddubsw_pairs_are_counted_along_k() {
 #[test]
 fn qlinear_conv_is_checked_like_its_qdq_form() {
     // QLinearConv, 3 output channels of 2·3·3 = 18 weights each, 8-channel... K = 18.
-    let mut g = Graph::default();
-    g.opset_imports = vec![(String::new(), 17)];
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
     g.inputs = vec![ValueInfo::new("x", DType::U8, &[1, 2, 5, 5])];
     g.outputs = vec![ValueInfo::new("y", DType::U8, &[1, 3, 3, 3])];
     let w: Vec<i8> = (0..54).map(|i| (i % 7) as i8 - 3).collect();

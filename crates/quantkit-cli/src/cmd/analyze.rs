@@ -227,7 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report_dir = args
         .output
         .as_ref()
-        .filter(|o| !o.extension().is_some_and(|e| e == "json"));
+        .filter(|o| o.extension().is_none_or(|e| e != "json"));
     let t0 = std::time::Instant::now();
     let details = match report_dir {
         Some(_) => {
