@@ -23,8 +23,10 @@
 //!   u8×s8 kernels add two u8·s8 products into a saturating int16. A pair of consecutive
 //!   weights along K (`k = 2j, 2j+1`, the kernels' pairing) of the same sign with
 //!   `|w_a| + |w_b| ≥ 129` saturates when both activations are near 255
-//!   (`255 · 129 > 32 767`) (**warning**; ONNX Runtime's remedy is `reduce_range`, 7-bit
-//!   weights). quantkit's own AVX2 kernel multiplies in 16 bits (`vpmaddwd`) and is exact.
+//!   (`255 · 129 > 32 767`) (**warning**, one for the model; ONNX Runtime's remedy is
+//!   `reduce_range`, 7-bit weights). Depthwise convolutions are not counted (MLAS runs them
+//!   on a kernel that widens to int32). quantkit's own AVX2 kernel multiplies in 16 bits
+//!   (`vpmaddwd`) and is exact.
 //!
 //! Where a layer is not of these forms, nothing is claimed about it. Ops that run as float
 //! islands in quantkit's engine come from the engine's compile report, which this crate does
@@ -98,8 +100,9 @@ pub struct LayerCheck {
     /// Smallest and largest fixed-point shift (`M = M0 · 2^(shift − 31)`), where every
     /// multiplier has a fixed-point form.
     pub shift: Option<(i32, i32)>,
-    /// Consecutive weight pairs along K that can saturate `vpmaddubsw` (u8 input, s8
-    /// weights), and all pairs.
+    /// Consecutive weight pairs along K that can saturate `vpmaddubsw`, and all pairs
+    /// (`None` unless u8 inputs meet s8 weights, and for a depthwise convolution, which
+    /// MLAS runs on a kernel that widens to int32).
     pub maddubs_pairs_at_risk: Option<(u64, u64)>,
 }
 
