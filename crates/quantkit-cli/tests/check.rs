@@ -62,6 +62,44 @@ fn the_zoo_models_pass_the_check() {
 }
 
 #[test]
+fn seven_bit_weights_remove_the_vpmaddubsw_risk() {
+    // |w| ≤ 63 with 7-bit weights: no pair reaches |w_a| + |w_b| = 129 (ONNX Runtime's
+    // reduce_range), while 8-bit weights have such pairs.
+    let dir = tempfile::tempdir().unwrap();
+    let calib = repo().join("data/fashion-mnist-sample");
+    let model = repo().join("models/lenet.onnx");
+    let mut at_risk = Vec::new();
+    for bits in ["8", "7"] {
+        let out = dir.path().join(format!("lenet-{bits}.onnx"));
+        let q = quantkit(&[
+            "quantize",
+            model.to_str().unwrap(),
+            "--calib",
+            calib.to_str().unwrap(),
+            "--calib-samples",
+            "32",
+            "--weight-bits",
+            bits,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+        let c = quantkit(&["check", out.to_str().unwrap(), "--json"]);
+        assert!(c.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&c.stdout).unwrap();
+        let risky: u64 = v["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["maddubs_pairs_at_risk"][0].as_u64().unwrap())
+            .sum();
+        at_risk.push((risky, v["warnings"].as_u64().unwrap()));
+    }
+    assert!(at_risk[0].0 > 0 && at_risk[0].1 == 1, "{at_risk:?}");
+    assert_eq!(at_risk[1], (0, 0));
+}
+
+#[test]
 fn an_overflowing_accumulator_exits_with_status_2() {
     // x → Q(u8, z 0) → DQ → MatMul(DQ(int8 127, K = 70 000)) → Q → DQ: 255·127·70 000 > 2^31.
     let (k, n) = (70_000usize, 2usize);
