@@ -184,7 +184,14 @@ fn operand_from(
             }
         })
         .unwrap_or(DType::U8);
-    let zero_points = zp_tensor.map_or(vec![0], Tensor::to_i64_vec);
+    // Empty parameter tensors (a malformed model) say nothing: no operand.
+    if scales.is_empty() || scales.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+        return None;
+    }
+    let zero_points = zp_tensor
+        .map(Tensor::to_i64_vec)
+        .filter(|z| !z.is_empty())
+        .unwrap_or(vec![0]);
     Some(Operand {
         dtype,
         codes: constant,
@@ -420,13 +427,13 @@ fn find_layer(g: &Graph, uses: &Uses, i: usize) -> Option<Found> {
                 zero_points: vec![0],
             });
             // DynamicQuantizeLinear picks its zero point at run time: any code.
-            x.zero_points = zp(2).unwrap_or(vec![0]);
+            x.zero_points = zp(2).filter(|z| !z.is_empty()).unwrap_or(vec![0]);
             let wt = const_of(g, uses, inp(1)?)?.clone();
             let w = Operand {
                 dtype: wt.dtype,
                 codes: Some(wt),
                 scales: vec![],
-                zero_points: zp(3).unwrap_or(vec![0]),
+                zero_points: zp(3).filter(|z| !z.is_empty()).unwrap_or(vec![0]),
             };
             Some(Found {
                 anchor: i,
@@ -538,7 +545,9 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
             let mut bad = None;
             let mut flushed = 0;
             for c in 0..channels {
-                let sw = f.w.scales[c.min(f.w.scales.len().saturating_sub(1))];
+                let Some(&sw) = f.w.scales.get(c.min(f.w.scales.len().saturating_sub(1))) else {
+                    continue;
+                };
                 let m = sx * sw / sy;
                 mlo = mlo.min(m);
                 mhi = mhi.max(m);
@@ -625,6 +634,16 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
             multiplier,
             shift,
             maddubs_pairs_at_risk: maddubs.then_some((risky, pairs)),
+        });
+    }
+    if layers.is_empty() {
+        findings.push(Finding {
+            severity: Severity::Note,
+            target: Target::All,
+            node: None,
+            message: "no integer matrix product found (a float model, or layers of a form \
+                      this check does not know): nothing was checked"
+                .into(),
         });
     }
     // One finding for the vpmaddubsw risk (the per-layer counts are in the layers).

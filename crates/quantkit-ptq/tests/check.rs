@@ -183,3 +183,24 @@ fn qlinear_conv_is_checked_like_its_qdq_form() {
     assert!(r.has_errors());
     assert!(r.findings[0].message.contains("channel"));
 }
+
+#[test]
+fn a_float_model_has_nothing_to_check_and_says_so() {
+    let mut g = qdq_matmul(16, 4, 3, 0, 1.0, 1.0, 1.0);
+    // Keep only the MatMul on float initializers.
+    g.nodes.retain(|n| n.name == "mm");
+    g.nodes[0].inputs = vec!["x".into(), "wf".into()];
+    g.nodes[0].outputs = vec!["y".into()];
+    g.initializers
+        .insert("wf".into(), Tensor::from_f32(&[16, 4], vec![0.5; 64]));
+    let r = check(&g).unwrap();
+    assert!(r.layers.is_empty());
+    assert!(!r.has_errors());
+    assert!(r.findings[0].message.contains("nothing was checked"));
+    // An empty scale tensor (malformed) is not an operand: no panic, nothing claimed.
+    let mut g = qdq_matmul(16, 4, 3, 0, 1.0, 1.0, 1.0);
+    g.initializers
+        .insert("sw".into(), Tensor::from_f32(&[0], vec![]));
+    let r = check(&g).unwrap();
+    assert!(r.layers.is_empty());
+}
