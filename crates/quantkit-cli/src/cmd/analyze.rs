@@ -378,12 +378,19 @@ fn render_html(
             propagated: l.propagated.map(|s| s.sqnr_db),
         })
         .collect();
-    let top: Vec<String> = report
-        .layers
-        .iter()
-        .take(5)
-        .map(|l| l.name.clone())
-        .collect();
+    // The five most-to-blame layers drawn in colour: among those with a weight for the
+    // weight chart, among those with an output activation for the activation chart.
+    let top_of = |keep: &dyn Fn(&quantkit_ptq::analyze::LayerReport) -> bool| -> Vec<String> {
+        report
+            .layers
+            .iter()
+            .filter(|l| keep(l))
+            .take(5)
+            .map(|l| l.name.clone())
+            .collect()
+    };
+    let top_weighted = top_of(&|l| !l.weights.is_empty());
+    let top_output = top_of(&|l| l.output.is_some());
     let mut figs = vec![Figure {
         id: "sqnr".into(),
         caption: "Local SQNR: the layer alone quantized, fed float values (the error it adds). \
@@ -407,10 +414,10 @@ the layer is left in float, most to blame first (layers the sensitivity passes r
     figs.push(Figure {
         id: "bits-weights".into(),
         caption: "Every weight quantized to 2–8 bits (activations as calibrated, 8 bits): the \
-worst weight SQNR of each layer (grey; the five most-to-blame layers in colour) and the model \
-output SQNR (black)."
+worst weight SQNR of each layer (grey; the five most-to-blame layers with a weight in colour) \
+and the model output SQNR (black)."
             .into(),
-        svg: chart(html::weight_bits_chart(d, &top))?,
+        svg: chart(html::weight_bits_chart(d, &top_weighted))?,
     });
     figs.push(Figure {
         id: "bits-activations".into(),
@@ -418,7 +425,7 @@ output SQNR (black)."
 clip range, on the evaluation data: about 6 dB per bit while rounding dominates, flatter where \
 clipping does."
             .into(),
-        svg: chart(html::activation_bits_chart(d, &top))?,
+        svg: chart(html::activation_bits_chart(d, &top_output))?,
     });
     if let Some(p) = picture {
         figs.push(Figure {
