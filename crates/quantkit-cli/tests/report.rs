@@ -278,6 +278,8 @@ fn report_json_holds_histograms_and_bit_sweeps() {
             "0",
             "--method",
             "percentile=99",
+            "--sweep-samples",
+            "32",
             "--json",
             "-o",
         ])
@@ -330,7 +332,9 @@ fn report_json_holds_histograms_and_bit_sweeps() {
     }
     // percentile=99 clips 1% of the calibration data at each end: some clipping shows.
     assert!(some_clipped);
-    // The whole model at 8-bit weights is the analysis' own quantized model.
+    // The whole model at 8-bit weights is the analysis' own quantized model (the sweep ran
+    // on all 32 samples here).
+    assert_eq!(d["sweep_samples"], 32);
     let pts = d["weight_bits"].as_array().unwrap();
     assert_eq!(pts.len(), 7);
     let eight = &pts[6];

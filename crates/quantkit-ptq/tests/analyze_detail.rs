@@ -79,7 +79,8 @@ fn histograms_clipping_and_bit_sweeps_match_a_direct_count() {
     // Evaluation inputs up to 1.5 where calibration saw up to 1: the input is clipped.
     let eval = feeds(2, 6, 1.5, 200);
     let setup = Setup::new(small(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
-    let d = details(&setup, &eval, 32, &mut |_, _| {}).unwrap();
+    let d = details(&setup, &eval, 32, 1000, &mut |_, _| {}).unwrap();
+    assert_eq!(d.sweep_samples, 12);
     assert_eq!(d.activations.len(), setup.plan.activations.len());
 
     // Every value of every activation, from the float model.
@@ -198,4 +199,28 @@ fn histograms_clipping_and_bit_sweeps_match_a_direct_count() {
         assert_eq!(v, codes[i] as f32 * scales[i / 36], "element {i}");
     }
     assert!(weight_picture(&setup, "flat", 50).unwrap().is_none());
+}
+
+#[test]
+fn the_weight_sweep_runs_on_the_first_feeds_only() {
+    let calib = feeds(2, 8, 1.0, 100);
+    let eval = feeds(3, 4, 1.0, 300);
+    let setup = Setup::new(small(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
+    // 5 samples: the first two feeds of 4.
+    let d = details(&setup, &eval, 16, 5, &mut |_, _| {}).unwrap();
+    assert_eq!(d.sweep_samples, 8);
+    let report = analyze(
+        &setup,
+        &eval[..2],
+        &AnalyzeOptions {
+            top_k: Some(0),
+            budget: None,
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(d.weight_bits[6].output.sqnr_db, report.output.sqnr_db);
+    // The histograms still count every evaluation value.
+    let x = d.activations.iter().find(|a| a.tensor == "x").unwrap();
+    assert_eq!(x.elements, 3 * 4 * 64);
 }

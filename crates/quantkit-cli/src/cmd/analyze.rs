@@ -88,6 +88,10 @@ pub struct Args {
     /// Histogram bins per activation in the HTML report.
     #[arg(long, default_value_t = 64)]
     pub bins: usize,
+    /// Evaluation samples the report's weight bit-width sweep (seven quantized passes)
+    /// runs on: the first batches holding at least this many.
+    #[arg(long, default_value_t = 16)]
+    pub sweep_samples: usize,
 }
 
 fn parse_top(s: &str) -> anyhow::Result<Option<usize>> {
@@ -235,10 +239,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 hidden,
                 "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
             );
-            let d = quantkit_ptq::analyze::details(&setup, &eval, args.bins, &mut |done, total| {
-                b.set_length(total as u64);
-                b.set_position(done as u64);
-            })
+            let d = quantkit_ptq::analyze::details(
+                &setup,
+                &eval,
+                args.bins,
+                args.sweep_samples,
+                &mut |done, total| {
+                    b.set_length(total as u64);
+                    b.set_position(done as u64);
+                },
+            )
             .with_context(|| {
                 format!(
                     "measuring histograms and bit widths of {}",

@@ -74,6 +74,9 @@ pub struct Details {
     pub activations: Vec<ActivationRange>,
     /// One point per weight bit width, 2..=8.
     pub weight_bits: Vec<BitPoint>,
+    /// Evaluation samples the weight sweep's model outputs were measured on (the first
+    /// feeds of the evaluation data; the histograms use all of it).
+    pub sweep_samples: usize,
 }
 
 /// One weight tensor before and after quantization (the report's error picture).
@@ -138,12 +141,15 @@ struct HistAcc {
 
 /// Measures every quantized activation's histogram and clipping, the activation error at
 /// 2–8 bits, and the weight and model error with 2–8-bit weights, on `data`. `bins` is the
-/// histogram resolution (clamped to 8..=1024). `progress(done, total)` counts passes over
-/// the data (9).
+/// histogram resolution (clamped to 8..=1024). The seven weight-width passes run the QDQ
+/// model on the first feeds holding at least `sweep_samples` samples (all of `data` if it
+/// has fewer), the expensive part on a large model. `progress(done, total)` counts passes
+/// (9).
 pub fn details(
     setup: &Setup,
     data: &[Feed],
     bins: usize,
+    sweep_samples: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Details> {
     if data.is_empty() {
@@ -270,7 +276,12 @@ pub fn details(
         })
         .collect();
 
-    // Passes 3..: the QDQ model with every weight at 2..=8 bits.
+    // Passes 3..: the QDQ model with every weight at 2..=8 bits, on the first feeds.
+    let (mut n_feeds, mut sweep) = (0, 0);
+    while n_feeds < data.len() && (n_feeds == 0 || sweep < sweep_samples) {
+        sweep += super::batch_of(&data[n_feeds]);
+        n_feeds += 1;
+    }
     let mut weight_bits = Vec::new();
     for (i, bits) in BITS.enumerate() {
         let mut s = setup.clone();
@@ -285,7 +296,7 @@ pub fn details(
             }
         }
         let mut acc = OutAcc::default();
-        for (bi, (feed, reference)) in data.iter().zip(&float_outputs).enumerate() {
+        for (bi, (feed, reference)) in data[..n_feeds].iter().zip(&float_outputs).enumerate() {
             let outs = execute(&q, feed.clone()).map_err(graph_err(format!(
                 "running the model with {bits}-bit weights on batch {bi}"
             )))?;
@@ -301,6 +312,7 @@ pub fn details(
     Ok(Details {
         activations,
         weight_bits,
+        sweep_samples: sweep,
     })
 }
 
