@@ -46,6 +46,10 @@ enum Command {
     /// Per-layer quantization error and which layer is to blame: weight error, local and
     /// propagated SQNR, and the output with each layer left in float, ranked.
     Analyze(Box<cmd::analyze::Args>),
+    /// Static deployability check of a quantized model: requantization multipliers in
+    /// fixed-point range, worst-case int32 accumulators, vpmaddubsw saturation risk, float
+    /// islands, per target (exit status 2 when an error is found).
+    Check(cmd::check::Args),
 }
 
 /// Tells glibc's allocator to keep large freed blocks instead of returning them to the
@@ -136,5 +140,6 @@ fn run() -> anyhow::Result<()> {
         Command::Quantize(args) => cmd::quantize::run(*args),
         Command::Eval(args) => cmd::eval::run(*args),
         Command::Analyze(args) => cmd::analyze::run(*args),
+        Command::Check(args) => cmd::check::run(args),
     }
 }

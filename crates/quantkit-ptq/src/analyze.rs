@@ -34,6 +34,11 @@ use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+mod detail;
+pub use detail::{
+    details, weight_picture, ActivationRange, BitPoint, Details, WeightPicture, BITS,
+};
+
 /// One batch: the value of every model input.
 pub type Feed = Vec<(String, Tensor)>;
 

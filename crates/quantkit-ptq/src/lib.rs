@@ -25,6 +25,7 @@
 
 pub mod analyze;
 pub mod calibrate;
+pub mod check;
 pub mod dynamic;
 pub mod error;
 pub mod feed;

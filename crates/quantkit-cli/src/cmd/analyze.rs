@@ -10,6 +10,8 @@ use quantkit_ptq::{PtqConfig, QdqOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+mod html;
+
 /// Arguments of `quantkit analyze`.
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -51,7 +53,8 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     pub top: String,
     /// Seconds for the sensitivity passes with `--top auto` (estimated from the time of one
-    /// quantized pass).
+    /// quantized pass); with `-o DIR` the report's own passes, which run first, count
+    /// against it.
     #[arg(long, default_value_t = 30.0)]
     pub budget: f64,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
@@ -75,9 +78,20 @@ pub struct Args {
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the JSON report to this file.
+    /// Write the report into this folder (created if absent): `report.html`, a
+    /// self-contained page of charts (per-layer SQNR, sensitivity ranking, activation
+    /// histograms with clip range and grid, error vs bit width, one weight's error picture),
+    /// and `report.json`, the same figures as numbers. A path ending in `.json` writes only
+    /// the JSON report to that file.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Histogram bins per activation in the HTML report.
+    #[arg(long, default_value_t = 64)]
+    pub bins: usize,
+    /// Evaluation samples the report's weight bit-width sweep (seven quantized passes)
+    /// runs on: the first batches holding at least this many.
+    #[arg(long, default_value_t = 16)]
+    pub sweep_samples: usize,
 }
 
 fn parse_top(s: &str) -> anyhow::Result<Option<usize>> {
@@ -212,6 +226,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .with_context(|| format!("calibrating {}", args.model.display()))?;
     b.finish_and_clear();
     drop(calib);
+    // The report's own passes (histograms, bit widths) run first and count against the
+    // sensitivity budget, so `--budget` bounds the whole run.
+    let report_dir = args
+        .output
+        .as_ref()
+        .filter(|o| o.extension().is_none_or(|e| e != "json"));
+    let t0 = std::time::Instant::now();
+    let details = match report_dir {
+        Some(_) => {
+            let b = bar(
+                hidden,
+                "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
+            );
+            let d = quantkit_ptq::analyze::details(
+                &setup,
+                &eval,
+                args.bins,
+                args.sweep_samples,
+                &mut |done, total| {
+                    b.set_length(total as u64);
+                    b.set_position(done as u64);
+                },
+            )
+            .with_context(|| {
+                format!(
+                    "measuring histograms and bit widths of {}",
+                    args.model.display()
+                )
+            })?;
+            b.finish_and_clear();
+            Some(d)
+        }
+        None => None,
+    };
+    let budget_left = (args.budget - t0.elapsed().as_secs_f64()).max(0.0);
     let passes = bar(
         hidden,
         "float + quantized passes {bar:30} {pos}/{len} batches",
@@ -226,7 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &AnalyzeOptions {
             top_k,
             budget: (args.top == "auto")
-                .then(|| std::time::Duration::from_secs_f64(args.budget.clamp(0.0, 1e9))),
+                .then(|| std::time::Duration::from_secs_f64(budget_left.clamp(0.0, 1e9))),
         },
         &mut |stage, done, total| {
             let b = if stage == Stage::Passes {
@@ -256,10 +305,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .into();
     json["activations"] = args.activations.clone().into();
     if let Some(o) = &args.output {
-        let tmp = o.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, o).with_context(|| format!("writing {}", o.display()))?;
+        match &details {
+            Some(d) => write_report_dir(o, &args, &setup, d, &report, json.clone())?,
+            None => write_file(o, serde_json::to_string_pretty(&json)?.as_bytes())?,
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -267,6 +316,228 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         print_table(&args, &report);
     }
     Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    quantkit_core::atomic::write_bytes(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `-o DIR`: the HTML page and the JSON report with the report's extra measurements.
+fn write_report_dir(
+    dir: &Path,
+    args: &Args,
+    setup: &Setup,
+    d: &quantkit_ptq::analyze::Details,
+    report: &Report,
+    mut json: serde_json::Value,
+) -> anyhow::Result<()> {
+    use quantkit_ptq::analyze::weight_picture;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The error picture: the weight of the most-to-blame layer that has one.
+    let mut picture = None;
+    for l in report.layers.iter().filter(|l| !l.weights.is_empty()) {
+        if let Some(p) = weight_picture(setup, &l.name, 256)? {
+            picture = Some(p);
+            break;
+        }
+    }
+    json["details"] = serde_json::to_value(d)?;
+    json["weight_picture"] = serde_json::to_value(&picture)?;
+    let html = render_html(args, setup, report, d, picture.as_ref())?;
+    write_file(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    write_file(&dir.join("report.html"), html.as_bytes())?;
+    if !args.json {
+        println!(
+            "report written to {} and {}",
+            dir.join("report.html").display(),
+            dir.join("report.json").display()
+        );
+    }
+    Ok(())
+}
+
+fn render_html(
+    args: &Args,
+    setup: &Setup,
+    report: &Report,
+    d: &quantkit_ptq::analyze::Details,
+    picture: Option<&quantkit_ptq::analyze::WeightPicture>,
+) -> anyhow::Result<String> {
+    use html::{esc, Figure, Row};
+    let chart = |r: Result<String, String>| r.map_err(|e| anyhow::anyhow!("drawing a chart: {e}"));
+    // Graph order of the layers.
+    let pos: std::collections::HashMap<&str, usize> = setup
+        .float
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut by_graph: Vec<_> = report.layers.iter().collect();
+    by_graph.sort_by_key(|l| pos.get(l.name.as_str()).copied().unwrap_or(usize::MAX));
+    let rows: Vec<Row> = by_graph
+        .iter()
+        .map(|l| Row {
+            name: &l.name,
+            op: &l.op,
+            local: l.local.map(|s| s.sqnr_db),
+            propagated: l.propagated.map(|s| s.sqnr_db),
+        })
+        .collect();
+    // The five most-to-blame layers drawn in colour: among those with a weight for the
+    // weight chart, among those with an output activation for the activation chart.
+    let top_of = |keep: &dyn Fn(&quantkit_ptq::analyze::LayerReport) -> bool| -> Vec<String> {
+        report
+            .layers
+            .iter()
+            .filter(|l| keep(l))
+            .take(5)
+            .map(|l| l.name.clone())
+            .collect()
+    };
+    let top_weighted = top_of(&|l| !l.weights.is_empty());
+    let top_output = top_of(&|l| l.output.is_some());
+    let mut figs = vec![Figure {
+        id: "sqnr".into(),
+        caption: "Local SQNR: the layer alone quantized, fed float values (the error it adds). \
+Propagated: the same tensor in the fully quantized model (the error accumulated up to here). \
+A low local bar marks a layer that adds error; a low propagated bar with a high local one only \
+inherits it."
+            .into(),
+        svg: chart(html::sqnr_bars(&rows))?,
+    }];
+    if let Some(svg) =
+        html::ranking_bars(report, 40).map_err(|e| anyhow::anyhow!("drawing a chart: {e}"))?
+    {
+        figs.push(Figure {
+            id: "ranking".into(),
+            caption: "Share of the quantized model's output error (squared) that goes away when \
+the layer is left in float, most to blame first (layers the sensitivity passes ran on)."
+                .into(),
+            svg,
+        });
+    }
+    figs.push(Figure {
+        id: "bits-weights".into(),
+        caption: "Every weight quantized to 2–8 bits (activations as calibrated, 8 bits): the \
+worst weight SQNR of each layer (grey; the five most-to-blame layers with a weight in colour) \
+and the model output SQNR (black)."
+            .into(),
+        svg: chart(html::weight_bits_chart(d, &top_weighted))?,
+    });
+    figs.push(Figure {
+        id: "bits-activations".into(),
+        caption: "Each layer's output activation alone quantized to 2–8 bits over its calibrated \
+clip range, on the evaluation data: about 6 dB per bit while rounding dominates, flatter where \
+clipping does."
+            .into(),
+        svg: chart(html::activation_bits_chart(d, &top_output))?,
+    });
+    if let Some(p) = picture {
+        figs.push(Figure {
+            id: "picture".into(),
+            caption: format!(
+                "The weight of `{}`, the most-to-blame layer with a weight: float vs \
+dequantized values in storage order (the first 256) and the error of each element (within ± \
+half a step of its channel's scale).",
+                p.layer
+            ),
+            svg: chart(html::weight_picture_chart(p))?,
+        });
+    }
+    for (i, a) in d.activations.iter().enumerate() {
+        figs.push(Figure {
+            id: format!("hist-{i}"),
+            caption: format!(
+                "{}{}: observed {:.4}..{:.4}, clip range {:.4}..{:.4} (scale {:.3e}, zero point \
+{}), {} of {} values clipped ({:.3}%)",
+                a.tensor,
+                a.layer
+                    .as_deref()
+                    .map(|l| format!(" (output of {l})"))
+                    .unwrap_or_default(),
+                a.observed.0,
+                a.observed.1,
+                a.clip.0,
+                a.clip.1,
+                a.scale,
+                a.zero_point,
+                a.clipped_below + a.clipped_above,
+                a.elements,
+                100.0 * a.clipped_fraction
+            ),
+            svg: chart(html::histogram(a))?,
+        });
+    }
+    let top1 = report.output.top1_agreement.map_or(String::new(), |t| {
+        format!(", top-1 agreement {:.1}%", 100.0 * t)
+    });
+    let summary =
+        vec![
+            format!(
+            "{}: {} layers, {} evaluation / {} calibration samples, --method {}, weights i{} {}, \
+activations {}.",
+            args.model.display(),
+            report.layers.len(),
+            report.samples,
+            report.calibration_samples,
+            args.method,
+            args.weight_bits,
+            if args.per_tensor { "per-tensor" } else { "per-channel" },
+            args.activations
+        ),
+            format!(
+                "Quantized model output: SQNR {} dB{top1}. SQNR = 10·log10(Σ float² / Σ (float − \
+quantized)²); higher is better, 6 dB is one bit. docs/analysis.md explains every figure.",
+                db(Some(report.output.sqnr_db))
+            ),
+        ];
+    let mut table = String::from(
+        "<h2>Layers, most to blame first</h2>\n<table data-table=\"ranking\"><tr><th>rank</th>\
+<th>layer</th><th>op</th><th>weight dB</th><th>local dB</th><th>prop dB</th><th>float→ dB</th>\
+<th>top-1</th><th>recovered</th></tr>\n",
+    );
+    for (i, l) in report.layers.iter().enumerate() {
+        let weight = l
+            .weights
+            .iter()
+            .map(|w| w.total.sqnr_db)
+            .min_by(f64::total_cmp);
+        let (lf, t1, rec) = match &l.sensitivity {
+            Some(s) => (
+                db(Some(s.left_float.sqnr_db)),
+                s.left_float
+                    .top1_agreement
+                    .map_or("-".into(), |t| format!("{:.1}%", 100.0 * t)),
+                format!("{:.1}%", 100.0 * s.recovered),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        table.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+<td>{}</td><td>{}</td></tr>\n",
+            i + 1,
+            esc(&l.name),
+            esc(&l.op),
+            db(weight),
+            db(l.local.map(|s| s.sqnr_db)),
+            db(l.propagated.map(|s| s.sqnr_db)),
+            lf,
+            t1,
+            rec
+        ));
+    }
+    table.push_str("</table>\n<h2>Charts</h2>\n");
+    Ok(html::page(
+        &format!("quantkit analyze: {}", args.model.display()),
+        &summary,
+        &table,
+        &figs,
+    ))
 }
 
 fn db(v: Option<f64>) -> String {

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod bench;
 pub mod bench_model;
+pub mod check;
 pub mod conformance;
 pub mod demo;
 pub mod eval;
