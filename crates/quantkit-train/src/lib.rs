@@ -15,6 +15,8 @@
 pub mod error;
 pub mod export;
 pub mod gemm;
+pub mod graph;
+pub mod losses;
 pub mod model;
 pub mod ops;
 pub mod optim;
