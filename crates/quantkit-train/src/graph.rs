@@ -349,6 +349,11 @@ impl GraphNet {
             .collect()
     }
 
+    /// Name of slot `s`.
+    pub fn name_of(&self, s: usize) -> &str {
+        &self.names[s]
+    }
+
     /// Slot of a value by name.
     pub fn slot_of(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)

@@ -21,6 +21,7 @@ pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod qat;
 pub mod rng;
 pub mod tape;
 pub mod tensor;
