@@ -253,14 +253,12 @@ impl Qat {
             }
             let at = t.nodes.len();
             if !pending.is_empty() {
-                fqs.entry(at).or_default().extend(pending.drain(..));
+                fqs.entry(at).or_default().append(&mut pending);
             }
             t.nodes.push(c);
         }
         if !pending.is_empty() {
-            fqs.entry(t.nodes.len())
-                .or_default()
-                .extend(pending.drain(..));
+            fqs.entry(t.nodes.len()).or_default().append(&mut pending);
         }
         let net = GraphNet::build(&t, &fqs, &roles)?;
         // Weight steps: by the float weight they read (one per weight).
@@ -383,6 +381,19 @@ impl Qat {
         drop(v);
         opt.step(&mut self.net.params, lr);
         self.clamp_scales();
+        // Fake quantization maps NaN to the zero point, so a diverged parameter need not
+        // show in the loss: check the parameters themselves.
+        if let Some(p) = self
+            .net
+            .params
+            .iter()
+            .find(|p| p.value.data().iter().any(|v| !v.is_finite()))
+        {
+            return Err(err(format!(
+                "parameter `{}` became non-finite after the optimizer step (learning rate {lr} is too high?)",
+                p.name
+            )));
+        }
         Ok((l, out))
     }
 

@@ -237,19 +237,17 @@ fn graph_parameter_gradients_match_finite_differences() {
     drop(v);
     let names: Vec<String> = net.params.iter().map(|p| p.name.clone()).collect();
     assert_eq!(names.len(), 4, "w, b, fw, fb are trainable: {names:?}");
-    for id in 0..names.len() {
+    for (id, name) in names.iter().enumerate() {
         let grad = net.params.get(id).grad.data().to_vec();
-        for j in 0..grad.len() {
+        for (j, &gj) in grad.iter().enumerate() {
             let mut p = net.clone();
             p.params.get_mut(id).value.data_mut()[j] += 1e-2;
             let mut m = net.clone();
             m.params.get_mut(id).value.data_mut()[j] -= 1e-2;
             let num = (loss_of(&p) - loss_of(&m)) / 2e-2;
             assert!(
-                (num - grad[j] as f64).abs() < 1e-3 + 1e-2 * num.abs(),
-                "{}[{j}]: analytic {} numeric {num}",
-                names[id],
-                grad[j]
+                (num - gj as f64).abs() < 1e-3 + 1e-2 * num.abs(),
+                "{name}[{j}]: analytic {gj} numeric {num}"
             );
         }
     }
@@ -270,8 +268,7 @@ fn an_operator_without_gradient_is_named() {
         None,
         0.1,
     )
-    .err()
-    .expect("Sin has no gradient");
+    .expect_err("Sin has no gradient");
     assert!(
         matches!(&e, TrainError::NoBackward { node, op_type } if node == "act" && op_type == "Sin"),
         "{e}"

@@ -332,8 +332,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 None
             };
             let lr = cosine_lr(args.lr, global, total, warmup);
-            let (l, out) =
-                qat.train_step(&mut opt, x, loss, labels.as_deref(), teacher.as_deref(), lr)?;
+            let (l, out) = qat
+                .train_step(&mut opt, x, loss, labels.as_deref(), teacher.as_deref(), lr)
+                .with_context(|| {
+                    format!(
+                        "epoch {}, step {step}: training stopped and nothing was written to {}",
+                        epoch + 1,
+                        args.output.display()
+                    )
+                })?;
             if !l.is_finite() {
                 bar.abandon();
                 bail!(
