@@ -38,6 +38,9 @@ enum Command {
     /// Train a zoo architecture on an IDX image set (Fashion-MNIST by default) and write it
     /// as ONNX.
     Train(Box<cmd::train::Args>),
+    /// Quantization-aware training: fine-tune a float model with fake quantization at the
+    /// points PTQ quantizes, then write QDQ ONNX (docs/qat.md).
+    Qat(Box<cmd::qat::Args>),
     /// Quantize an ONNX model: post-training static quantization to QDQ or QOperator ONNX
     /// (calibrated on --calib data), or dynamic quantization (--dynamic, no data).
     Quantize(Box<cmd::quantize::Args>),
@@ -137,6 +140,7 @@ fn run() -> anyhow::Result<()> {
         Command::Run(args) => cmd::run::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Train(args) => cmd::train::run(*args),
+        Command::Qat(args) => cmd::qat::run(*args),
         Command::Quantize(args) => cmd::quantize::run(*args),
         Command::Eval(args) => cmd::eval::run(*args),
         Command::Analyze(args) => cmd::analyze::run(*args),

@@ -2,10 +2,20 @@
 //! backward, optimizer) at a given batch size on rayon's default pool (set
 //! `RAYON_NUM_THREADS`).
 //!
+//! Each architecture runs twice in the same process: on the zoo's tape (`tape`), then
+//! exported to a graph and trained on the graph IR (`graph`: the registry's `eval` and
+//! `OpDef::backward`, as QAT runs). The graph path keeps BatchNormalization in inference
+//! mode, so only its speed is comparable for resnet8/mobilenet.
+//!
 //! `RAYON_NUM_THREADS=2 cargo run --release -p quantkit-train --example train_bench -- [steps] [batch] [arch...]`
 
 use std::time::Instant;
 
+use std::collections::HashMap;
+
+use quantkit_graph::Tensor as GTensor;
+use quantkit_train::graph::{train_step as graph_step, GraphNet};
+use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{Adam, Sgd};
 use quantkit_train::rng::Rng;
 use quantkit_train::tensor::Tensor;
@@ -52,6 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let labels: Vec<usize> = (0..batch).map(|_| rng.below(10)).collect();
     for arch in archs {
         let mut model = zoo::build(&arch, 1)?;
+        let graph = quantkit_train::export::to_graph(&model);
         let mut sgd = Sgd::new(0.9, 5e-4);
         let mut adam = Adam::new(1e-4);
         let opt: &mut dyn quantkit_train::optim::Optimizer =
@@ -85,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let s = t.elapsed().as_secs_f64();
         let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
         println!(
-            "{arch:12} {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
+            "{arch:12} tape  {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
             (steps * batch) as f64 / s,
             cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
             s * 1e3 / steps as f64,
@@ -102,6 +113,47 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             quantkit_train::tape::set_profiling(false);
         }
+        let mut net = GraphNet::build(&graph, &HashMap::new(), &HashMap::new())?;
+        let mut sgd = Sgd::new(0.9, 5e-4);
+        let mut adam = Adam::new(1e-4);
+        let opt: &mut dyn quantkit_train::optim::Optimizer =
+            if arch == "resnet8" || arch == "mobilenet" {
+                &mut sgd
+            } else {
+                &mut adam
+            };
+        let (loss, target) = if arch == "autoencoder" {
+            (LossKind::Mse, Some(x.as_slice()))
+        } else {
+            (LossKind::CrossEntropy, None)
+        };
+        let mut step = |net: &mut GraphNet| {
+            graph_step(
+                net,
+                opt,
+                vec![GTensor::from_f32(&[batch, 1, 28, 28], x.clone())],
+                loss,
+                Some(&labels),
+                target,
+                1e-3,
+            )
+        };
+        for _ in 0..3 {
+            step(&mut net)?;
+        }
+        let c0 = cpu_seconds();
+        let t = Instant::now();
+        for _ in 0..steps {
+            step(&mut net)?;
+        }
+        let s = t.elapsed().as_secs_f64();
+        let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+        println!(
+            "{arch:12} graph {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step)",
+            (steps * batch) as f64 / s,
+            cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
+            s * 1e3 / steps as f64,
+        );
     }
     Ok(())
 }

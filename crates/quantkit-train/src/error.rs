@@ -49,6 +49,18 @@ pub enum TrainError {
         /// Step within the epoch (0-based).
         step: usize,
     },
+    /// A graph cannot be trained (an unknown value, a failing node...).
+    #[error("{0}")]
+    Graph(String),
+    /// A node on the path from a trained parameter to the loss has an operator without a
+    /// gradient (`OpDef::backward`).
+    #[error("node `{node}` ({op_type}): the operator has no gradient yet, so the graph cannot be trained through it")]
+    NoBackward {
+        /// Node name.
+        node: String,
+        /// Its operator.
+        op_type: String,
+    },
     /// The architecture name is not in the zoo.
     #[error("unknown architecture `{0}` (known: lenet, resnet8, mobilenet, mlp, autoencoder)")]
     UnknownArch(String),

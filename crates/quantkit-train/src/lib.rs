@@ -15,10 +15,13 @@
 pub mod error;
 pub mod export;
 pub mod gemm;
+pub mod graph;
+pub mod losses;
 pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod qat;
 pub mod rng;
 pub mod tape;
 pub mod tensor;

@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod demo;
 pub mod eval;
 pub mod inspect;
+pub mod qat;
 pub mod quantize;
 pub mod run;
 pub mod tensor;

@@ -50,8 +50,50 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(v)
 }
 
+/// Gradient: each output's `g / count` added to the inputs of its window (`count` as in
+/// `eval`: with or without the padding).
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    use rayon::prelude::*;
+    let x = input(gi.inputs, 0)?;
+    let g = PoolGeom::new(ctx, &x.shape)?;
+    let include = ctx.node.attr_int("count_include_pad", 0)? != 0;
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if !gi.need(0) {
+        return Ok(out);
+    }
+    let in_len: usize = g.in_sp.iter().product();
+    let out_len: usize = g.out_sp.iter().product();
+    let klen: usize = g.k.iter().product::<usize>().max(1);
+    let taps = g.taps();
+    let mut d = vec![0f32; x.len()];
+    if in_len > 0 && out_len > 0 {
+        d.par_chunks_mut(in_len).enumerate().for_each(|(p, dp)| {
+            let gp = &gi.grad[p * out_len..(p + 1) * out_len];
+            for (o, &go) in gp.iter().enumerate() {
+                let w = &taps[o * klen..(o + 1) * klen];
+                let cnt = w
+                    .iter()
+                    .filter(|&&(t, pad)| (include && pad) || (!include && t.is_some()))
+                    .count();
+                if cnt == 0 {
+                    continue;
+                }
+                let v = go / cnt as f32;
+                for &(t, _) in w {
+                    if let Some(i) = t {
+                        dp[i] += v;
+                    }
+                }
+            }
+        });
+    }
+    out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    Ok(out)
+}
+
 /// `AveragePool` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("AveragePool", 1, eval)
+        .backward(backward)
     .infer(infer)
     .facts(super::Facts {
         quant_inputs: super::QuantInputs::First,

@@ -102,8 +102,34 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
 
+/// Gradient: `g` where `lo ≤ x ≤ hi`, 0 where clipped; the bounds get none.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let inputs = gi.inputs;
+    let b = ClipBounds::of(ctx.node, ctx.opset, |i| {
+        Some(
+            opt_input(inputs, i)
+                .and_then(|t| t.to_f64_vec().first().copied())
+                .unwrap_or(if i == 1 {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }),
+        )
+    })?;
+    let (lo, hi) = (b.lo, b.hi);
+    super::grad::unary(gi, move |x, _| {
+        let x = x as f64;
+        if x >= lo && x <= hi {
+            1.0
+        } else {
+            0.0
+        }
+    })
+}
+
 /// `Clip` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Clip", 1, eval)
+        .backward(backward)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         unary: true,

@@ -63,9 +63,38 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(f.0, s)])
 }
 
+/// Gradient: the output gradient cut back into the inputs' blocks along `axis`.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let parts: Vec<&Tensor> = gi.inputs.iter().flatten().copied().collect();
+    let first = parts.first().ok_or(OpError::MissingInput { index: 0 })?;
+    let axis = norm_axis(ctx.node.attr_int("axis", 0)?, first.rank())?;
+    let outer: usize = first.shape[..axis].iter().product();
+    let mut grads: Vec<Vec<f32>> = parts.iter().map(|p| Vec::with_capacity(p.len())).collect();
+    let mut off = 0;
+    for _ in 0..outer {
+        for (p, g) in parts.iter().zip(grads.iter_mut()) {
+            let block: usize = p.shape[axis..].iter().product();
+            g.extend_from_slice(&gi.grad[off..off + block]);
+            off += block;
+        }
+    }
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    let mut k = 0;
+    for (i, o) in out.iter_mut().enumerate() {
+        if gi.inputs[i].is_some() {
+            if gi.need(i) {
+                *o = Some(super::grad::tensor(&parts[k].shape, std::mem::take(&mut grads[k]))?);
+            }
+            k += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// `Concat` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Concat", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             quant_inputs: super::QuantInputs::All,

@@ -269,6 +269,74 @@ impl ConvGeom {
             let _ = kw;
         }
     }
+
+    /// The adjoint of [`ConvGeom::im2col`]: adds each entry of `col` (`col_rows × out_len`)
+    /// to the input element of one image (channels `c0..c0+C/group`) it was read from;
+    /// entries that fell on padding are dropped.
+    pub fn col2im_add(&self, col: &[f32], c0: usize, dx: &mut [f32]) {
+        let nd = self.k.len();
+        let in_len: usize = self.in_sp.iter().product();
+        let p = self.out_len();
+        let klen: usize = self.k.iter().product();
+        let mut kidx = vec![0usize; nd];
+        let mut oidx = vec![0usize; nd];
+        for row in 0..self.col_rows() {
+            let ci = c0 + row / klen;
+            let mut rem = row % klen;
+            for a in (0..nd).rev() {
+                kidx[a] = rem % self.k[a];
+                rem /= self.k[a];
+            }
+            let xc = &mut dx[ci * in_len..(ci + 1) * in_len];
+            let src = &col[row * p..(row + 1) * p];
+            if nd == 2 {
+                let (oh, ow) = (self.out_sp[0], self.out_sp[1]);
+                let (ih, iw) = (self.in_sp[0] as isize, self.in_sp[1] as isize);
+                let ky = (kidx[0] * self.dilations[0]) as isize - self.pad_begin[0] as isize;
+                let kx = (kidx[1] * self.dilations[1]) as isize - self.pad_begin[1] as isize;
+                let (sh, sw) = (self.strides[0] as isize, self.strides[1] as isize);
+                for oy in 0..oh {
+                    let iy = oy as isize * sh + ky;
+                    if iy < 0 || iy >= ih {
+                        continue;
+                    }
+                    let xrow = &mut xc[iy as usize * iw as usize..(iy as usize + 1) * iw as usize];
+                    for (ox, &v) in src[oy * ow..(oy + 1) * ow].iter().enumerate() {
+                        let ix = ox as isize * sw + kx;
+                        if ix >= 0 && ix < iw {
+                            xrow[ix as usize] += v;
+                        }
+                    }
+                }
+                continue;
+            }
+            oidx.iter_mut().for_each(|v| *v = 0);
+            for (o, &v) in src.iter().enumerate() {
+                if o > 0 {
+                    for a in (0..nd).rev() {
+                        oidx[a] += 1;
+                        if oidx[a] < self.out_sp[a] {
+                            break;
+                        }
+                        oidx[a] = 0;
+                    }
+                }
+                let mut off = Some(0usize);
+                for a in 0..nd {
+                    let i = (oidx[a] * self.strides[a] + kidx[a] * self.dilations[a]) as isize
+                        - self.pad_begin[a] as isize;
+                    if i < 0 || i >= self.in_sp[a] as isize {
+                        off = None;
+                        break;
+                    }
+                    off = off.map(|f| f * self.in_sp[a] + i as usize);
+                }
+                if let Some(f) = off {
+                    xc[f] += v;
+                }
+            }
+        }
+    }
 }
 
 /// Evaluates `Conv`.
@@ -408,6 +476,121 @@ pub fn conv_f32_act(
     y
 }
 
+/// Gradient of `Conv`, per image `n` and group `g` (`col` = im2col of the input):
+/// `∂W[g] += G[n,g] · colᵀ`, `∂x[n] = col2im(W[g]ᵀ · G[n,g])`, `∂B = Σ G`.
+///
+/// Images run in parallel in fixed blocks of `⌈N/8⌉`, whose partial weight gradients are
+/// summed in block order, so the result does not depend on the thread count or on
+/// scheduling.
+pub fn backward(
+    ctx: &OpCtx,
+    gi: &super::grad::GradIn,
+) -> Result<Vec<Option<Tensor>>, OpError> {
+    use super::grad::{f32s, tensor};
+    let x = input(gi.inputs, 0)?;
+    let w = input(gi.inputs, 1)?;
+    let g = ConvGeom::new(ctx, &x.shape, &w.shape)?;
+    let (xv, wv) = (f32s(gi.inputs, 0)?, f32s(gi.inputs, 1)?);
+    let (need_x, need_w) = (gi.need(0), gi.need(1));
+    let need_b = gi.need(2) && opt_input(gi.inputs, 2).is_some();
+    let p = g.out_len();
+    let in_len: usize = g.c * g.in_sp.iter().product::<usize>();
+    let rows = g.col_rows();
+    let mg = g.m / g.group;
+    let cg = g.c / g.group;
+    let gy = gi.grad;
+    let blocks = g.n.clamp(1, 8);
+    let per = g.n.div_ceil(blocks).max(1);
+    let par_inner = g.n < 2;
+    let run_block = |bi: usize| -> (Vec<f32>, Vec<f32>) {
+        let (i0, i1) = ((bi * per).min(g.n), ((bi + 1) * per).min(g.n));
+        let mut dw = if need_w { vec![0f32; w.len()] } else { Vec::new() };
+        let mut dx = if need_x {
+            vec![0f32; (i1 - i0) * in_len]
+        } else {
+            Vec::new()
+        };
+        let mut col = vec![0f32; rows * p];
+        let mut dcol = if need_x { vec![0f32; rows * p] } else { Vec::new() };
+        for ni in i0..i1 {
+            let xn = &xv[ni * in_len..(ni + 1) * in_len];
+            for gr in 0..g.group {
+                let c0 = gr * cg;
+                let gyg = &gy[(ni * g.m + gr * mg) * p..(ni * g.m + (gr + 1) * mg) * p];
+                if need_w {
+                    g.im2col(xn, c0, &mut col, 0.0);
+                    sgemm(
+                        mg,
+                        rows,
+                        p,
+                        MatRef {
+                            data: gyg,
+                            rs: p,
+                            cs: 1,
+                        },
+                        MatRef {
+                            data: &col,
+                            rs: 1,
+                            cs: p,
+                        },
+                        &mut dw[gr * mg * rows..(gr + 1) * mg * rows],
+                        true,
+                        par_inner,
+                    );
+                }
+                if need_x {
+                    let wg = &wv[gr * mg * rows..(gr + 1) * mg * rows];
+                    sgemm(
+                        rows,
+                        p,
+                        mg,
+                        MatRef {
+                            data: wg,
+                            rs: 1,
+                            cs: rows,
+                        },
+                        MatRef {
+                            data: gyg,
+                            rs: p,
+                            cs: 1,
+                        },
+                        &mut dcol,
+                        false,
+                        par_inner,
+                    );
+                    g.col2im_add(&dcol, c0, &mut dx[(ni - i0) * in_len..(ni - i0 + 1) * in_len]);
+                }
+            }
+        }
+        (dw, dx)
+    };
+    let parts: Vec<(Vec<f32>, Vec<f32>)> = if need_x || need_w {
+        (0..blocks).into_par_iter().map(run_block).collect()
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if need_w {
+        let mut dw = vec![0f32; w.len()];
+        for (pw, _) in &parts {
+            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+        }
+        out[1] = Some(tensor(&w.shape, dw)?);
+    }
+    if need_x {
+        let dx: Vec<f32> = parts.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+        out[0] = Some(tensor(&x.shape, dx)?);
+    }
+    if need_b {
+        let mut db = vec![0f64; g.m];
+        for (i, row) in gy.chunks(p.max(1)).enumerate() {
+            db[i % g.m] += row.iter().map(|&v| v as f64).sum::<f64>();
+        }
+        out[2] = Some(tensor(&[g.m], db.into_iter().map(|v| v as f32).collect())?);
+    }
+    Ok(out)
+}
+
 /// Static shape rule (see [`super::registry::InferFn`]).
 pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     let (x, w) = (inp.get(0)?, inp.get(1)?);
@@ -420,6 +603,7 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 /// `Conv` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Conv", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             weight: Some(1),

@@ -78,9 +78,75 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(a.0, vec![m, n])])
 }
 
+/// Gradient of `Y = α·op(A)·op(B) + β·C`: `∂op(A) = α·G·op(B)ᵀ`, `∂op(B) = α·op(A)ᵀ·G`
+/// (transposed back where `transA`/`transB`), `∂C = β·G` summed over C's broadcast axes.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    use super::grad::{f32s, tensor, unbroadcast};
+    let a = input(gi.inputs, 0)?;
+    let b = input(gi.inputs, 1)?;
+    let n = ctx.node;
+    let (alpha, beta) = (n.attr_float("alpha", 1.0)?, n.attr_float("beta", 1.0)?);
+    let (ta, tb) = (n.attr_int("transA", 0)? != 0, n.attr_int("transB", 0)? != 0);
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(OpError::shape("rank-2 A and B", (&a.shape, &b.shape)));
+    }
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let nn = if tb { b.shape[0] } else { b.shape[1] };
+    let (av, bv) = (f32s(gi.inputs, 0)?, f32s(gi.inputs, 1)?);
+    let op_a = MatRef::row_major(&av, a.shape[1], ta);
+    let op_b = MatRef::row_major(&bv, b.shape[1], tb);
+    let gm = MatRef::row_major(gi.grad, nn, false);
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    let scaled = |mut v: Vec<f32>, s: f32| {
+        if s != 1.0 {
+            v.iter_mut().for_each(|x| *x *= s);
+        }
+        v
+    };
+    if gi.need(0) {
+        let mut d = vec![0f32; m * k];
+        if ta {
+            sgemm(k, m, nn, op_b, t(gm), &mut d, false, true);
+        } else {
+            sgemm(m, k, nn, gm, t(op_b), &mut d, false, true);
+        }
+        out[0] = Some(tensor(&a.shape, scaled(d, alpha))?);
+    }
+    if gi.need(1) {
+        let mut d = vec![0f32; k * nn];
+        if tb {
+            sgemm(nn, k, m, t(gm), op_a, &mut d, false, true);
+        } else {
+            sgemm(k, nn, m, t(op_a), gm, &mut d, false, true);
+        }
+        out[1] = Some(tensor(&b.shape, scaled(d, alpha))?);
+    }
+    if gi.need(2) {
+        if let Some(c) = opt_input(gi.inputs, 2) {
+            let d = unbroadcast(gi.grad, &[m, nn], &c.shape);
+            out[2] = Some(tensor(&c.shape, scaled(d, beta))?);
+        }
+    }
+    Ok(out)
+}
+
+/// The transpose of a strided view.
+fn t(v: MatRef<'_>) -> MatRef<'_> {
+    MatRef {
+        data: v.data,
+        rs: v.cs,
+        cs: v.rs,
+    }
+}
+
 /// `Gemm` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Gemm", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             weight: Some(1),

@@ -33,8 +33,26 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(x.0, s)])
 }
 
+/// Gradient: `g / (H·W)` spread over each plane.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    let x = input(gi.inputs, 0)?;
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        let plane: usize = x.shape[2..].iter().product::<usize>().max(1);
+        let d: Vec<f32> = gi
+            .grad
+            .iter()
+            .flat_map(|&g| std::iter::repeat_n(g / plane as f32, plane))
+            .collect();
+        out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    }
+    Ok(out)
+}
+
 /// `GlobalAveragePool` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("GlobalAveragePool", 1, eval)
+        .backward(backward)
     .infer(infer)
     .facts(super::Facts {
         quant_inputs: super::QuantInputs::First,

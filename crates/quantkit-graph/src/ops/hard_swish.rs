@@ -15,8 +15,24 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     )
 }
 
+/// Gradient of `x · clamp(x/6 + 1/2, 0, 1)`: 0 below −3, 1 above 3, `x/3 + 1/2` between.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    super::grad::unary(gi, |x, _| {
+        let v = x / 6.0 + 0.5;
+        if v <= 0.0 {
+            0.0
+        } else if v >= 1.0 {
+            1.0
+        } else {
+            v + x / 6.0
+        }
+    })
+}
+
 /// `HardSwish` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("HardSwish", 14, eval)
+        .backward(backward)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         unary: true,

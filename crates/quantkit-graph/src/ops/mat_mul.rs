@@ -114,9 +114,77 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(a.0, matmul_shapes(&a.1, &b.1).ok()?.0)])
 }
 
+/// Gradient of `Y = A·B` for `A [..., M, K]` and a 2-D `B [K, N]` (the batch folded into
+/// M), or operands of equal rank ≥ 2 with the same batch dims: `∂A = G·Bᵀ`, `∂B = Σ Aᵀ·G`.
+/// Other shapes (1-D operands, broadcast batches) are `Unsupported`.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    use super::grad::{f32s, tensor};
+    let _ = ctx;
+    let (a, b) = (input(gi.inputs, 0)?, input(gi.inputs, 1)?);
+    let (ar, br) = (a.rank(), b.rank());
+    let batched = ar >= 2 && br == ar && a.shape[..ar - 2] == b.shape[..br - 2];
+    if ar < 2 || !(br == 2 || batched) {
+        return Err(OpError::Unsupported(format!(
+            "MatMul gradient for shapes {:?} × {:?}",
+            a.shape, b.shape
+        )));
+    }
+    let (k, n) = (b.shape[br - 2], b.shape[br - 1]);
+    let m = a.shape[ar - 2];
+    let (nb_a, nb_b) = if br == 2 {
+        (a.len() / (m * k).max(1), 1)
+    } else {
+        let nb = a.shape[..ar - 2].iter().product::<usize>();
+        (nb, nb)
+    };
+    // With a 2-D B the batch folds into the rows of one product.
+    let (rows, reps) = if br == 2 { (nb_a * m, 1) } else { (m, nb_a) };
+    let (av, bv) = (f32s(gi.inputs, 0)?, f32s(gi.inputs, 1)?);
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        let mut d = vec![0f32; a.len()];
+        for r in 0..reps {
+            let g = &gi.grad[r * rows * n..(r + 1) * rows * n];
+            let bb = &bv[(r % nb_b) * k * n..(r % nb_b + 1) * k * n];
+            sgemm(
+                rows,
+                k,
+                n,
+                MatRef::row_major(g, n, false),
+                MatRef::row_major(bb, n, true),
+                &mut d[r * rows * k..(r + 1) * rows * k],
+                false,
+                true,
+            );
+        }
+        out[0] = Some(tensor(&a.shape, d)?);
+    }
+    if gi.need(1) {
+        let mut d = vec![0f32; b.len()];
+        for r in 0..reps {
+            let g = &gi.grad[r * rows * n..(r + 1) * rows * n];
+            let aa = &av[r * rows * k..(r + 1) * rows * k];
+            let db = &mut d[(r % nb_b) * k * n..(r % nb_b + 1) * k * n];
+            sgemm(
+                k,
+                n,
+                rows,
+                MatRef::row_major(aa, k, true),
+                MatRef::row_major(g, n, false),
+                db,
+                br == 2 && r > 0,
+                true,
+            );
+        }
+        out[1] = Some(tensor(&b.shape, d)?);
+    }
+    Ok(out)
+}
+
 /// `MatMul` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("MatMul", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             weight: Some(1),

@@ -200,9 +200,49 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(v)
 }
 
+/// Gradient: each output's `g` to the input that `eval` picked (the first maximum of its
+/// window).
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    use rayon::prelude::*;
+    let x = input(gi.inputs, 0)?;
+    let g = PoolGeom::new(ctx, &x.shape)?;
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if !gi.need(0) {
+        return Ok(out);
+    }
+    let xv = super::grad::f32s(gi.inputs, 0)?;
+    let in_len: usize = g.in_sp.iter().product();
+    let out_len: usize = g.out_sp.iter().product();
+    let klen: usize = g.k.iter().product::<usize>().max(1);
+    let taps = g.taps();
+    let mut d = vec![0f32; x.len()];
+    if in_len > 0 && out_len > 0 {
+        d.par_chunks_mut(in_len).enumerate().for_each(|(p, dp)| {
+            let xp = &xv[p * in_len..(p + 1) * in_len];
+            let gp = &gi.grad[p * out_len..(p + 1) * out_len];
+            for (o, &go) in gp.iter().enumerate() {
+                let mut best: Option<usize> = None;
+                for &(t, _) in &taps[o * klen..(o + 1) * klen] {
+                    if let Some(i) = t {
+                        if best.is_none_or(|b| xp[i] > xp[b]) {
+                            best = Some(i);
+                        }
+                    }
+                }
+                if let Some(b) = best {
+                    dp[b] += go;
+                }
+            }
+        });
+    }
+    out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    Ok(out)
+}
+
 /// `MaxPool` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("MaxPool", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             monotone: true,

@@ -15,6 +15,7 @@ pub use registry::{
 };
 
 pub mod binary;
+pub mod grad;
 pub mod index;
 pub mod int_kernels;
 pub mod norm;

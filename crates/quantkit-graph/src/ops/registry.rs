@@ -174,6 +174,9 @@ pub struct OpDef {
     /// inputs to every other operator ([`OpDef::check_inputs`]), because the codes in
     /// their storage would be read as plain integers.
     pub narrow_types: bool,
+    /// The operator's gradient (reverse mode), written beside its `eval` in its own file,
+    /// for training on the graph (`quantkit-train`); `None` when it has none yet.
+    pub backward: Option<super::grad::BackwardFn>,
 }
 
 impl OpDef {
@@ -188,6 +191,7 @@ impl OpDef {
             facts: Facts::NONE,
             control: None,
             narrow_types: false,
+            backward: None,
         }
     }
     /// A com.microsoft (ONNX Runtime contrib) operator with no shape rule and no facts.
@@ -201,6 +205,7 @@ impl OpDef {
             facts: Facts::NONE,
             control: None,
             narrow_types: false,
+            backward: None,
         }
     }
     /// The same operator in another domain (`ML_DOMAIN`, `PREVIEW_DOMAIN`).
@@ -216,6 +221,11 @@ impl OpDef {
     /// A control-flow operator, evaluated by `control` with the enclosing scope.
     pub const fn control(mut self, control: crate::exec::ControlFn) -> OpDef {
         self.control = Some(control);
+        self
+    }
+    /// With a gradient (see [`super::grad`]).
+    pub const fn backward(mut self, backward: super::grad::BackwardFn) -> OpDef {
+        self.backward = Some(backward);
         self
     }
     /// With facts.

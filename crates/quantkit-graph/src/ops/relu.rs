@@ -11,8 +11,15 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     eval_unary(ctx, inputs, |x| x.max(0.0), |x| x.max(0.0))
 }
 
+/// Gradient: `g · [x > 0]`.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    super::grad::unary(gi, |x, _| if x > 0.0 { 1.0 } else { 0.0 })
+}
+
 /// `Relu` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Relu", 1, eval)
+        .backward(backward)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         unary: true,

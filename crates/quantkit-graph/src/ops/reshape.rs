@@ -62,9 +62,16 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(x.0, resolve(&x.1, &spec, allowzero).ok()?)])
 }
 
+/// Gradient: the output gradient under the input's shape.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    super::grad::reshape_back(gi)
+}
+
 /// `Reshape` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Reshape", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             layout: true,

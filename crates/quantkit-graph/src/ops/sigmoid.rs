@@ -15,8 +15,15 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     )
 }
 
+/// Gradient: `g · y · (1 − y)`.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    super::grad::unary(gi, |_, y| y * (1.0 - y))
+}
+
 /// `Sigmoid` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Sigmoid", 1, eval)
+        .backward(backward)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         unary: true,

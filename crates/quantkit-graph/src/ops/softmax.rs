@@ -84,9 +84,33 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
 
+/// Gradient: `∂x = y · (g − Σ g·y)` along the softmax axis.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let x = input(gi.inputs, 0)?;
+    let (outer, len, inner) = blocks(ctx, x)?;
+    let y = gi.output.to_f32_vec();
+    let g = gi.grad;
+    let mut d = vec![0f32; y.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |k: usize| (o * len + k) * inner + i;
+            let s: f64 = (0..len).map(|k| g[at(k)] as f64 * y[at(k)] as f64).sum();
+            for k in 0..len {
+                d[at(k)] = y[at(k)] * (g[at(k)] - s as f32);
+            }
+        }
+    }
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    }
+    Ok(out)
+}
+
 /// `Softmax` in the operator registry.
 pub const DEF: super::OpDef =
-    super::OpDef::onnx("Softmax", 1, eval).infer(super::registry::same_as_first);
+    super::OpDef::onnx("Softmax", 1, eval)
+        .backward(backward).infer(super::registry::same_as_first);
 
 #[cfg(test)]
 mod tests {

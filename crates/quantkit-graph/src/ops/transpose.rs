@@ -66,9 +66,30 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     )])
 }
 
+/// Gradient: the output gradient transposed by the inverse permutation.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        let x = input(gi.inputs, 0)?;
+        let r = x.rank();
+        let perm: Vec<usize> = match ctx.node.attr_ints("perm")? {
+            Some(p) => p.iter().map(|&a| a as usize).collect(),
+            None => (0..r).rev().collect(),
+        };
+        let mut inv = vec![0; r];
+        for (i, &p) in perm.iter().enumerate() {
+            *inv.get_mut(p).ok_or_else(|| OpError::attr("perm", "out of range"))? = i;
+        }
+        let g = super::grad::tensor(&gi.output.shape, gi.grad.to_vec())?;
+        out[0] = Some(transpose(&g, &inv)?);
+    }
+    Ok(out)
+}
+
 /// `Transpose` in the operator registry.
 pub const DEF: super::OpDef =
     super::OpDef::onnx("Transpose", 1, eval)
+        .backward(backward)
         .infer(infer)
         .facts(super::Facts {
             layout: true,

@@ -35,8 +35,15 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .map_err(|e| OpError::Invalid(e.to_string()))?])
 }
 
+/// Gradient: the output gradient under the input's shape.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let _ = ctx;
+    super::grad::reshape_back(gi)
+}
+
 /// `Unsqueeze` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Unsqueeze", 1, eval).facts(super::Facts {
+pub const DEF: super::OpDef = super::OpDef::onnx("Unsqueeze", 1, eval)
+        .backward(backward).facts(super::Facts {
     layout: true,
     monotone: true,
     ..super::Facts::MOVES

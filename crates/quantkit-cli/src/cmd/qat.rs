@@ -1,0 +1,455 @@
+//! `quantkit qat`: quantization-aware training of an ONNX float model at exactly the points
+//! post-training quantization quantizes, then QDQ export (docs/qat.md).
+//!
+//! PTQ runs first (calibrated on `--calib`, default the training data); its QDQ graph gives
+//! the placement, schemes and starting ranges. Each epoch trains on `--data` (the train
+//! split of an IDX folder) and evaluates the float model, the fake-quant model and the
+//! integer engine on the exported model (`--eval`, default the test split of `--data`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use quantkit_data::{open_data_for, BatchOptions, DataSource, OpenOptions, Split};
+use quantkit_graph::{Graph, Tensor};
+use quantkit_train::losses::LossKind;
+use quantkit_train::optim::{cosine_lr, Adam};
+use quantkit_train::qat::{Qat, QatOptions};
+
+/// Arguments of `quantkit qat`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The float ONNX model (one float input).
+    model: PathBuf,
+    /// Training data (any source `quantkit eval` reads; an IDX folder's train split).
+    #[arg(long)]
+    data: PathBuf,
+    /// Labels for the training data (`.npy` or IDX), when the source has none.
+    #[arg(long)]
+    labels: Option<PathBuf>,
+    /// Calibration data for the PTQ starting point (default: the training data).
+    #[arg(long)]
+    calib: Option<PathBuf>,
+    /// Evaluation data (default: the test split of an IDX `--data`, else `--data`).
+    #[arg(long)]
+    eval: Option<PathBuf>,
+    /// Labels for the evaluation data.
+    #[arg(long)]
+    eval_labels: Option<PathBuf>,
+    /// Weight bits, 2–8 (symmetric, stored in int8).
+    #[arg(long, default_value_t = 8)]
+    weight_bits: u8,
+    /// Activation bits (8: u8 affine, per tensor).
+    #[arg(long, default_value_t = 8)]
+    activation_bits: u8,
+    /// Epochs.
+    #[arg(long, default_value_t = 1)]
+    epochs: usize,
+    /// Peak learning rate (Adam, cosine schedule with warm-up).
+    #[arg(long, default_value_t = 1e-4)]
+    lr: f32,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Train against the float model's outputs instead of labels (KL on softmax).
+    #[arg(long)]
+    distill: bool,
+    /// Distillation loss: kl (softmax, T = 1) or mse (raw outputs).
+    #[arg(long, default_value = "kl")]
+    distill_loss: String,
+    /// Learn the quantization scales (LSQ).
+    #[arg(long)]
+    lsq: bool,
+    /// Per-tensor weights instead of per output channel.
+    #[arg(long)]
+    per_tensor: bool,
+    /// Training steps whose batches move the activation ranges (EMA) before they freeze.
+    #[arg(long, default_value_t = 100)]
+    observer_steps: usize,
+    /// Train on at most this many samples per epoch.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Evaluate on at most this many samples.
+    #[arg(long)]
+    eval_limit: Option<usize>,
+    /// Shuffling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output QDQ ONNX model (written atomically, only after training succeeded).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// CSV of per-epoch loss and accuracies.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+struct EvalResult {
+    float: f64,
+    fake: f64,
+    engine: f64,
+    agreement: f64,
+    samples: usize,
+}
+
+fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+        )
+        .0
+}
+
+fn top1(t: &Tensor) -> Vec<usize> {
+    let k = t.shape.last().copied().unwrap_or(1).max(1);
+    t.to_f32_vec().chunks(k).map(argmax).collect()
+}
+
+fn open(
+    path: &std::path::Path,
+    specs: &[quantkit_data::InputSpec],
+    split: Split,
+    labels: Option<PathBuf>,
+) -> anyhow::Result<DataSource> {
+    let d = open_data_for(
+        path,
+        specs,
+        &OpenOptions {
+            split,
+            labels,
+            ..OpenOptions::default()
+        },
+    )
+    .with_context(|| format!("opening the data {}", path.display()))?;
+    if matches!(d, DataSource::Named(_)) {
+        bail!(
+            "{}: qat trains models with one float input; named .npz feeds are not supported yet",
+            path.display()
+        );
+    }
+    Ok(d)
+}
+
+/// Top-1 accuracy (or, without labels, top-1 agreement with the float model) of the float,
+/// fake-quant and engine models, and the engine's top-1 agreement with the fake-quant one.
+fn evaluate(
+    data: &mut DataSource,
+    limit: Option<usize>,
+    input: &str,
+    float: &Graph,
+    qat: &Qat,
+    engine: &quantkit_engine::Plan,
+) -> anyhow::Result<EvalResult> {
+    let (mut f, mut q, mut e, mut agree, mut n) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    for b in data.batches(&BatchOptions {
+        batch_size: 500,
+        limit,
+        ..Default::default()
+    })? {
+        let b = b?;
+        let x = Tensor::from_f32(&b.shape, b.data);
+        let fy = top1(&quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1);
+        let qy = top1(&qat.predict(x.clone())?);
+        let ey = top1(&engine.run(vec![(input, x)])?[0].1);
+        let truth: Vec<usize> = match &b.labels {
+            Some(l) => l.iter().map(|&v| v as usize).collect(),
+            None => fy.clone(),
+        };
+        for i in 0..truth.len() {
+            f += usize::from(fy[i] == truth[i]);
+            q += usize::from(qy[i] == truth[i]);
+            e += usize::from(ey[i] == truth[i]);
+            agree += usize::from(qy[i] == ey[i]);
+        }
+        n += truth.len();
+    }
+    let r = |v: usize| v as f64 / n.max(1) as f64;
+    Ok(EvalResult {
+        float: r(f),
+        fake: r(q),
+        engine: r(e),
+        agreement: r(agree),
+        samples: n,
+    })
+}
+
+/// Runs `quantkit qat`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    if args.activation_bits != 8 {
+        bail!(
+            "--activation-bits {}: only 8-bit activations are exported so far (the \
+             QDQ export stores u8 codes; 2–7-bit activations need uint4/uint2 Q/DQ, not built)",
+            args.activation_bits
+        );
+    }
+    anyhow::ensure!(
+        args.lr.is_finite() && args.lr > 0.0,
+        "--lr must be a positive number, got {}",
+        args.lr
+    );
+    anyhow::ensure!(
+        args.batch > 0 && args.epochs > 0,
+        "--batch and --epochs must be positive"
+    );
+    let loss = if args.distill {
+        match args.distill_loss.as_str() {
+            "kl" => LossKind::DistillKl { temperature: 1.0 },
+            "mse" => LossKind::DistillMse,
+            o => bail!("--distill-loss {o}: expected kl or mse"),
+        }
+    } else {
+        LossKind::CrossEntropy
+    };
+    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        anyhow::ensure!(
+            parent.is_dir(),
+            "output folder {} does not exist",
+            parent.display()
+        );
+    }
+    let mut float = quantkit_graph::load_model(&args.model)
+        .with_context(|| format!("loading the model {}", args.model.display()))?;
+    quantkit_ptq::prepare(&mut float)
+        .with_context(|| format!("preparing {}", args.model.display()))?;
+    let specs = quantkit_ptq::input_specs(&float)?;
+    anyhow::ensure!(
+        specs.len() == 1,
+        "{}: qat trains models with one float input, this one has {}",
+        args.model.display(),
+        specs.len()
+    );
+    let input = specs[0].name.clone();
+
+    // PTQ starting point.
+    let calib_path = args.calib.clone().unwrap_or_else(|| args.data.clone());
+    let mut calib = open(&calib_path, &specs, Split::Train, args.labels.clone())?;
+    let mut cfg = quantkit_ptq::PtqConfig {
+        calib_samples: Some(1000),
+        ..Default::default()
+    };
+    cfg.qdq.weight_bits = args.weight_bits;
+    cfg.qdq.per_channel = !args.per_tensor;
+    let (ptq, _) = quantkit_ptq::quantize_static(float.clone(), &mut calib, &cfg, &mut |_, _| {})
+        .context("post-training quantization (the QAT starting point)")?;
+    drop(calib);
+    let mut qat = Qat::from_ptq(
+        &float,
+        &ptq,
+        &QatOptions {
+            weight_bits: args.weight_bits,
+            lsq: args.lsq,
+            observer_steps: args.observer_steps,
+            ..Default::default()
+        },
+    )?;
+
+    let mut train = open(&args.data, &specs, Split::Train, args.labels.clone())?;
+    if !args.distill && !train.has_labels() {
+        bail!(
+            "{}: no labels: give --labels, or --distill to train against the float model",
+            args.data.display()
+        );
+    }
+    let eval_path = args.eval.clone().unwrap_or_else(|| args.data.clone());
+    let eval_labels = args.eval_labels.clone().or_else(|| {
+        // The training labels only fit the same file (not the test split of an IDX folder).
+        (args.eval.is_none() && !quantkit_data::idx::is_idx_dir(&args.data))
+            .then(|| args.labels.clone())
+            .flatten()
+    });
+    let mut eval_data = open(&eval_path, &specs, Split::Test, eval_labels)?;
+
+    let ptq_plan = quantkit_engine::compile(&ptq, &Default::default())
+        .context("compiling the PTQ model on the integer engine")?;
+    let ptq_eval = evaluate(
+        &mut eval_data,
+        args.eval_limit,
+        &input,
+        &float,
+        &qat,
+        &ptq_plan,
+    )?;
+
+    let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
+    let steps = n_train / args.batch;
+    anyhow::ensure!(
+        steps > 0,
+        "fewer training samples ({n_train}) than one batch ({})",
+        args.batch
+    );
+    let total = steps * args.epochs;
+    let warmup = (total / 50).clamp(1, 100);
+    let mut opt = Adam::new(0.0);
+    let mut log = String::from(
+        "epoch,loss,train_accuracy,samples_per_s,float,fake_quant,engine,engine_agreement,seconds\n",
+    );
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let mut global = 0;
+    let mut last = None;
+    let mut epochs_secs = Vec::new();
+    for epoch in 0..args.epochs {
+        let te = Instant::now();
+        let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
+        let batches = train.batches(&BatchOptions {
+            batch_size: args.batch,
+            shuffle_seed: Some(
+                args.seed
+                    .wrapping_mul(0x9E37_79B9)
+                    .wrapping_add(epoch as u64),
+            ),
+            drop_last: true,
+            limit: args.limit,
+        })?;
+        for (step, b) in batches.enumerate() {
+            let b = b?;
+            let x = Tensor::from_f32(&b.shape, b.data);
+            let labels: Option<Vec<usize>> = b
+                .labels
+                .map(|l| l.into_iter().map(|v| v as usize).collect());
+            let teacher = if args.distill {
+                Some(
+                    quantkit_graph::execute(&float, vec![(input.clone(), x.clone())])?[0]
+                        .1
+                        .to_f32_vec(),
+                )
+            } else {
+                None
+            };
+            let lr = cosine_lr(args.lr, global, total, warmup);
+            let (l, out) = qat
+                .train_step(&mut opt, x, loss, labels.as_deref(), teacher.as_deref(), lr)
+                .with_context(|| {
+                    format!(
+                        "epoch {}, step {step}: training stopped and nothing was written to {}",
+                        epoch + 1,
+                        args.output.display()
+                    )
+                })?;
+            if !l.is_finite() {
+                bar.abandon();
+                bail!(
+                    "the loss became {l} at epoch {}, step {step}: training stopped and \
+                     nothing was written to {} (try a lower --lr)",
+                    epoch + 1,
+                    args.output.display()
+                );
+            }
+            global += 1;
+            let pred = top1(&out);
+            let truth = labels.unwrap_or_default();
+            correct += pred.iter().zip(&truth).filter(|(a, b)| a == b).count();
+            seen += pred.len();
+            loss_sum += l as f64 * pred.len() as f64;
+            bar.set_prefix(format!("epoch {}/{}", epoch + 1, args.epochs));
+            bar.set_message(format!(
+                "loss {:.4}{} {:.0} samples/s",
+                loss_sum / seen as f64,
+                if truth.is_empty() {
+                    String::new()
+                } else {
+                    format!(" acc {:.2}%", 100.0 * correct as f64 / seen as f64)
+                },
+                seen as f64 / te.elapsed().as_secs_f64().max(1e-9)
+            ));
+            bar.inc(1);
+        }
+        let train_secs = te.elapsed().as_secs_f64();
+        epochs_secs.push(train_secs);
+        let exported = qat.export()?;
+        let plan = quantkit_engine::compile(&exported, &Default::default())
+            .context("compiling the QAT model on the integer engine")?;
+        let ev = evaluate(&mut eval_data, args.eval_limit, &input, &float, &qat, &plan)?;
+        let sps = seen as f64 / train_secs.max(1e-9);
+        log.push_str(&format!(
+            "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.2}\n",
+            epoch + 1,
+            loss_sum / seen.max(1) as f64,
+            correct as f64 / seen.max(1) as f64,
+            sps,
+            ev.float,
+            ev.fake,
+            ev.engine,
+            ev.agreement,
+            t0.elapsed().as_secs_f64()
+        ));
+        bar.println(format!(
+            "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%)",
+            epoch + 1,
+            loss_sum / seen.max(1) as f64,
+            sps,
+            ev.samples,
+            ev.float * 100.0,
+            ev.fake * 100.0,
+            ev.engine * 100.0,
+            ev.agreement * 100.0
+        ));
+        last = Some((exported, ev));
+    }
+    bar.finish_and_clear();
+    let (exported, ev) = last.expect("at least one epoch");
+    quantkit_graph::save_model(&exported, &args.output)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if let Some(path) = &args.log {
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        f.write_all(log.as_bytes())?;
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let metric = if args.distill {
+        "agreement_with_float"
+    } else {
+        "accuracy"
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "metric": metric,
+                "float_value": ev.float,
+                "ptq_value": ptq_eval.engine,
+                "qat_value": ev.fake,
+                "engine_value": ev.engine,
+                "engine_agreement": ev.agreement,
+                "epochs": args.epochs,
+                "epoch_seconds": epochs_secs,
+                "seconds": seconds,
+                "samples": ev.samples,
+                "weight_bits": args.weight_bits,
+                "activation_bits": args.activation_bits,
+                "output": args.output.display().to_string(),
+            })
+        );
+    } else {
+        println!(
+            "W{}A{} QAT, {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
+            args.weight_bits,
+            args.activation_bits,
+            args.epochs,
+            seconds,
+            ev.float * 100.0,
+            ptq_eval.engine * 100.0,
+            ev.fake * 100.0,
+            ev.engine * 100.0,
+            ev.agreement * 100.0,
+            ev.samples,
+            args.output.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,656 @@
+//! Training on the graph IR: any imported ONNX float graph runs forward through the
+//! operator registry's `eval` (the same function the float executor calls, so there is one
+//! f32 forward per operator) and backward through each operator's `OpDef::backward`,
+//! written beside its `eval` in `quantkit-graph`. Fake-quant nodes ([`FakeQuant`]) are the
+//! one kind of step this crate adds: a QuantizeLinear → DequantizeLinear pair of a QDQ
+//! graph, differentiated with the straight-through estimator (see `docs/qat.md`).
+//!
+//! Trainable: the float initializers a node reads as a weight or bias (Conv, ConvTranspose,
+//! Gemm, MatMul inputs 1–2), BatchNormalization's scale and bias, PRelu's slope, and the
+//! learnable fake-quant scales; every other constant (input normalisation, shapes, running
+//! statistics) is frozen.
+
+use std::collections::HashMap;
+
+use quantkit_graph::ops::grad::GradIn;
+use quantkit_graph::ops::{OpCtx, OpKind};
+use quantkit_graph::{DType, Graph, Node, Tensor as GTensor};
+
+use crate::error::{Result, TrainError};
+use crate::params::ParamStore;
+use crate::tensor::Tensor;
+
+/// A fake-quant node: forward `x̂ = (clamp(round_half_even(x/s) + z, qmin, qmax) − z)·s`
+/// exactly as ONNX QuantizeLinear then DequantizeLinear compute it (quantkit-core's
+/// equations (1) and (2)); backward the straight-through estimator with the clipping mask
+/// for `x`, and the LSQ gradient for `s` when the scale is learned.
+#[derive(Clone, Debug)]
+pub struct FakeQuant {
+    /// Name of the value it quantizes (for messages and export).
+    pub tensor: String,
+    /// Per-channel axis (weights), `None` per tensor.
+    pub axis: Option<usize>,
+    /// Zero points (one, or one per channel).
+    pub zero_points: Vec<i32>,
+    /// Lowest code.
+    pub qmin: i32,
+    /// Highest code.
+    pub qmax: i32,
+    /// Whether the scale receives a gradient (LSQ).
+    pub learn_scale: bool,
+    /// True for a weight (its scale's LSQ gradient scale counts the elements of one
+    /// channel), false for an activation (the elements of one sample).
+    pub is_weight: bool,
+}
+
+impl FakeQuant {
+    fn channel_of(&self, shape: &[usize]) -> impl Fn(usize) -> usize {
+        let (inner, c) = match self.axis {
+            Some(a) if a < shape.len() => (shape[a + 1..].iter().product::<usize>(), shape[a]),
+            _ => (1, 1),
+        };
+        move |i| (i / inner.max(1)) % c.max(1)
+    }
+
+    /// The forward pass on `x` with scales `s` (one, or one per channel).
+    pub fn forward(&self, x: &[f32], shape: &[usize], s: &[f32]) -> Vec<f32> {
+        let ch = self.channel_of(shape);
+        let pick = |v: &[f32], i: usize| if v.len() == 1 { v[0] } else { v[ch(i)] };
+        let pz = |i: usize| {
+            if self.zero_points.len() == 1 {
+                self.zero_points[0]
+            } else {
+                self.zero_points[ch(i)]
+            }
+        };
+        x.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let (sc, z) = (pick(s, i), pz(i));
+                let q = quantkit_core::linear::quantize_value(
+                    v,
+                    sc,
+                    z,
+                    self.qmin,
+                    self.qmax,
+                    quantkit_core::RoundingMode::HalfToEven,
+                );
+                quantkit_core::linear::dequantize_value(q, sc, z)
+            })
+            .collect()
+    }
+
+    /// Gradients of `x` (STE: `g` where the code was not clipped, 0 where it was) and of the
+    /// scales (LSQ, Esser et al. 2020, eq. 3: `round(x/s) − x/s` inside the range,
+    /// `qmin − z` / `qmax − z` where clipped, times the gradient scale
+    /// `1/√(numel · qmax)`).
+    pub fn backward(
+        &self,
+        x: &[f32],
+        shape: &[usize],
+        s: &[f32],
+        g: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let ch = self.channel_of(shape);
+        let mut dx = vec![0f32; x.len()];
+        let mut ds = vec![0f64; s.len()];
+        for (i, (&v, &gi)) in x.iter().zip(g).enumerate() {
+            let c = if s.len() == 1 { 0 } else { ch(i) };
+            let z = if self.zero_points.len() == 1 {
+                self.zero_points[0]
+            } else {
+                self.zero_points[ch(i)]
+            };
+            let d = v / s[c];
+            let r = quantkit_core::linear::round_half_even(d);
+            let code = r as f64 + z as f64;
+            let (pass, dsc) = if code < self.qmin as f64 {
+                (false, (self.qmin - z) as f64)
+            } else if code > self.qmax as f64 {
+                (false, (self.qmax - z) as f64)
+            } else {
+                (true, r as f64 - d as f64)
+            };
+            if pass {
+                dx[i] = gi;
+            }
+            ds[c] += gi as f64 * dsc;
+        }
+        let numel = if self.is_weight {
+            x.len() / s.len().max(1)
+        } else {
+            x.len() / shape.first().copied().unwrap_or(1).max(1)
+        };
+        let gs = 1.0 / ((numel.max(1) as f64) * self.qmax.max(1) as f64).sqrt();
+        (dx, ds.into_iter().map(|v| (v * gs) as f32).collect())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum StepKind {
+    Op(Node),
+    FakeQuant(FakeQuant),
+}
+
+#[derive(Clone, Debug)]
+struct Step {
+    kind: StepKind,
+    /// Input slots (`None`: omitted optional input). A fake-quant step reads `[x, scale]`.
+    inputs: Vec<Option<usize>>,
+    outputs: Vec<usize>,
+}
+
+/// Where a slot's value comes from before the steps run.
+#[derive(Clone, Debug)]
+enum Source {
+    Input,
+    Const(GTensor),
+    Param(usize),
+    Computed,
+}
+
+/// A graph prepared for training: steps over value slots, frozen constants and the
+/// trainable parameters (in a [`ParamStore`], so the zoo's optimizers update them).
+#[derive(Clone, Debug)]
+pub struct GraphNet {
+    opset: i64,
+    names: Vec<String>,
+    sources: Vec<Source>,
+    needs_grad: Vec<bool>,
+    steps: Vec<Step>,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    /// Trainable tensors, by initializer name.
+    pub params: ParamStore,
+    fq_scale_params: Vec<(usize, usize)>,
+}
+
+/// The values of one forward pass (every slot, kept for [`GraphNet::backward`]).
+pub struct Values {
+    vals: Vec<Option<GTensor>>,
+}
+
+impl Values {
+    /// The value of slot `s`.
+    pub fn slot(&self, s: usize) -> Option<&GTensor> {
+        self.vals.get(s).and_then(Option::as_ref)
+    }
+}
+
+/// Builder input: how to treat one initializer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Frozen.
+    Const,
+    /// Trained, with weight decay.
+    Weight,
+    /// Trained, without weight decay (biases, BatchNorm affine, PRelu, scales).
+    Bias,
+}
+
+/// The role the training crate gives an initializer read by `node` at input `i`.
+pub fn role_of(node: &Node, i: usize) -> Role {
+    match node.kind() {
+        Some(OpKind::Conv | OpKind::ConvTranspose | OpKind::Gemm | OpKind::MatMul) => match i {
+            1 => Role::Weight,
+            2 => Role::Bias,
+            _ => Role::Const,
+        },
+        Some(OpKind::BatchNormalization) if i == 1 || i == 2 => Role::Bias,
+        Some(OpKind::PRelu) if i == 1 => Role::Bias,
+        _ => Role::Const,
+    }
+}
+
+/// An extra step the caller splices in: a fake-quant reading `x` and a scale initializer,
+/// producing `out`.
+#[derive(Clone, Debug)]
+pub struct FqSpec {
+    /// The quantizer.
+    pub fq: FakeQuant,
+    /// Value read.
+    pub x: String,
+    /// Scale initializer name (becomes a parameter when `fq.learn_scale`).
+    pub scale: String,
+    /// Value produced.
+    pub out: String,
+}
+
+impl GraphNet {
+    /// Prepares a float graph for training. `fake_quants[i]` (if any) is inserted right
+    /// before node `i` (`i = nodes.len()`: after the last node); `roles` overrides
+    /// [`role_of`] per initializer name.
+    pub fn build(
+        graph: &Graph,
+        fake_quants: &HashMap<usize, Vec<FqSpec>>,
+        roles: &HashMap<String, Role>,
+    ) -> Result<GraphNet> {
+        let mut net = GraphNet {
+            opset: graph.opset(),
+            names: Vec::new(),
+            sources: Vec::new(),
+            needs_grad: Vec::new(),
+            steps: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            params: ParamStore::new(),
+            fq_scale_params: Vec::new(),
+        };
+        let mut slot: HashMap<String, usize> = HashMap::new();
+        let mut role: HashMap<String, Role> = HashMap::new();
+        for n in &graph.nodes {
+            if n.has_subgraphs() {
+                return Err(TrainError::Graph(format!(
+                    "node `{}` ({}): control flow is not trainable",
+                    n.name, n.op_type
+                )));
+            }
+            for (i, v) in n.inputs.iter().enumerate() {
+                if graph.initializers.contains_key(v) {
+                    let r = role_of(n, i);
+                    let e = role.entry(v.clone()).or_insert(r);
+                    if r == Role::Const {
+                        *e = Role::Const;
+                    }
+                }
+            }
+        }
+        for (k, r) in roles {
+            role.insert(k.clone(), *r);
+        }
+        for fqs in fake_quants.values() {
+            for f in fqs {
+                role.insert(
+                    f.scale.clone(),
+                    if f.fq.learn_scale {
+                        Role::Bias
+                    } else {
+                        Role::Const
+                    },
+                );
+            }
+        }
+        let define = |net: &mut GraphNet, slot: &mut HashMap<String, usize>, name: &str| {
+            let s = net.names.len();
+            net.names.push(name.to_string());
+            net.sources.push(Source::Computed);
+            net.needs_grad.push(false);
+            slot.insert(name.to_string(), s);
+            s
+        };
+        for vi in &graph.inputs {
+            let s = define(&mut net, &mut slot, &vi.name);
+            net.sources[s] = Source::Input;
+            net.inputs.push(s);
+        }
+        for ni in 0..=graph.nodes.len() {
+            if let Some(fqs) = fake_quants.get(&ni) {
+                for f in fqs {
+                    let x = resolve(&mut net, &mut slot, graph, &role, &f.x)?;
+                    let sc = resolve(&mut net, &mut slot, graph, &role, &f.scale)?;
+                    if let Source::Param(id) = net.sources[sc] {
+                        net.fq_scale_params.push((net.steps.len(), id));
+                    }
+                    let out = define(&mut net, &mut slot, &f.out);
+                    net.needs_grad[out] = net.needs_grad[x] || net.needs_grad[sc];
+                    net.steps.push(Step {
+                        kind: StepKind::FakeQuant(f.fq.clone()),
+                        inputs: vec![Some(x), Some(sc)],
+                        outputs: vec![out],
+                    });
+                }
+            }
+            let Some(n) = graph.nodes.get(ni) else {
+                break;
+            };
+            if n.kind().is_none() {
+                return Err(TrainError::Graph(format!(
+                    "node `{}`: unknown operator {}",
+                    n.name, n.op_type
+                )));
+            }
+            let mut ins = Vec::with_capacity(n.inputs.len());
+            for v in &n.inputs {
+                ins.push(if v.is_empty() {
+                    None
+                } else {
+                    Some(resolve(&mut net, &mut slot, graph, &role, v)?)
+                });
+            }
+            let ng = ins.iter().flatten().any(|&s| net.needs_grad[s]);
+            let outs: Vec<usize> = n
+                .outputs
+                .iter()
+                .map(|o| define(&mut net, &mut slot, o))
+                .collect();
+            if let Some(&o) = outs.first() {
+                net.needs_grad[o] = ng;
+            }
+            net.steps.push(Step {
+                kind: StepKind::Op(n.clone()),
+                inputs: ins,
+                outputs: outs,
+            });
+        }
+        for o in &graph.outputs {
+            let s = *slot.get(&o.name).ok_or_else(|| {
+                TrainError::Graph(format!("graph output `{}` is never produced", o.name))
+            })?;
+            net.outputs.push(s);
+        }
+        Ok(net)
+    }
+
+    /// Names of the graph inputs.
+    pub fn input_names(&self) -> Vec<&str> {
+        self.inputs
+            .iter()
+            .map(|&s| self.names[s].as_str())
+            .collect()
+    }
+
+    /// Name of slot `s`.
+    pub fn name_of(&self, s: usize) -> &str {
+        &self.names[s]
+    }
+
+    /// Slot of a value by name.
+    pub fn slot_of(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// The fake-quant steps: `(step index, quantizer, input slot, scale slot)`.
+    pub fn fake_quants(&self) -> impl Iterator<Item = (usize, &FakeQuant, usize, usize)> {
+        self.steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.kind {
+                StepKind::FakeQuant(f) => Some((i, f, s.inputs[0]?, s.inputs[1]?)),
+                StepKind::Op(_) => None,
+            })
+    }
+
+    /// Mutable access to the fake-quant of step `i` (observers move zero points).
+    pub fn fake_quant_mut(&mut self, i: usize) -> Option<&mut FakeQuant> {
+        match &mut self.steps.get_mut(i)?.kind {
+            StepKind::FakeQuant(f) => Some(f),
+            StepKind::Op(_) => None,
+        }
+    }
+
+    /// The current value of a constant or parameter slot.
+    pub fn stored(&self, s: usize) -> Option<GTensor> {
+        match &self.sources[s] {
+            Source::Const(t) => Some(t.clone()),
+            Source::Param(id) => {
+                let p = self.params.get(*id);
+                Some(GTensor::from_f32(p.value.shape(), p.value.data().to_vec()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Overwrites a constant or parameter slot (an observer's new scale).
+    pub fn set_stored(&mut self, s: usize, v: &[f32]) {
+        match &mut self.sources[s] {
+            Source::Const(t) => *t = GTensor::from_f32(&t.shape.clone(), v.to_vec()),
+            Source::Param(id) => self.params.get_mut(*id).value.data_mut().copy_from_slice(v),
+            _ => {}
+        }
+    }
+
+    /// Runs the steps on `inputs` (in graph-input order) and keeps every value.
+    pub fn forward(&self, inputs: Vec<GTensor>) -> Result<Values> {
+        if inputs.len() != self.inputs.len() {
+            return Err(TrainError::Graph(format!(
+                "{} inputs given, the graph has {}",
+                inputs.len(),
+                self.inputs.len()
+            )));
+        }
+        let mut vals: Vec<Option<GTensor>> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Const(t) => Some(t.clone()),
+                Source::Param(id) => {
+                    let p = self.params.get(*id);
+                    Some(GTensor::from_f32(p.value.shape(), p.value.data().to_vec()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (&s, t) in self.inputs.iter().zip(inputs) {
+            vals[s] = Some(t);
+        }
+        for step in &self.steps {
+            let outs = {
+                let ins: Vec<Option<&GTensor>> = step
+                    .inputs
+                    .iter()
+                    .map(|s| s.and_then(|s| vals[s].as_ref()))
+                    .collect();
+                self.run_step(step, &ins)?
+            };
+            for (&o, t) in step.outputs.iter().zip(outs) {
+                vals[o] = Some(t);
+            }
+        }
+        Ok(Values { vals })
+    }
+
+    fn run_step(&self, step: &Step, ins: &[Option<&GTensor>]) -> Result<Vec<GTensor>> {
+        match &step.kind {
+            StepKind::Op(node) => {
+                let def = node.kind().expect("checked at build").def();
+                (def.eval)(
+                    &OpCtx {
+                        node,
+                        opset: self.opset,
+                    },
+                    ins,
+                )
+                .map_err(|e| {
+                    TrainError::Graph(format!("node `{}` ({}): {e}", node.name, node.op_type))
+                })
+            }
+            StepKind::FakeQuant(f) => {
+                let (x, s) = fq_inputs(f, ins)?;
+                let y = f.forward(&x.to_f32_vec(), &x.shape, &s.to_f32_vec());
+                Ok(vec![GTensor::from_f32(&x.shape, y)])
+            }
+        }
+    }
+
+    /// The graph outputs of a forward pass.
+    pub fn outputs<'a>(&self, v: &'a Values) -> Vec<&'a GTensor> {
+        self.outputs.iter().filter_map(|&s| v.slot(s)).collect()
+    }
+
+    /// Back-propagates `seeds` (`∂L/∂output` for each graph output, in order; `None` for
+    /// an output the loss ignores) and adds the gradients to `self.params`' `grad`s.
+    /// A node on the path to a parameter whose operator has no gradient is an error naming
+    /// the node and the operator.
+    pub fn backward(&mut self, v: &Values, seeds: Vec<Option<Vec<f32>>>) -> Result<()> {
+        let mut grads: Vec<Option<Vec<f32>>> = vec![None; self.names.len()];
+        for (&s, g) in self.outputs.iter().zip(seeds) {
+            if let Some(g) = g {
+                accumulate(&mut grads[s], g);
+            }
+        }
+        for step in self.steps.iter().rev() {
+            let Some(&o) = step.outputs.first() else {
+                continue;
+            };
+            if !self.needs_grad[o] {
+                continue;
+            }
+            let Some(g) = grads[o].take() else { continue };
+            let ins: Vec<Option<&GTensor>> = step
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|s| v.vals[s].as_ref()))
+                .collect();
+            let needs: Vec<bool> = step
+                .inputs
+                .iter()
+                .map(|s| s.is_some_and(|s| self.needs_grad[s]))
+                .collect();
+            let gin: Vec<Option<Vec<f32>>> = match &step.kind {
+                StepKind::Op(node) => {
+                    let def = node.kind().expect("checked at build").def();
+                    let bw = def.backward.ok_or_else(|| TrainError::NoBackward {
+                        node: node.name.clone(),
+                        op_type: node.op_type.clone(),
+                    })?;
+                    let out = v.vals[o].as_ref().expect("computed in forward");
+                    bw(
+                        &OpCtx {
+                            node,
+                            opset: self.opset,
+                        },
+                        &GradIn {
+                            inputs: &ins,
+                            output: out,
+                            grad: &g,
+                            needs: &needs,
+                        },
+                    )
+                    .map_err(|e| {
+                        TrainError::Graph(format!(
+                            "gradient of node `{}` ({}): {e}",
+                            node.name, node.op_type
+                        ))
+                    })?
+                    .into_iter()
+                    .map(|t| t.map(|t| t.to_f32_vec()))
+                    .collect()
+                }
+                StepKind::FakeQuant(f) => {
+                    let (x, s) = fq_inputs(f, &ins)?;
+                    let (dx, ds) = f.backward(&x.to_f32_vec(), &x.shape, &s.to_f32_vec(), &g);
+                    vec![Some(dx), f.learn_scale.then_some(ds)]
+                }
+            };
+            for ((s, gi), need) in step.inputs.iter().zip(gin).zip(needs) {
+                if let (Some(s), Some(gi), true) = (s, gi, need) {
+                    accumulate(&mut grads[*s], gi);
+                }
+            }
+        }
+        for (s, src) in self.sources.iter().enumerate() {
+            if let (Source::Param(id), Some(g)) = (src, grads[s].take()) {
+                let p = self.params.get_mut(*id);
+                if g.len() == p.grad.len() {
+                    p.grad
+                        .data_mut()
+                        .iter_mut()
+                        .zip(&g)
+                        .for_each(|(a, b)| *a += b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The graph with the current parameter values written back into `graph`'s
+    /// initializers of the same names.
+    pub fn write_params(&self, graph: &mut Graph) {
+        for p in self.params.iter() {
+            if let Some(t) = graph.initializers.get_mut(&p.name) {
+                *t = GTensor::from_f32(p.value.shape(), p.value.data().to_vec());
+            }
+        }
+    }
+}
+
+fn resolve(
+    net: &mut GraphNet,
+    slot: &mut HashMap<String, usize>,
+    graph: &Graph,
+    role: &HashMap<String, Role>,
+    name: &str,
+) -> Result<usize> {
+    if let Some(&s) = slot.get(name) {
+        return Ok(s);
+    }
+    let t = graph.initializers.get(name).ok_or_else(|| {
+        TrainError::Graph(format!(
+            "value `{name}` is read before any node produces it"
+        ))
+    })?;
+    let s = net.names.len();
+    let source = match role.get(name).copied().unwrap_or(Role::Const) {
+        r @ (Role::Weight | Role::Bias) if t.dtype == DType::F32 => {
+            let id = net.params.add(
+                name,
+                Tensor::new(&t.shape, t.to_f32_vec())?,
+                true,
+                r == Role::Weight,
+            );
+            Source::Param(id)
+        }
+        _ => Source::Const(t.clone()),
+    };
+    net.needs_grad.push(matches!(source, Source::Param(_)));
+    net.sources.push(source);
+    net.names.push(name.to_string());
+    slot.insert(name.to_string(), s);
+    Ok(s)
+}
+
+fn fq_inputs<'a>(f: &FakeQuant, ins: &[Option<&'a GTensor>]) -> Result<(&'a GTensor, &'a GTensor)> {
+    match (
+        ins.first().copied().flatten(),
+        ins.get(1).copied().flatten(),
+    ) {
+        (Some(x), Some(s)) => Ok((x, s)),
+        _ => Err(TrainError::Graph(format!(
+            "fake-quant of `{}`: missing input",
+            f.tensor
+        ))),
+    }
+}
+
+fn accumulate(slot: &mut Option<Vec<f32>>, g: Vec<f32>) {
+    match slot {
+        Some(a) if a.len() == g.len() => a.iter_mut().zip(&g).for_each(|(a, b)| *a += b),
+        Some(_) => {}
+        None => *slot = Some(g),
+    }
+}
+
+/// One optimisation step of `net` on a batch: forward, loss on output 0, backward,
+/// optimizer update. Returns the loss and output 0 (for accuracy). A non-finite loss is
+/// returned before any parameter changes.
+pub fn train_step(
+    net: &mut GraphNet,
+    opt: &mut dyn crate::optim::Optimizer,
+    inputs: Vec<GTensor>,
+    loss: crate::losses::LossKind,
+    labels: Option<&[usize]>,
+    target: Option<&[f32]>,
+    lr: f32,
+) -> Result<(f32, GTensor)> {
+    let v = net.forward(inputs)?;
+    let out = net
+        .outputs(&v)
+        .first()
+        .copied()
+        .cloned()
+        .ok_or_else(|| TrainError::Graph("the graph has no output".into()))?;
+    let k = out.shape.last().copied().unwrap_or(1).max(1);
+    let y = out.to_f32_vec();
+    let (l, g) = crate::losses::compute(loss, &y, k, labels, target)
+        .ok_or_else(|| TrainError::Graph(format!("loss {loss:?} needs labels or a target")))?;
+    if !l.is_finite() {
+        return Ok((l, out));
+    }
+    net.params.zero_grad();
+    let mut seeds = vec![None; net.outputs.len()];
+    seeds[0] = Some(g);
+    net.backward(&v, seeds)?;
+    drop(v);
+    opt.step(&mut net.params, lr);
+    Ok((l, out))
+}

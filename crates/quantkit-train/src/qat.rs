@@ -1,0 +1,512 @@
+//! Quantization-aware training at exactly the points post-training quantization
+//! quantizes (`docs/qat.md`).
+//!
+//! [`Qat::from_ptq`] takes the prepared float graph and the QDQ graph `quantkit-ptq` made
+//! from it (its placement, schemes and calibrated ranges) and builds a [`GraphNet`] where
+//! every QuantizeLinear → DequantizeLinear pair of an activation, and every weight's
+//! DequantizeLinear, is a [`FakeQuant`] step over the float value: forward is
+//! quantkit-core's quantize then dequantize (ONNX rounding), backward the straight-through
+//! estimator with the clipping mask, and, with LSQ, a learned scale. Biases train in float
+//! and are rounded to int32 at `s_in·s_w` on export, as PTQ does. [`Qat::export`] writes the
+//! trained numbers back into the same QDQ graph, so what the integer engine runs is the
+//! PTQ structure with the QAT weights, scales and zero points.
+
+use std::collections::HashMap;
+
+use quantkit_core::QuantScheme;
+use quantkit_graph::ir::Uses;
+use quantkit_graph::{DType, Data, Graph, OpKind, Tensor as GTensor};
+
+use crate::error::{Result, TrainError};
+use crate::graph::{FakeQuant, FqSpec, GraphNet, Role};
+
+/// What QAT quantizes and learns.
+#[derive(Clone, Debug)]
+pub struct QatOptions {
+    /// Weight bits (2..=8, symmetric signed, as PTQ).
+    pub weight_bits: u8,
+    /// Learn the scales (LSQ) instead of keeping PTQ's.
+    pub lsq: bool,
+    /// Training steps during which activation ranges follow an EMA of the batch min/max
+    /// (then frozen, or learned with LSQ).
+    pub observer_steps: usize,
+    /// EMA momentum (weight of the new batch).
+    pub observer_momentum: f32,
+}
+
+impl Default for QatOptions {
+    fn default() -> Self {
+        QatOptions {
+            weight_bits: 8,
+            lsq: false,
+            observer_steps: 100,
+            observer_momentum: 0.01,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct WeightMap {
+    step: usize,
+    float: String,
+    codes: String,
+    scale: String,
+    zp: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct BiasMap {
+    float: String,
+    codes: String,
+    scale: String,
+    /// Scale initializer of the node's input activation and of its weight.
+    in_scale: String,
+    w_scale: String,
+}
+
+#[derive(Clone, Debug)]
+struct ActMap {
+    step: usize,
+    scale: String,
+    zp: String,
+    ema: Option<(f32, f32)>,
+}
+
+/// A model prepared for quantization-aware training.
+#[derive(Clone, Debug)]
+pub struct Qat {
+    /// The training graph with fake-quant steps.
+    pub net: GraphNet,
+    /// PTQ's QDQ graph: the structure the export fills in.
+    pub template: Graph,
+    weights: Vec<WeightMap>,
+    biases: Vec<BiasMap>,
+    acts: Vec<ActMap>,
+    opts: QatOptions,
+    steps_done: usize,
+}
+
+fn err(msg: String) -> TrainError {
+    TrainError::Graph(msg)
+}
+
+fn zps(t: &GTensor) -> Vec<i32> {
+    t.to_i64_vec().into_iter().map(|v| v as i32).collect()
+}
+
+impl Qat {
+    /// Builds the QAT model from the prepared float graph `float` and PTQ's QDQ graph `qdq`
+    /// of it (`quantkit_ptq::quantize_static` on `float`: node names are kept).
+    pub fn from_ptq(float: &Graph, qdq: &Graph, opts: &QatOptions) -> Result<Qat> {
+        let wscheme = QuantScheme::new(opts.weight_bits, true)
+            .map_err(|e| err(format!("weight bits: {e}")))?
+            .with_symmetric(true);
+        let uses = Uses::new(qdq);
+        let float_node = |name: &str| float.nodes.iter().find(|n| n.name == name);
+        let mut t = qdq.clone();
+        t.nodes.clear();
+        let mut fqs: HashMap<usize, Vec<FqSpec>> = HashMap::new();
+        let mut pending: Vec<FqSpec> = Vec::new();
+        let mut rename: HashMap<String, String> = HashMap::new();
+        let mut roles: HashMap<String, Role> = HashMap::new();
+        let mut weights = Vec::new();
+        let mut biases = Vec::new();
+        let mut acts = Vec::new();
+        for n in &qdq.nodes {
+            if n.is(OpKind::DequantizeLinear) {
+                let x = &n.inputs[0];
+                let int_init = qdq.initializers.get(x).filter(|t| !t.dtype.is_float());
+                if let Some(codes) = int_init {
+                    let out = &n.outputs[0];
+                    let reader = uses
+                        .sole_reader(out)
+                        .ok_or_else(|| err(format!("`{out}` has no single reader")))?;
+                    let rn = &qdq.nodes[reader];
+                    let idx = rn.inputs.iter().position(|v| v == out).unwrap_or(0);
+                    let fnode = float_node(&rn.name).ok_or_else(|| {
+                        err(format!(
+                            "node `{}` of the QDQ graph is not in the float graph",
+                            rn.name
+                        ))
+                    })?;
+                    let fname = fnode.inputs.get(idx).cloned().unwrap_or_default();
+                    let ft = float
+                        .initializers
+                        .get(&fname)
+                        .filter(|t| t.dtype == DType::F32)
+                        .ok_or_else(|| err(format!("float initializer `{fname}` not found")))?;
+                    t.initializers.insert(fname.clone(), ft.clone());
+                    if idx == 1 {
+                        let scale = n.inputs[1].clone();
+                        let nsc = qdq.initializers.get(&scale).map_or(1, GTensor::len);
+                        let zp = n.inputs.get(2).filter(|v| !v.is_empty()).cloned();
+                        let zero_points = match &zp {
+                            Some(z) => zps(&qdq.initializers[z]),
+                            None => vec![0; nsc],
+                        };
+                        let axis = if nsc > 1 {
+                            let a = n.attr_int("axis", 1).unwrap_or(1);
+                            Some(if a < 0 { a + codes.rank() as i64 } else { a } as usize)
+                        } else {
+                            None
+                        };
+                        roles.insert(fname.clone(), Role::Weight);
+                        pending.push(FqSpec {
+                            fq: FakeQuant {
+                                tensor: fname.clone(),
+                                axis,
+                                zero_points,
+                                qmin: wscheme.qmin(),
+                                qmax: wscheme.qmax(),
+                                learn_scale: opts.lsq,
+                                is_weight: true,
+                            },
+                            x: fname.clone(),
+                            scale: scale.clone(),
+                            out: out.clone(),
+                        });
+                        weights.push(WeightMap {
+                            step: 0,
+                            float: fname,
+                            codes: x.clone(),
+                            scale,
+                            zp,
+                        });
+                    } else if idx == 2 {
+                        roles.insert(fname.clone(), Role::Bias);
+                        rename.insert(out.clone(), fname.clone());
+                        let scale_of = |v: &str| -> Result<String> {
+                            let p = uses
+                                .producer(v)
+                                .map(|i| &qdq.nodes[i])
+                                .filter(|p| p.is(OpKind::DequantizeLinear))
+                                .ok_or_else(|| err(format!("`{v}` is not dequantized")))?;
+                            Ok(p.inputs[1].clone())
+                        };
+                        biases.push(BiasMap {
+                            float: fname,
+                            codes: x.clone(),
+                            scale: n.inputs[1].clone(),
+                            in_scale: scale_of(&rn.inputs[0])?,
+                            w_scale: scale_of(&rn.inputs[1])?,
+                        });
+                    } else {
+                        return Err(err(format!(
+                            "node `{}` reads quantized constant `{x}` at input {idx}",
+                            rn.name
+                        )));
+                    }
+                    continue;
+                }
+                let from_q = uses
+                    .producer(x)
+                    .is_some_and(|p| qdq.nodes[p].is(OpKind::QuantizeLinear));
+                if from_q {
+                    continue;
+                }
+            }
+            if n.is(OpKind::QuantizeLinear) {
+                let q = &n.outputs[0];
+                let dq = uses
+                    .sole_reader(q)
+                    .map(|i| &qdq.nodes[i])
+                    .filter(|d| d.is(OpKind::DequantizeLinear))
+                    .ok_or_else(|| {
+                        err(format!(
+                            "QuantizeLinear `{}`: its codes must feed one DequantizeLinear",
+                            n.name
+                        ))
+                    })?;
+                let zp = n.inputs[2].clone();
+                let zt = &qdq.initializers[&zp];
+                let (qmin, qmax) = zt
+                    .dtype
+                    .int_range()
+                    .ok_or_else(|| err(format!("zero point `{zp}` is not an integer")))?;
+                pending.push(FqSpec {
+                    fq: FakeQuant {
+                        tensor: n.inputs[0].clone(),
+                        axis: None,
+                        zero_points: zps(zt),
+                        qmin: qmin as i32,
+                        qmax: qmax as i32,
+                        learn_scale: opts.lsq,
+                        is_weight: false,
+                    },
+                    x: n.inputs[0].clone(),
+                    scale: n.inputs[1].clone(),
+                    out: dq.outputs[0].clone(),
+                });
+                acts.push(ActMap {
+                    step: 0,
+                    scale: n.inputs[1].clone(),
+                    zp,
+                    ema: None,
+                });
+                continue;
+            }
+            let mut c = n.clone();
+            for v in c.inputs.iter_mut() {
+                if let Some(r) = rename.get(v) {
+                    *v = r.clone();
+                }
+            }
+            let at = t.nodes.len();
+            if !pending.is_empty() {
+                fqs.entry(at).or_default().append(&mut pending);
+            }
+            t.nodes.push(c);
+        }
+        if !pending.is_empty() {
+            fqs.entry(t.nodes.len()).or_default().append(&mut pending);
+        }
+        let net = GraphNet::build(&t, &fqs, &roles)?;
+        // Weight steps: by the float weight they read (one per weight).
+        for (step, f, _, _) in net.fake_quants() {
+            if let Some(w) = weights
+                .iter_mut()
+                .find(|w| f.is_weight && w.float == f.tensor)
+            {
+                w.step = step;
+            }
+        }
+        // Activation steps: match by the scale initializer they read (unique per tensor).
+        for a in acts.iter_mut() {
+            if let Some((step, ..)) = net
+                .fake_quants()
+                .find(|(_, _, _, s)| net.name_of(*s) == a.scale)
+            {
+                a.step = step;
+            }
+        }
+        Ok(Qat {
+            net,
+            template: qdq.clone(),
+            weights,
+            biases,
+            acts,
+            opts: opts.clone(),
+            steps_done: 0,
+        })
+    }
+
+    /// Number of fake-quant steps for weights and activations.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.weights.len(), self.acts.len())
+    }
+
+    /// Updates the activation ranges from the values of the last training forward while
+    /// the observer phase lasts (EMA of the batch min/max, then new scale and zero point by
+    /// quantkit-core's `choose_qparams`).
+    pub fn observe(&mut self, v: &crate::graph::Values) -> Result<()> {
+        self.steps_done += 1;
+        if self.steps_done > self.opts.observer_steps {
+            return Ok(());
+        }
+        let m = self.opts.observer_momentum;
+        for a in self.acts.iter_mut() {
+            let Some((_, f, xs, ss)) = self.net.fake_quants().find(|(i, ..)| *i == a.step) else {
+                continue;
+            };
+            let (qmin, qmax, signed) = (f.qmin, f.qmax, f.qmin < 0);
+            let Some(x) = v.slot(xs) else { continue };
+            let xv = x.to_f32_vec();
+            let (lo, hi) = xv
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| {
+                    (l.min(x), h.max(x))
+                });
+            if !lo.is_finite() || !hi.is_finite() {
+                continue;
+            }
+            let (elo, ehi) = match a.ema {
+                Some((l, h)) => ((1.0 - m) * l + m * lo, (1.0 - m) * h + m * hi),
+                None => {
+                    // Start from PTQ's calibrated range.
+                    let s = self
+                        .net
+                        .stored(ss)
+                        .map(|t| t.to_f32_vec()[0])
+                        .unwrap_or(1.0);
+                    let z = f.zero_points[0];
+                    let (pl, ph) = (s * (qmin - z) as f32, s * (qmax - z) as f32);
+                    ((1.0 - m) * pl + m * lo, (1.0 - m) * ph + m * hi)
+                }
+            };
+            a.ema = Some((elo, ehi));
+            let bits = ((qmax - qmin + 1) as f32).log2().round() as u8;
+            let scheme = QuantScheme::new(bits, signed).map_err(|e| err(e.to_string()))?;
+            let (s, z) = quantkit_core::choose_qparams(&a.scale, elo, ehi, &scheme)
+                .map_err(|e| err(e.to_string()))?;
+            self.net.set_stored(ss, &[s]);
+            if let Some(f) = self.net.fake_quant_mut(a.step) {
+                f.zero_points = vec![z];
+            }
+        }
+        Ok(())
+    }
+
+    /// One training step on a batch `x` (the graph's single input): forward with fake
+    /// quantization, observer update, loss on output 0, backward (STE, LSQ), optimizer
+    /// step. A non-finite loss is returned before any parameter changes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_step(
+        &mut self,
+        opt: &mut dyn crate::optim::Optimizer,
+        x: GTensor,
+        loss: crate::losses::LossKind,
+        labels: Option<&[usize]>,
+        target: Option<&[f32]>,
+        lr: f32,
+    ) -> Result<(f32, GTensor)> {
+        let v = self.net.forward(vec![x])?;
+        let out = self
+            .net
+            .outputs(&v)
+            .first()
+            .copied()
+            .cloned()
+            .ok_or_else(|| err("the graph has no output".into()))?;
+        let k = out.shape.last().copied().unwrap_or(1).max(1);
+        let (l, g) = crate::losses::compute(loss, &out.to_f32_vec(), k, labels, target)
+            .ok_or_else(|| err(format!("loss {loss:?} needs labels or a target")))?;
+        if !l.is_finite() {
+            return Ok((l, out));
+        }
+        self.observe(&v)?;
+        self.net.params.zero_grad();
+        let mut seeds = vec![None; self.net.outputs(&v).len()];
+        seeds[0] = Some(g);
+        self.net.backward(&v, seeds)?;
+        drop(v);
+        opt.step(&mut self.net.params, lr);
+        self.clamp_scales();
+        // Fake quantization maps NaN to the zero point, so a diverged parameter need not
+        // show in the loss: check the parameters themselves.
+        if let Some(p) = self
+            .net
+            .params
+            .iter()
+            .find(|p| p.value.data().iter().any(|v| !v.is_finite()))
+        {
+            return Err(err(format!(
+                "parameter `{}` became non-finite after the optimizer step (learning rate {lr} is too high?)",
+                p.name
+            )));
+        }
+        Ok((l, out))
+    }
+
+    /// The fake-quant model's output 0 for a batch `x`.
+    pub fn predict(&self, x: GTensor) -> Result<GTensor> {
+        let v = self.net.forward(vec![x])?;
+        self.net
+            .outputs(&v)
+            .first()
+            .copied()
+            .cloned()
+            .ok_or_else(|| err("the graph has no output".into()))
+    }
+
+    /// Keeps learned scales positive after an optimizer step.
+    pub fn clamp_scales(&mut self) {
+        for p in self.net.params.iter_mut() {
+            if p.name.ends_with("_scale") || p.name.ends_with(".w_scale") {
+                p.value.data_mut().iter_mut().for_each(|s| *s = s.max(1e-8));
+            }
+        }
+    }
+
+    /// The QDQ graph with the trained weights quantized at the trained scales, the
+    /// activations' scales and zero points, and the biases re-quantized to int32 at
+    /// `s_in·s_w`.
+    pub fn export(&self) -> Result<Graph> {
+        let mut g = self.template.clone();
+        let stored = |name: &str| -> Result<Vec<f32>> {
+            let s = self
+                .net
+                .slot_of(name)
+                .ok_or_else(|| err(format!("`{name}` is not in the training graph")))?;
+            Ok(self
+                .net
+                .stored(s)
+                .ok_or_else(|| err(format!("`{name}` has no stored value")))?
+                .to_f32_vec())
+        };
+        for w in &self.weights {
+            let (_, f, _, _) = self
+                .net
+                .fake_quants()
+                .find(|(i, ..)| *i == w.step)
+                .ok_or_else(|| err(format!("no fake-quant for `{}`", w.float)))?;
+            let wv = stored(&w.float)?;
+            let sv = stored(&w.scale)?;
+            let shape = g.initializers[&w.codes].shape.clone();
+            let ch = {
+                let (inner, c) = match f.axis {
+                    Some(a) => (shape[a + 1..].iter().product::<usize>(), shape[a]),
+                    None => (1, 1),
+                };
+                move |i: usize| (i / inner.max(1)) % c.max(1)
+            };
+            let codes: Vec<i8> = wv
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let c = if sv.len() == 1 { 0 } else { ch(i) };
+                    let z = f.zero_points[if f.zero_points.len() == 1 { 0 } else { c }];
+                    quantkit_core::linear::quantize_value(
+                        x,
+                        sv[c],
+                        z,
+                        f.qmin,
+                        f.qmax,
+                        quantkit_core::RoundingMode::HalfToEven,
+                    ) as i8
+                })
+                .collect();
+            g.initializers.insert(
+                w.codes.clone(),
+                GTensor::new(shape, Data::I8(codes)).map_err(|e| err(e.to_string()))?,
+            );
+            let ss = g.initializers[&w.scale].shape.clone();
+            g.initializers
+                .insert(w.scale.clone(), GTensor::from_f32(&ss, sv));
+            let _ = &w.zp;
+        }
+        for a in &self.acts {
+            let (_, f, _, _) = self
+                .net
+                .fake_quants()
+                .find(|(i, ..)| *i == a.step)
+                .ok_or_else(|| err(format!("no fake-quant for `{}`", a.scale)))?;
+            let s = stored(&a.scale)?;
+            g.initializers
+                .insert(a.scale.clone(), GTensor::from_f32(&[], vec![s[0]]));
+            let zt = &g.initializers[&a.zp];
+            let z = f.zero_points[0];
+            let nz = match zt.dtype {
+                DType::U8 => GTensor::new(vec![], Data::U8(vec![z as u8])),
+                _ => GTensor::new(vec![], Data::I8(vec![z as i8])),
+            }
+            .map_err(|e| err(e.to_string()))?;
+            g.initializers.insert(a.zp.clone(), nz);
+        }
+        for b in &self.biases {
+            let bv = stored(&b.float)?;
+            let s_in = g.initializers[&b.in_scale].to_f32_vec()[0];
+            let ws = g.initializers[&b.w_scale].to_f32_vec();
+            let (q, bs) = quantkit_core::quantize_bias(&b.float, &bv, s_in, &ws)
+                .map_err(|e| err(format!("bias `{}`: {e}", b.float)))?;
+            let shape = g.initializers[&b.codes].shape.clone();
+            g.initializers.insert(
+                b.codes.clone(),
+                GTensor::new(shape, Data::I32(q)).map_err(|e| err(e.to_string()))?,
+            );
+            let ss = g.initializers[&b.scale].shape.clone();
+            g.initializers
+                .insert(b.scale.clone(), GTensor::from_f32(&ss, bs));
+        }
+        Ok(g)
+    }
+}

@@ -1,0 +1,401 @@
+//! Training on the graph IR and quantization-aware training: fake-quant numbers equal
+//! ONNX QuantizeLinear → DequantizeLinear, the STE and LSQ gradients, the chain rule of
+//! `GraphNet` against finite differences, the error for an operator without gradient, and
+//! QAT of the committed LeNet on the committed 1,000-image sample through export to the
+//! integer engine.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use quantkit_graph::ops::{OpCtx, OpKind};
+use quantkit_graph::{AttrValue, DType, Data, Graph, Node, Tensor as GTensor, ValueInfo};
+use quantkit_train::graph::{train_step, FakeQuant, GraphNet};
+use quantkit_train::losses::LossKind;
+use quantkit_train::optim::{Adam, Sgd};
+use quantkit_train::qat::{Qat, QatOptions};
+use quantkit_train::TrainError;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next() * scale).collect()
+    }
+}
+
+fn run(kind: OpKind, node: &Node, ins: &[Option<&GTensor>]) -> GTensor {
+    (kind.def().eval)(&OpCtx { node, opset: 21 }, ins)
+        .unwrap()
+        .remove(0)
+}
+
+/// Fake-quant forward is bit for bit ONNX QuantizeLinear then DequantizeLinear, for
+/// per-channel 4-bit symmetric weights (int4 codes) and per-tensor u8 affine activations.
+#[test]
+fn fake_quant_equals_onnx_quantize_then_dequantize() {
+    let mut rng = Lcg(1);
+    // Per-channel, axis 0, int4.
+    let shape = [3usize, 2, 2, 2];
+    let x = rng.vec(24, 2.0);
+    let scales = vec![0.11f32, 0.23, 0.05];
+    let fq = FakeQuant {
+        tensor: "w".into(),
+        axis: Some(0),
+        zero_points: vec![0, 0, 0],
+        qmin: -8,
+        qmax: 7,
+        learn_scale: false,
+        is_weight: true,
+    };
+    let ours = fq.forward(&x, &shape, &scales);
+    let xt = GTensor::from_f32(&shape, x.clone());
+    let st = GTensor::from_f32(&[3], scales.clone());
+    let zt = GTensor::new(vec![3], Data::I8(vec![0; 3]))
+        .unwrap()
+        .with_dtype(DType::I4);
+    let q = Node::of(OpKind::QuantizeLinear, "q", &["x", "s", "z"], &["y"])
+        .with_attr("axis", AttrValue::Int(0));
+    let codes = run(
+        OpKind::QuantizeLinear,
+        &q,
+        &[Some(&xt), Some(&st), Some(&zt)],
+    );
+    let dq = Node::of(OpKind::DequantizeLinear, "dq", &["y", "s", "z"], &["x2"])
+        .with_attr("axis", AttrValue::Int(0));
+    let back = run(
+        OpKind::DequantizeLinear,
+        &dq,
+        &[Some(&codes), Some(&st), Some(&zt)],
+    );
+    assert_eq!(
+        ours.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        back.to_f32_vec()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    );
+    // Per-tensor u8 affine, values beyond both ends and on ties.
+    let mut x = rng.vec(64, 3.0);
+    x.extend([0.5 * 0.02, 1.5 * 0.02, -10.0, 10.0]);
+    let fq = FakeQuant {
+        tensor: "a".into(),
+        axis: None,
+        zero_points: vec![100],
+        qmin: 0,
+        qmax: 255,
+        learn_scale: false,
+        is_weight: false,
+    };
+    let ours = fq.forward(&x, &[x.len()], &[0.02]);
+    let xt = GTensor::from_f32(&[x.len()], x.clone());
+    let st = GTensor::scalar_f32(0.02);
+    let zt = GTensor::new(vec![], Data::U8(vec![100])).unwrap();
+    let q = Node::of(OpKind::QuantizeLinear, "q", &["x", "s", "z"], &["y"]);
+    let codes = run(
+        OpKind::QuantizeLinear,
+        &q,
+        &[Some(&xt), Some(&st), Some(&zt)],
+    );
+    let dq = Node::of(OpKind::DequantizeLinear, "dq", &["y", "s", "z"], &["x2"]);
+    let back = run(
+        OpKind::DequantizeLinear,
+        &dq,
+        &[Some(&codes), Some(&st), Some(&zt)],
+    );
+    assert_eq!(ours, back.to_f32_vec());
+}
+
+/// STE: the gradient of x is the identity where the code is inside [qmin, qmax] and 0
+/// where it clipped. LSQ: the scale gradient equals the finite difference of
+/// `s·(q − z)` with `q = R + x/s − x/s₀ + z` inside the range (round frozen at
+/// R = round(x/s₀), its derivative taken as 1) and the clipped code outside, times the gradient scale `1/√(numel·qmax)`.
+#[test]
+fn ste_and_lsq_gradients() {
+    let mut rng = Lcg(2);
+    let shape = [2usize, 5];
+    let x = rng.vec(10, 1.5);
+    let g = rng.vec(10, 1.0);
+    let s = vec![0.3f32, 0.17];
+    for (zp, qmin, qmax) in [(vec![0, 0], -4, 3), (vec![2, 5], 0, 7)] {
+        let fq = FakeQuant {
+            tensor: "t".into(),
+            axis: Some(0),
+            zero_points: zp.clone(),
+            qmin,
+            qmax,
+            learn_scale: true,
+            is_weight: true,
+        };
+        let (dx, ds) = fq.backward(&x, &shape, &s, &g);
+        for i in 0..10 {
+            let c = i / 5;
+            let code = (x[i] / s[c]).round_ties_even() + zp[c] as f32;
+            let inside = code >= qmin as f32 && code <= qmax as f32;
+            assert_eq!(dx[i], if inside { g[i] } else { 0.0 }, "STE at {i}");
+        }
+        let gscale = 1.0 / ((5.0 * qmax as f64).sqrt());
+        for c in 0..2 {
+            let surrogate = |sc: f64| -> f64 {
+                (0..5)
+                    .map(|j| {
+                        let i = c * 5 + j;
+                        let x = x[i] as f64;
+                        let r0 = (x / s[c] as f64).round_ties_even();
+                        let code = r0 + zp[c] as f64;
+                        // The clip decision is the forward's (on the rounded code at s₀),
+                        // as PyTorch's learnable fake-quant makes it.
+                        let q = if code < qmin as f64 {
+                            qmin as f64
+                        } else if code > qmax as f64 {
+                            qmax as f64
+                        } else {
+                            r0 + (x / sc - x / s[c] as f64) + zp[c] as f64
+                        };
+                        g[i] as f64 * sc * (q - zp[c] as f64)
+                    })
+                    .sum()
+            };
+            let h = 1e-4;
+            let num =
+                (surrogate(s[c] as f64 + h) - surrogate(s[c] as f64 - h)) / (2.0 * h) * gscale;
+            assert!(
+                (num - ds[c] as f64).abs() < 1e-4 + 1e-3 * num.abs(),
+                "LSQ scale {c}: analytic {} numeric {num}",
+                ds[c]
+            );
+        }
+    }
+}
+
+fn small_graph(with_sin: bool) -> Graph {
+    let mut rng = Lcg(3);
+    let mut g = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
+    g.inputs
+        .push(ValueInfo::new("x", DType::F32, &[2, 2, 5, 5]));
+    g.initializers.insert(
+        "w".into(),
+        GTensor::from_f32(&[3, 2, 3, 3], rng.vec(54, 0.4)),
+    );
+    g.initializers
+        .insert("b".into(), GTensor::from_f32(&[3], rng.vec(3, 0.1)));
+    g.initializers
+        .insert("fw".into(), GTensor::from_f32(&[4, 12], rng.vec(48, 0.3)));
+    g.initializers
+        .insert("fb".into(), GTensor::from_f32(&[4], rng.vec(4, 0.1)));
+    g.nodes.push(
+        Node::of(OpKind::Conv, "conv", &["x", "w", "b"], &["c"])
+            .with_attr("strides", AttrValue::Ints(vec![2, 2])),
+    );
+    let act = if with_sin {
+        OpKind::Sin
+    } else {
+        OpKind::Sigmoid
+    };
+    g.nodes.push(Node::of(act, "act", &["c"], &["a"]));
+    g.nodes
+        .push(Node::of(OpKind::Flatten, "flat", &["a"], &["f"]));
+    g.nodes.push(
+        Node::of(OpKind::Gemm, "fc", &["f", "fw", "fb"], &["y"])
+            .with_attr("transB", AttrValue::Int(1)),
+    );
+    g.outputs.push(ValueInfo::new("y", DType::F32, &[2, 4]));
+    g
+}
+
+/// The chain rule of `GraphNet::backward` over a small graph, against finite differences
+/// of the cross-entropy of its forward.
+#[test]
+fn graph_parameter_gradients_match_finite_differences() {
+    let g = small_graph(false);
+    let mut net = GraphNet::build(&g, &HashMap::new(), &HashMap::new()).unwrap();
+    let mut rng = Lcg(4);
+    let x = GTensor::from_f32(&[2, 2, 5, 5], rng.vec(100, 1.0));
+    let labels = [1usize, 3];
+    let loss_of = |net: &GraphNet| -> f64 {
+        let v = net.forward(vec![x.clone()]).unwrap();
+        let y = net.outputs(&v)[0].to_f32_vec();
+        quantkit_train::losses::cross_entropy(&y, 4, &labels).0 as f64
+    };
+    let v = net.forward(vec![x.clone()]).unwrap();
+    let y = net.outputs(&v)[0].to_f32_vec();
+    let (_, seed) = quantkit_train::losses::cross_entropy(&y, 4, &labels);
+    net.params.zero_grad();
+    net.backward(&v, vec![Some(seed)]).unwrap();
+    drop(v);
+    let names: Vec<String> = net.params.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names.len(), 4, "w, b, fw, fb are trainable: {names:?}");
+    for (id, name) in names.iter().enumerate() {
+        let grad = net.params.get(id).grad.data().to_vec();
+        for (j, &gj) in grad.iter().enumerate() {
+            let mut p = net.clone();
+            p.params.get_mut(id).value.data_mut()[j] += 1e-2;
+            let mut m = net.clone();
+            m.params.get_mut(id).value.data_mut()[j] -= 1e-2;
+            let num = (loss_of(&p) - loss_of(&m)) / 2e-2;
+            assert!(
+                (num - gj as f64).abs() < 1e-3 + 1e-2 * num.abs(),
+                "{name}[{j}]: analytic {gj} numeric {num}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_operator_without_gradient_is_named() {
+    let g = small_graph(true);
+    let mut net = GraphNet::build(&g, &HashMap::new(), &HashMap::new()).unwrap();
+    let x = GTensor::from_f32(&[2, 2, 5, 5], vec![0.1; 100]);
+    let mut opt = Sgd::new(0.0, 0.0);
+    let e = train_step(
+        &mut net,
+        &mut opt,
+        vec![x],
+        LossKind::CrossEntropy,
+        Some(&[0, 1]),
+        None,
+        0.1,
+    )
+    .expect_err("Sin has no gradient");
+    assert!(
+        matches!(&e, TrainError::NoBackward { node, op_type } if node == "act" && op_type == "Sin"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("`act` (Sin)"), "{e}");
+}
+
+fn sample() -> Option<(Vec<f32>, Vec<usize>)> {
+    let dir = root().join("data/fashion-mnist-sample");
+    let mut src = quantkit_data::open_data(&dir, &quantkit_data::OpenOptions::default()).ok()?;
+    let mut x = Vec::new();
+    let mut y = Vec::new();
+    for b in src
+        .batches(&quantkit_data::BatchOptions {
+            batch_size: 250,
+            ..Default::default()
+        })
+        .ok()?
+    {
+        let b = b.ok()?;
+        x.extend(b.data);
+        y.extend(b.labels?.into_iter().map(|l| l as usize));
+    }
+    Some((x, y))
+}
+
+fn top1(y: &GTensor) -> Vec<usize> {
+    let k = y.shape[1];
+    y.to_f32_vec()
+        .chunks(k)
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                )
+                .0
+        })
+        .collect()
+}
+
+/// QAT of the committed LeNet at W4A8 on the committed sample: PTQ plan → fake-quant
+/// training graph → a few steps (the loss falls) → QDQ export whose weights are 4-bit
+/// codes → the integer engine agrees with the fake-quant model on the held-out images.
+#[test]
+fn lenet_qat_w4a8_exports_to_the_engine() {
+    let Some((x, labels)) = sample() else {
+        panic!("the committed sample data/fashion-mnist-sample is missing");
+    };
+    let mut float = quantkit_graph::load_model(root().join("models/lenet.onnx")).unwrap();
+    quantkit_ptq::prepare(&mut float).unwrap();
+    let mut calib = quantkit_data::open_data(
+        root().join("data/fashion-mnist-sample"),
+        &quantkit_data::OpenOptions::default(),
+    )
+    .unwrap();
+    let mut cfg = quantkit_ptq::PtqConfig {
+        calib_samples: Some(256),
+        ..Default::default()
+    };
+    cfg.qdq.weight_bits = 4;
+    let (qdq, _) =
+        quantkit_ptq::quantize_static(float.clone(), &mut calib, &cfg, &mut |_, _| {}).unwrap();
+    let mut qat = Qat::from_ptq(
+        &float,
+        &qdq,
+        &QatOptions {
+            weight_bits: 4,
+            lsq: true,
+            observer_steps: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (w, a) = qat.counts();
+    assert_eq!(w, 4, "four weighted layers");
+    assert!(a >= 4, "{a} activations");
+    let per = 784;
+    let mut opt = Adam::new(0.0);
+    let (train_n, batch) = (512, 32);
+    let mut losses = Vec::new();
+    for _epoch in 0..1 {
+        for b in 0..train_n / batch {
+            let xb = GTensor::from_f32(
+                &[batch, 1, 28, 28],
+                x[b * batch * per..(b + 1) * batch * per].to_vec(),
+            );
+            let (l, _) = qat
+                .train_step(
+                    &mut opt,
+                    xb,
+                    LossKind::CrossEntropy,
+                    Some(&labels[b * batch..(b + 1) * batch]),
+                    None,
+                    1e-3,
+                )
+                .unwrap();
+            assert!(l.is_finite());
+            losses.push(l);
+        }
+    }
+    let first: f32 = losses[..4].iter().sum::<f32>() / 4.0;
+    let last: f32 = losses[losses.len() - 4..].iter().sum::<f32>() / 4.0;
+    assert!(last < first, "loss {first} → {last}");
+    let out = qat.export().unwrap();
+    // 4-bit codes in int8 storage.
+    for n in out.nodes.iter().filter(|n| n.is(OpKind::DequantizeLinear)) {
+        if let Some(t) = out.initializers.get(&n.inputs[0]) {
+            if t.dtype == DType::I8 && t.len() > 1 {
+                assert!(t.to_i64_vec().iter().all(|&v| (-8..=7).contains(&v)));
+            }
+        }
+    }
+    let plan = quantkit_engine::compile(&out, &Default::default()).unwrap();
+    let held = 1000 - train_n;
+    let xe = GTensor::from_f32(&[held, 1, 28, 28], x[train_n * per..].to_vec());
+    let fake = top1(&qat.predict(xe.clone()).unwrap());
+    let name = out.inputs[0].name.clone();
+    let eng = top1(&plan.run(vec![(name, xe)]).unwrap()[0].1);
+    let agree = fake.iter().zip(&eng).filter(|(a, b)| a == b).count();
+    let correct = eng
+        .iter()
+        .zip(&labels[train_n..])
+        .filter(|(a, b)| a == b)
+        .count();
+    eprintln!("engine vs fake-quant top-1: {agree}/{held}; engine accuracy {correct}/{held}");
+    assert!(agree * 100 >= held * 99, "{agree}/{held}");
+    assert!(correct * 100 >= held * 70, "{correct}/{held}");
+}
