@@ -97,6 +97,7 @@ for t in "${targets[@]}"; do
     fi
 done
 echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - t0)) s"
+echo "fuzz: $((${#targets[@]} - ${#failed[@]})) passed, ${#failed[@]} failed"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "fuzz: failing targets: ${failed[*]}"
     exit 1

@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     // The reader lists by extension and then guesses the format from the bytes.
-    let ext = if data.starts_with(&[0xff, 0xd8]) { "jpg" } else { "png" };
+    let ext = if data.starts_with(&[0xff, 0xd8]) {
+        "jpg"
+    } else {
+        "png"
+    };
     let _ = std::fs::remove_file(dir.join("a.png"));
     let _ = std::fs::remove_file(dir.join("a.jpg"));
     if std::fs::write(dir.join(format!("a.{ext}")), data).is_err() {
