@@ -56,7 +56,12 @@ fn quantized(m: &str) -> Vec<(String, Graph)> {
 fn bits(outputs: &[(String, Tensor)]) -> Vec<(String, Vec<u32>)> {
     outputs
         .iter()
-        .map(|(n, t)| (n.clone(), t.to_f32_vec().iter().map(|x| x.to_bits()).collect()))
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.to_f32_vec().iter().map(|x| x.to_bits()).collect(),
+            )
+        })
         .collect()
 }
 
