@@ -4,6 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    quantkit_fuzz::install_limits();
     let Ok(model) = quantkit_graph::onnx::decode_model(data, "fuzz") else {
         return;
     };

@@ -9,6 +9,7 @@ use quantkit_graph::{Dim, Tensor};
 const MAX_INPUT: usize = 1 << 16;
 
 fuzz_target!(|data: &[u8]| {
+    quantkit_fuzz::install_limits();
     let Ok(model) = quantkit_graph::onnx::decode_model(data, "fuzz") else {
         return;
     };

@@ -3,5 +3,6 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    quantkit_fuzz::install_limits();
     let _ = quantkit_data::npy::read_npy_bytes(std::path::Path::new("fuzz.npy"), data);
 });
