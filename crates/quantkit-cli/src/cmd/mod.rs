@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_model;
 pub mod conformance;
 pub mod demo;
+pub mod engine_profile;
 pub mod eval;
 pub mod inspect;
 pub mod quantize;

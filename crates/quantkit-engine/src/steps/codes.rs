@@ -41,6 +41,9 @@ pub(crate) struct CodeStep {
     pub layout: Option<GraphOp>,
     pub table: Option<Table>,
     pub x_dtype: DType,
+    /// Inputs of the layout operator replaced by these constants (Pad's constant value as
+    /// a code).
+    pub consts: Vec<(usize, Tensor)>,
     pub desc: String,
 }
 
@@ -52,7 +55,13 @@ impl Kernel for CodeStep {
             Some(op) => {
                 let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
                     inputs.iter().map(|v| v.map(Val::to_nchw)).collect();
-                let args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
+                let mut args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
+                for (k, t) in &self.consts {
+                    if args.len() <= *k {
+                        args.resize(*k + 1, None);
+                    }
+                    args[*k] = Some(t);
+                }
                 let t = op.eval(&args)?.into_iter().next().ok_or_else(|| {
                     bad(
                         step,

@@ -1,0 +1,203 @@
+//! The element-wise step on two tensors of 8-bit codes, produced by `compile/binary.rs`:
+//! `DQ(a) ∘ DQ(b) [→ Relu | Clip] → Q` for ∘ ∈ {Add, Sub, Mul, Div} (QLinearAdd,
+//! QLinearMul, ...), equal to the QDQ graph on the float executor bit for bit.
+//!
+//! Per element: `y = clamp(Q(f32(DQ_a(a) ∘ DQ_b(b))), lo, hi)`, where `DQ_a`/`DQ_b` are
+//! 256-entry f32 tables made by the graph's own DequantizeLinear (so each is the exact f32
+//! the graph computes), `∘` is one f32 operation (the graph's Add/Sub/Mul/Div compute in
+//! f32), `Q` is `quantkit_core::quantize_code` (the graph QuantizeLinear's per-tensor 8-bit
+//! rule: f32 division by the scale, round half to even, + zero point, saturate), and
+//! `[lo, hi]` the fused Relu/Clip as a clamp on codes (Q is monotone, so
+//! `Q(clip(v)) = clamp(Q(v), Q(lo), Q(hi))`). Nothing is approximated: the step performs the
+//! reference's f32 operations in the reference's order, so the codes are the graph's.
+//!
+//! Layouts: operands of one shape and layout run as one flat loop; an operand of one
+//! element, or a per-channel operand (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW),
+//! index it directly; any other broadcast runs the graph's Add/Sub/Mul/Div on the two
+//! dequantized tensors (ONNX order), then the same `Q`: slower, still exact.
+
+use super::{bad, check_dtype, GraphOp, Kernel};
+use crate::error::Result;
+use crate::value::{tensor_i8, tensor_u8, Val};
+use crate::Step;
+use quantkit_graph::ops::binary::{Arith, Num};
+use quantkit_graph::{DType, Data, Tensor};
+
+/// `DQ(a) ∘ DQ(b) → Q` on codes (see the module doc for the exact arithmetic).
+pub(crate) struct BinaryStep {
+    pub op: Arith,
+    /// Dequantized value of each code of `a` / `b`, indexed by the code's byte.
+    pub da: Box<[f32; 256]>,
+    pub db: Box<[f32; 256]>,
+    pub a_dtype: DType,
+    pub b_dtype: DType,
+    /// Output scale, zero point and code type.
+    pub scale: f32,
+    pub zp: i32,
+    pub out: DType,
+    /// Clamp of the output codes (fused Relu/Clip; the type's range otherwise).
+    pub clamp: (i32, i32),
+    /// The graph's operator (`Add`, ...) for the general broadcasting path.
+    pub graph_op: GraphOp,
+}
+
+/// The bytes of an 8-bit code tensor.
+fn bytes(t: &Tensor) -> Option<&[u8]> {
+    match &t.data {
+        Data::U8(d) => Some(d),
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        Data::I8(d) => Some(unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) }),
+        _ => None,
+    }
+}
+
+impl BinaryStep {
+    #[inline(always)]
+    fn code(&self, v: f32) -> i32 {
+        let c = match self.out {
+            DType::U8 => i32::from(quantkit_core::quantize_code::<u8>(v, self.scale, self.zp)),
+            _ => i32::from(quantkit_core::quantize_code::<i8>(v, self.scale, self.zp)),
+        };
+        c.clamp(self.clamp.0, self.clamp.1)
+    }
+
+    fn finish(&self, shape: Vec<usize>, codes: Vec<i32>, nhwc: bool) -> Val {
+        let tensor = match self.out {
+            DType::U8 => tensor_u8(shape, codes.into_iter().map(|c| c as u8).collect()),
+            _ => tensor_i8(shape, codes.into_iter().map(|c| c as i8).collect()),
+        };
+        Val { tensor, nhwc }
+    }
+
+    /// `out[i] = code(op(da[a[i]], db[b[ib(i)]]))`.
+    fn run_indexed(&self, a: &[u8], b: &[u8], ib: impl Fn(usize) -> usize) -> Vec<i32> {
+        let op = self.op;
+        a.iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                self.code(f32::apply(
+                    op,
+                    self.da[x as usize],
+                    self.db[b[ib(i)] as usize],
+                ))
+            })
+            .collect()
+    }
+
+    /// `out[i] = code(op(da[a[ia(i)]], db[b[i]]))`: `a` is the broadcast operand.
+    fn run_swapped(&self, a: &[u8], b: &[u8], ia: impl Fn(usize) -> usize) -> Vec<i32> {
+        let op = self.op;
+        b.iter()
+            .enumerate()
+            .map(|(i, &y)| {
+                self.code(f32::apply(
+                    op,
+                    self.da[a[ia(i)] as usize],
+                    self.db[y as usize],
+                ))
+            })
+            .collect()
+    }
+
+    /// The general broadcast: the graph operator on the dequantized ONNX-ordered tensors.
+    fn general(&self, a: &Tensor, b: &Tensor) -> Result<Val> {
+        let deq = |t: &Tensor, d: &[f32; 256]| -> Tensor {
+            let v = bytes(t).unwrap_or(&[]);
+            Tensor::from_f32(&t.shape, v.iter().map(|&c| d[c as usize]).collect())
+        };
+        let fa = deq(a, &self.da);
+        let fb = deq(b, &self.db);
+        let y = self.graph_op.eval(&[Some(&fa), Some(&fb)])?.remove(0);
+        let shape = y.shape.clone();
+        let codes = y.to_f32_vec().into_iter().map(|v| self.code(v)).collect();
+        Ok(self.finish(shape, codes, false))
+    }
+}
+
+/// The channel count when `small` is a per-channel operand (`[n|1, C, 1, 1]` in ONNX order)
+/// of the 4-D `big` (`[N, C, H, W]`), with whether `small` has a batch axis.
+fn per_channel(big: &[usize], small: &[usize]) -> Option<bool> {
+    let s: Vec<usize> = std::iter::repeat_n(1, 4usize.saturating_sub(small.len()))
+        .chain(small.iter().copied())
+        .collect();
+    if big.len() != 4 || s.len() != 4 || s[2] != 1 || s[3] != 1 || s[1] != big[1] {
+        return None;
+    }
+    match s[0] {
+        1 => Some(false),
+        n if n == big[0] => Some(true),
+        _ => None,
+    }
+}
+
+impl Kernel for BinaryStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let get = |k: usize| {
+            inputs
+                .get(k)
+                .copied()
+                .flatten()
+                .ok_or_else(|| bad(step, &format!("input {k}"), "missing".into()))
+        };
+        let (a, b) = (get(0)?, get(1)?);
+        check_dtype(step, a, self.a_dtype)?;
+        check_dtype(step, b, self.b_dtype)?;
+        let (ab, bb) = (bytes(&a.tensor), bytes(&b.tensor));
+        let (Some(ab), Some(bb)) = (ab, bb) else {
+            return Err(bad(step, "input 0", "not 8-bit codes".into()));
+        };
+        // Same shape and layout: one flat loop.
+        if a.tensor.shape == b.tensor.shape && a.nhwc == b.nhwc {
+            let codes = self.run_indexed(ab, bb, |i| i);
+            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
+        }
+        if bb.len() == 1 && a.tensor.rank() >= b.tensor.rank() {
+            let codes = self.run_indexed(ab, bb, |_| 0);
+            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
+        }
+        if ab.len() == 1 && b.tensor.rank() >= a.tensor.rank() {
+            let codes = self.run_swapped(ab, bb, |_| 0);
+            return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
+        }
+        // Per-channel b of a 4-D a. `b` is [n|1, C, 1, 1]: its NCHW and NHWC orders agree.
+        let a_onnx: Vec<usize> = if a.nhwc {
+            let s = &a.tensor.shape;
+            vec![s[0], s[3], s[1], s[2]]
+        } else {
+            a.tensor.shape.clone()
+        };
+        let b_onnx: Vec<usize> = if b.nhwc {
+            let s = &b.tensor.shape;
+            vec![s[0], s[3], s[1], s[2]]
+        } else {
+            b.tensor.shape.clone()
+        };
+        if let Some(batched) = per_channel(&a_onnx, &b_onnx) {
+            let [c, hw] = [a_onnx[1], a_onnx[2] * a_onnx[3]];
+            let nb = if batched { c } else { 0 };
+            let codes = if a.nhwc {
+                self.run_indexed(ab, bb, |i| (i / (hw * c)) * nb + i % c)
+            } else {
+                self.run_indexed(ab, bb, |i| (i / (hw * c)) * nb + (i / hw) % c)
+            };
+            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
+        }
+        if let Some(batched) = per_channel(&b_onnx, &a_onnx) {
+            let [c, hw] = [b_onnx[1], b_onnx[2] * b_onnx[3]];
+            let na = if batched { c } else { 0 };
+            let codes = if b.nhwc {
+                self.run_swapped(ab, bb, |i| (i / (hw * c)) * na + i % c)
+            } else {
+                self.run_swapped(ab, bb, |i| (i / (hw * c)) * na + (i / hw) % c)
+            };
+            return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
+        }
+        Ok(vec![self.general(&a.to_nchw(), &b.to_nchw())?])
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{:?} of {} and {} codes → {} (exact f32)",
+            self.op, self.a_dtype, self.b_dtype, self.out
+        )
+    }
+}
