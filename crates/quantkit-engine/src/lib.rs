@@ -3,9 +3,12 @@
 //! `quantkit-kernels`, and runs it.
 //!
 //! `DequantizeLinear → Conv/Gemm/MatMul (int8 weights, int32 bias) [→ Relu | Clip] →
-//! QuantizeLinear` becomes one integer step with a fused output stage; so does Add
-//! (QLinearAdd); MaxPool, unary
-//! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
+//! QuantizeLinear` becomes one integer step with a fused output stage; Add/Sub/Mul/Div of
+//! two quantized tensors run on the codes with the reference's exact f32 arithmetic, and
+//! when both operands come from the same codes (SiLU `x·σ(x)`) as one 256-entry table;
+//! Concat requantizes each input by a table (or copies it); MaxPool, unary
+//! element-wise ops, PRelu (a table per channel), layout ops (Flatten, Reshape, Transpose,
+//! Squeeze, Unsqueeze) and value-moving ops (Slice, Gather, Resize nearest, Pad, ...) between
 //! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
 //! composes DQ → op → Q exactly); a Gemm/MatMul step reads the codes before such a Flatten
 //! (axis 1, identity Q/DQ) itself, an NHWC tensor through weights with K permuted to
