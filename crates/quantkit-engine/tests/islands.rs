@@ -371,6 +371,26 @@ fn moving_and_unary_ops_run_on_codes() {
                     y,
                 );
                 run(
+                    Node::new("resize", "Resize", &["x", "", "sc"], &["m"])
+                        .with_attr("mode", AttrValue::String("nearest".into()))
+                        .with_attr(
+                            "coordinate_transformation_mode",
+                            AttrValue::String("asymmetric".into()),
+                        )
+                        .with_attr(
+                            "nearest_mode",
+                            AttrValue::String("round_prefer_ceil".into()),
+                        ),
+                    vec![("sc", Tensor::from_f32(&[4], vec![1.0, 1.0, 1.5, 0.75]))],
+                    y,
+                );
+                run(
+                    Node::new("resize", "Resize", &["x", "", "", "sz"], &["m"])
+                        .with_attr("mode", AttrValue::String("nearest".into())),
+                    vec![("sz", Tensor::from_i64(&[4], vec![2, 4, 13, 5]))],
+                    y,
+                );
+                run(
                     Node::new("pad", "Pad", &["x", "pads"], &["m"]),
                     vec![("pads", Tensor::from_i64(&[8], vec![0, 0, 1, 2, 0, 0, 2, 1]))],
                     y,
@@ -455,6 +475,30 @@ fn prelu_per_channel_is_tables() {
                 g.node(Node::new("prelu", "PRelu", &["x", "slope"], &["m"]));
                 g.q("m", "y", "y");
                 g.check("y", &["prelu"]);
+            }
+        }
+    }
+}
+
+/// GlobalAveragePool on codes (squeeze-and-excitation blocks): the reference's f64 sums in
+/// its own order, so bit-exact, on NCHW and NHWC codes and a plane of 4,096 values.
+#[test]
+fn global_average_pool_is_exact() {
+    for (dt, z) in DTYPES {
+        for conv in [false, true] {
+            for shape in [[2, 5, 3, 4], [1, 3, 64, 64]] {
+                let mut g = G::new(dt, 600);
+                g.params("x", 0.0123, z - 9);
+                g.params("cin", 0.02, z);
+                g.params("y", 0.0011, z + 2);
+                if conv {
+                    g.conv_input("x", &shape, "x");
+                } else {
+                    g.input("x", &shape, "x");
+                }
+                g.node(Node::new("gap", "GlobalAveragePool", &["x"], &["m"]));
+                g.q("m", "y", "y");
+                g.check("y", &["gap"]);
             }
         }
     }

@@ -197,6 +197,7 @@ impl<'g> Matcher<'g> {
                 }),
                 x_dtype,
                 consts: Vec::new(),
+                nearest: false,
                 desc: desc.clone(),
             }),
             inputs: vec![xa.clone()],

@@ -55,6 +55,7 @@ impl<'g> Matcher<'g> {
             return Err("more than one output".into());
         }
         let (dqx, xq, qx, qi, qy) = self.sandwich(n)?;
+        let nearest = n.is(OpKind::Resize);
         let consts = if n.is(OpKind::Pad) {
             vec![(2, self.pad_code(n, &self.g.nodes[dqx], qx.dtype)?)]
         } else {
@@ -93,6 +94,7 @@ impl<'g> Matcher<'g> {
                 table,
                 x_dtype: qx.dtype,
                 consts,
+                nearest,
                 desc: desc.clone(),
             }),
             inputs,
@@ -128,6 +130,7 @@ impl<'g> Matcher<'g> {
                 table: None,
                 x_dtype: dtype,
                 consts: Vec::new(),
+                nearest: false,
                 desc: desc.clone(),
             }),
             inputs,

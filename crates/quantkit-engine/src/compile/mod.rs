@@ -18,6 +18,7 @@
 //! | `ConvInteger`, `MatMulInteger` | `dynamic.rs` `dynamic` | `dynamic.rs` `DynamicStep` |
 //! | `Add`, `Sub`, `Mul`, `Div` | `binary.rs` `code_function` (both operands from one tensor's codes: SiLU), else `binary_codes` (two code tensors), else `prologue.rs` `prologue` | `codes.rs` `CodeStep` (table), `binary.rs` `BinaryStep`, `prologue.rs` `PrologueStep` |
 //! | `Concat` | `concat.rs` `concat` | `concat.rs` `ConcatStep` |
+//! | `GlobalAveragePool` | `pool.rs` `global_avg_pool` | `pool.rs` `GlobalAvgPoolStep` |
 //! | `PRelu` | `prelu.rs` `prelu` | `prelu.rs` `ChannelTableStep` (a table per channel) |
 //! | layout ops (`Facts::layout`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
 //! | element-wise ops (`Facts::unary`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
@@ -103,6 +104,7 @@ impl<'g> Matcher<'g> {
                 .or_else(|e| self.prologue(ni).map_err(|_| e)),
             OpKind::Concat => self.concat(ni),
             OpKind::PRelu => self.prelu(ni),
+            OpKind::GlobalAveragePool => self.global_avg_pool(ni),
             _ if is_layout_op(n) => match codes() {
                 Some(dt) => self.layout_codes(ni, dt),
                 None => self.codes(ni, true),

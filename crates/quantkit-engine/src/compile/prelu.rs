@@ -99,6 +99,7 @@ impl<'g> Matcher<'g> {
                 }),
                 x_dtype: qx.dtype,
                 consts: Vec::new(),
+                nearest: false,
                 desc: desc.clone(),
             })
         } else {

@@ -28,7 +28,7 @@ pub(crate) use dynamic::{DynOp, DynamicStep};
 pub(crate) use flatten_gemm::FlatInput;
 pub(crate) use gemm::GemmStep;
 pub(crate) use graph_op::{ControlOp, GraphOp};
-pub(crate) use pool::MaxPoolStep;
+pub(crate) use pool::{GlobalAvgPoolStep, MaxPoolStep};
 pub(crate) use prelu::ChannelTableStep;
 pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
 
