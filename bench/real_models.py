@@ -64,15 +64,31 @@ def ort_best(model, x, threads, seconds, repeat=10):
     return best * 1e3
 
 
+def fixed_shape_copy(model, sample_shape, out):
+    """`model` with input dims 1.. fixed to the fixture's sample shape (PP-OCR cls declares
+    H and W symbolic; `quantkit bench` needs a fixed sample shape to synthesise input)."""
+    import onnx
+    m = onnx.load(model)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims[1:]):
+        return model
+    for d, n in zip(dims[1:], sample_shape):
+        d.ClearField("dim_param")
+        d.dim_value = n
+    onnx.save(m, out)
+    return out
+
+
 def timing_rows(qk, name, model, q, x, seconds):
     """quantkit int8/f32 and ONNX Runtime int8/f32 on the same QDQ file."""
     rows = []
+    bench_model = fixed_shape_copy(model, x.shape[1:], q.replace(".int8.onnx", ".fixed.onnx"))
     for threads in (1, 2):
         for batch in sorted({1, NATURAL_BATCH[name]}):
             xb = np.ascontiguousarray(np.resize(x, (batch,) + x.shape[1:]).astype(np.float32))
             env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
             v = json.loads(subprocess.run(
-                [qk, "bench", model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
+                [qk, "bench", bench_model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
                  "--seconds", str(seconds), "--json"],
                 check=True, capture_output=True, text=True, env=env).stdout)
             r = {"model": name, "threads": threads, "batch": batch,
@@ -158,7 +174,8 @@ def main():
             times += timing_rows(a.quantkit, name, model, q, x, a.seconds)
         if a.profile:
             env = dict(os.environ, RAYON_NUM_THREADS="1")
-            prof = subprocess.run([a.quantkit, "bench", model, "--int8", q, "--profile", "--seconds",
+            fixed = fixed_shape_copy(model, x.shape[1:], q.replace(".int8.onnx", ".fixed.onnx"))
+            prof = subprocess.run([a.quantkit, "bench", fixed, "--int8", q, "--profile", "--seconds",
                                    str(a.seconds)], check=True, capture_output=True, text=True, env=env).stdout
             if not a.json:
                 print(f"--- {name}: quantkit bench --profile (batch 1, 1 thread)\n{prof}")

@@ -214,6 +214,50 @@ fn qdq_silu_and_hardswish_are_tables() {
         g.node(Node::new("relu", "Relu", &["m"], &["r"]));
         g.q("r", "y", "y");
         g.check("y", &["mul", "relu"]);
+
+        // HardSwish as PaddlePaddle exports it, every intermediate quantized (the 3 a
+        // quantized constant, the 6 a float one): x · (Clip(x + 3, 0, 6) / 6).
+        let mut g = G::new(dt, 14);
+        g.params("x", 0.04, z + 3);
+        g.params("cin", 0.02, z);
+        g.params("a", 0.05, z - 60);
+        g.params("k", 0.1, z);
+        g.params("d", 1.0 / 200.0, z - 100);
+        g.params("y", 0.02, z - 50);
+        g.conv_input("x", &[2, 3, 4, 5], "x");
+        g.g.initializers.insert(
+            "three".into(),
+            Tensor::new(
+                vec![],
+                match dt {
+                    DType::U8 => Data::U8(vec![158]),
+                    _ => Data::I8(vec![30]),
+                },
+            )
+            .unwrap(),
+        );
+        g.g.initializers
+            .insert("six".into(), Tensor::scalar_f32(6.0));
+        g.g.initializers
+            .insert("lo".into(), Tensor::scalar_f32(0.0));
+        g.g.initializers
+            .insert("hi".into(), Tensor::scalar_f32(6.0));
+        g.dq("three", "k", "three_f");
+        g.node(Node::new("add", "Add", &["x", "three_f"], &["a0"]));
+        g.q("a0", "a", "a0q");
+        g.dq("a0q", "a", "a0f");
+        g.node(Node::new("clip", "Clip", &["a0f", "lo", "hi"], &["c0"]));
+        g.q("c0", "a", "c0q");
+        g.dq("c0q", "a", "c0f");
+        g.node(Node::new("div", "Div", &["c0f", "six"], &["d0"]));
+        g.q("d0", "d", "d0q");
+        g.dq("d0q", "d", "d0f");
+        g.node(Node::new("mul", "Mul", &["x", "d0f"], &["m"]));
+        g.q("m", "y", "y");
+        let plan = g.check("y", &["mul"]);
+        assert!(!plan.step_kinds().contains(&StepKind::Float));
+        // The pool and one table step: the Add/Clip/Div steps are dead and dropped.
+        assert_eq!(plan.step_count(), 2, "{:?}", plan.steps());
     }
 }
 

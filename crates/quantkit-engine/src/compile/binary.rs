@@ -54,6 +54,24 @@ impl<'g> Matcher<'g> {
             if p.outputs.first() != Some(&v) || p.outputs.iter().skip(1).any(|o| !o.is_empty()) {
                 break;
             }
+            // Arithmetic with a one-element constant (x + 3 in HardSwish written out).
+            if arith(p).is_some() && p.inputs.len() == 2 {
+                let data = match (
+                    self.const_scalar(&p.inputs[0]),
+                    self.const_scalar(&p.inputs[1]),
+                ) {
+                    (None, Some(c)) => Some((0, c)),
+                    (Some(c), None) => Some((1, c)),
+                    _ => None,
+                };
+                let Some((k, consts)) = data else {
+                    break;
+                };
+                nodes.push(pi);
+                nodes.extend(consts);
+                v = p.inputs[k].clone();
+                continue;
+            }
             let q_or_dq = p.is(OpKind::QuantizeLinear) || p.is(OpKind::DequantizeLinear);
             if !(q_or_dq || p.facts().unary) {
                 break;
@@ -80,6 +98,26 @@ impl<'g> Matcher<'g> {
         let (codes, len) = origin?;
         nodes.truncate(len);
         Some((codes, nodes))
+    }
+
+    /// The nodes computing `value` when it is a one-element constant: none for an
+    /// initializer, the DequantizeLinear for a quantized constant (all inputs initializers).
+    fn const_scalar(&self, value: &str) -> Option<Vec<usize>> {
+        if let Some(t) = self.init(value) {
+            return (t.len() == 1).then(Vec::new);
+        }
+        let pi = self.uses.producer(value)?;
+        let p = &self.g.nodes[pi];
+        let all_const = p
+            .inputs
+            .iter()
+            .all(|i| i.is_empty() || self.init(i).is_some());
+        let one = p
+            .inputs
+            .first()
+            .and_then(|i| self.init(i))
+            .is_some_and(|t| t.len() == 1);
+        (p.is(OpKind::DequantizeLinear) && all_const && one).then(|| vec![pi])
     }
 
     /// An Add/Sub/Mul/Div whose operands are both functions of the same codes `x` (SiLU:
@@ -167,13 +205,20 @@ impl<'g> Matcher<'g> {
                 .into_iter()
                 .next()
                 .ok_or_else(|| format!("`{}` produced nothing", node.name))?;
-            if y.shape != [256] {
+            let constant = node
+                .inputs
+                .iter()
+                .all(|i| i.is_empty() || self.init(i).is_some());
+            if !constant && y.shape != [256] {
                 return Err(format!("`{}` is not element-wise", node.name));
             }
             env.insert(node.outputs[0].as_str(), y);
             last = Some(k);
         }
         let y = &env[self.g.nodes[last.ok_or("empty")?].outputs[0].as_str()];
+        if y.shape != [256] {
+            return Err("the result is not element-wise".into());
+        }
         let bytes: Vec<u8> = match &y.data {
             Data::U8(d) => d.clone(),
             Data::I8(d) => d.iter().map(|&b| b as u8).collect(),
@@ -182,7 +227,7 @@ impl<'g> Matcher<'g> {
         let ops_desc: Vec<&str> = order
             .iter()
             .map(|&k| self.g.nodes[k].op_type.as_str())
-            .filter(|o| !o.ends_with("QuantizeLinear"))
+            .filter(|o| !o.ends_with("uantizeLinear"))
             .collect();
         let desc = format!("{} of {x_dtype} codes (table)", ops_desc.join("∘"));
         let mut absorbed = tail;

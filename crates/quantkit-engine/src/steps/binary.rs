@@ -69,34 +69,59 @@ impl BinaryStep {
         Val { tensor, nhwc }
     }
 
-    /// `out[i] = code(op(da[a[i]], db[b[ib(i)]]))`.
-    fn run_indexed(&self, a: &[u8], b: &[u8], ib: impl Fn(usize) -> usize) -> Vec<i32> {
-        let op = self.op;
-        a.iter()
-            .enumerate()
-            .map(|(i, &x)| {
-                self.code(f32::apply(
-                    op,
-                    self.da[x as usize],
-                    self.db[b[ib(i)] as usize],
-                ))
-            })
-            .collect()
+    /// `code(op(da[x], db[y]))` for one pair of codes.
+    #[inline(always)]
+    fn pair(&self, x: u8, y: u8) -> i32 {
+        self.code(f32::apply(
+            self.op,
+            self.da[x as usize],
+            self.db[y as usize],
+        ))
     }
 
-    /// `out[i] = code(op(da[a[ia(i)]], db[b[i]]))`: `a` is the broadcast operand.
-    fn run_swapped(&self, a: &[u8], b: &[u8], ia: impl Fn(usize) -> usize) -> Vec<i32> {
-        let op = self.op;
-        b.iter()
-            .enumerate()
-            .map(|(i, &y)| {
-                self.code(f32::apply(
-                    op,
-                    self.da[a[ia(i)] as usize],
-                    self.db[y as usize],
-                ))
-            })
-            .collect()
+    /// Element by element over equal-length `a` and `b`.
+    fn zip(&self, a: &[u8], b: &[u8], out: &mut [i32]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = self.pair(x, y);
+        }
+    }
+
+    /// `a` (the full tensor) against a per-channel `b`, in `a`'s layout; `swapped`: the
+    /// full tensor is the second operand. `[n, c, hw]` are the full tensor's sizes.
+    #[allow(clippy::too_many_arguments)]
+    fn per_channel(
+        &self,
+        full: &[u8],
+        small: &[u8],
+        swapped: bool,
+        nhwc: bool,
+        batched: bool,
+        [c, hw]: [usize; 2],
+        out: &mut [i32],
+    ) {
+        let f = |x: u8, s: u8| {
+            if swapped {
+                self.pair(s, x)
+            } else {
+                self.pair(x, s)
+            }
+        };
+        for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
+            let b = &small[if batched { img * c } else { 0 }..][..c];
+            if nhwc {
+                for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
+                    for ((o, &x), &s) in o.iter_mut().zip(px).zip(b) {
+                        *o = f(x, s);
+                    }
+                }
+            } else {
+                for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
+                    for (o, &x) in o.iter_mut().zip(plane) {
+                        *o = f(x, s);
+                    }
+                }
+            }
+        }
     }
 
     /// The general broadcast: the graph operator on the dequantized ONNX-ordered tensors.
@@ -148,49 +173,44 @@ impl Kernel for BinaryStep {
         };
         // Same shape and layout: one flat loop.
         if a.tensor.shape == b.tensor.shape && a.nhwc == b.nhwc {
-            let codes = self.run_indexed(ab, bb, |i| i);
+            let mut codes = vec![0i32; ab.len()];
+            self.zip(ab, bb, &mut codes);
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if bb.len() == 1 && a.tensor.rank() >= b.tensor.rank() {
-            let codes = self.run_indexed(ab, bb, |_| 0);
+            let codes = ab.iter().map(|&x| self.pair(x, bb[0])).collect();
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if ab.len() == 1 && b.tensor.rank() >= a.tensor.rank() {
-            let codes = self.run_swapped(ab, bb, |_| 0);
+            let codes = bb.iter().map(|&y| self.pair(ab[0], y)).collect();
             return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
         }
-        // Per-channel b of a 4-D a. `b` is [n|1, C, 1, 1]: its NCHW and NHWC orders agree.
-        let a_onnx: Vec<usize> = if a.nhwc {
-            let s = &a.tensor.shape;
-            vec![s[0], s[3], s[1], s[2]]
-        } else {
-            a.tensor.shape.clone()
-        };
-        let b_onnx: Vec<usize> = if b.nhwc {
-            let s = &b.tensor.shape;
-            vec![s[0], s[3], s[1], s[2]]
-        } else {
-            b.tensor.shape.clone()
-        };
-        if let Some(batched) = per_channel(&a_onnx, &b_onnx) {
-            let [c, hw] = [a_onnx[1], a_onnx[2] * a_onnx[3]];
-            let nb = if batched { c } else { 0 };
-            let codes = if a.nhwc {
-                self.run_indexed(ab, bb, |i| (i / (hw * c)) * nb + i % c)
+        // A per-channel operand ([n|1, C, 1, 1]: its NCHW and NHWC orders agree).
+        let onnx = |v: &Val| -> Vec<usize> {
+            let s = &v.tensor.shape;
+            if v.nhwc {
+                vec![s[0], s[3], s[1], s[2]]
             } else {
-                self.run_indexed(ab, bb, |i| (i / (hw * c)) * nb + (i / hw) % c)
-            };
-            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
-        }
-        if let Some(batched) = per_channel(&b_onnx, &a_onnx) {
-            let [c, hw] = [b_onnx[1], b_onnx[2] * b_onnx[3]];
-            let na = if batched { c } else { 0 };
-            let codes = if b.nhwc {
-                self.run_swapped(ab, bb, |i| (i / (hw * c)) * na + i % c)
-            } else {
-                self.run_swapped(ab, bb, |i| (i / (hw * c)) * na + (i / hw) % c)
-            };
-            return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
+                s.clone()
+            }
+        };
+        let (a_onnx, b_onnx) = (onnx(a), onnx(b));
+        for (swapped, full, small, f_onnx, s_onnx) in [
+            (false, a, b, &a_onnx, &b_onnx),
+            (true, b, a, &b_onnx, &a_onnx),
+        ] {
+            if let Some(batched) = per_channel(f_onnx, s_onnx) {
+                let (fb, sb) = if swapped { (bb, ab) } else { (ab, bb) };
+                let mut codes = vec![0i32; fb.len()];
+                let dims = [f_onnx[1], f_onnx[2] * f_onnx[3]];
+                self.per_channel(fb, sb, swapped, full.nhwc, batched, dims, &mut codes);
+                let _ = small;
+                return Ok(vec![self.finish(
+                    full.tensor.shape.clone(),
+                    codes,
+                    full.nhwc,
+                )]);
+            }
         }
         Ok(vec![self.general(&a.to_nchw(), &b.to_nchw())?])
     }
