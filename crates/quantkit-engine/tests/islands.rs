@@ -266,8 +266,10 @@ fn qdq_silu_and_hardswish_are_tables() {
 /// one element, and a general broadcast; bit-exact everywhere.
 #[test]
 fn binary_ops_of_two_code_tensors_are_exact() {
-    let shapes: [(Vec<usize>, Vec<usize>); 6] = [
+    let shapes: [(Vec<usize>, Vec<usize>); 7] = [
         (vec![2, 3, 6, 5], vec![2, 3, 6, 5]),
+        // Above 2^17 elements: the table of every code pair.
+        (vec![2, 3, 150, 150], vec![2, 3, 150, 150]),
         (vec![2, 3, 6, 5], vec![1, 3, 1, 1]),
         (vec![2, 3, 6, 5], vec![2, 3, 1, 1]),
         (vec![2, 3, 6, 5], vec![1]),

@@ -11,10 +11,13 @@
 //! `Q(clip(v)) = clamp(Q(v), Q(lo), Q(hi))`). Nothing is approximated: the step performs the
 //! reference's f32 operations in the reference's order, so the codes are the graph's.
 //!
-//! Layouts: operands of one shape and layout run as one flat loop; an operand of one
-//! element, or a per-channel operand (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW),
-//! index it directly; any other broadcast runs the graph's Add/Sub/Mul/Div on the two
-//! dequantized tensors (ONNX order), then the same `Q`: slower, still exact.
+//! Layouts: operands of one shape and layout run as one flat loop (above 2^17 elements
+//! through the 65,536-entry table of every code pair, each entry computed by the same
+//! per-element arithmetic); an operand of one element, or a per-channel operand
+//! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
+//! channel (again the same arithmetic, once per code instead of once per element); any other
+//! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
+//! then the same `Q`: slower, still exact.
 
 use super::{bad, check_dtype, GraphOp, Kernel};
 use crate::error::Result;
@@ -61,26 +64,50 @@ impl BinaryStep {
         c.clamp(self.clamp.0, self.clamp.1)
     }
 
-    fn finish(&self, shape: Vec<usize>, codes: Vec<i32>, nhwc: bool) -> Val {
+    /// `codes` holds each output code's byte (an i8 code as its two's-complement byte).
+    fn finish(&self, shape: Vec<usize>, codes: Vec<u8>, nhwc: bool) -> Val {
         let tensor = match self.out {
-            DType::U8 => tensor_u8(shape, codes.into_iter().map(|c| c as u8).collect()),
+            DType::U8 => tensor_u8(shape, codes),
             _ => tensor_i8(shape, codes.into_iter().map(|c| c as i8).collect()),
         };
         Val { tensor, nhwc }
     }
 
-    /// `code(op(da[x], db[y]))` for one pair of codes.
+    /// `code(op(da[x], db[y]))` for one pair of codes, as the output code's byte.
     #[inline(always)]
-    fn pair(&self, x: u8, y: u8) -> i32 {
+    fn pair(&self, x: u8, y: u8) -> u8 {
         self.code(f32::apply(
             self.op,
             self.da[x as usize],
             self.db[y as usize],
-        ))
+        )) as u8
     }
 
-    /// Element by element over equal-length `a` and `b`.
-    fn zip(&self, a: &[u8], b: &[u8], out: &mut [i32]) {
+    /// The 256 output bytes for every code of the full operand against one code `s` of the
+    /// other (`swapped`: the full operand is the second): the same `pair` arithmetic, made
+    /// once per channel instead of once per element.
+    fn row(&self, s: u8, swapped: bool) -> [u8; 256] {
+        std::array::from_fn(|x| {
+            if swapped {
+                self.pair(s, x as u8)
+            } else {
+                self.pair(x as u8, s)
+            }
+        })
+    }
+
+    /// Element by element over equal-length `a` and `b`; above 2^17 elements through the
+    /// 65,536-entry table of every code pair (each entry is `pair` itself, so exact).
+    fn zip(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
+        if a.len() > 1 << 17 {
+            let t: Vec<u8> = (0..1usize << 16)
+                .map(|i| self.pair((i >> 8) as u8, i as u8))
+                .collect();
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = t[(x as usize) << 8 | y as usize];
+            }
+            return;
+        }
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             *o = self.pair(x, y);
         }
@@ -97,27 +124,22 @@ impl BinaryStep {
         nhwc: bool,
         batched: bool,
         [c, hw]: [usize; 2],
-        out: &mut [i32],
+        out: &mut [u8],
     ) {
-        let f = |x: u8, s: u8| {
-            if swapped {
-                self.pair(s, x)
-            } else {
-                self.pair(x, s)
-            }
-        };
         for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
             let b = &small[if batched { img * c } else { 0 }..][..c];
+            // One 256-entry row per channel: the channel's operand is one code.
+            let rows: Vec<[u8; 256]> = b.iter().map(|&s| self.row(s, swapped)).collect();
             if nhwc {
                 for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
-                    for ((o, &x), &s) in o.iter_mut().zip(px).zip(b) {
-                        *o = f(x, s);
+                    for ((o, &x), r) in o.iter_mut().zip(px).zip(&rows) {
+                        *o = r[x as usize];
                     }
                 }
             } else {
-                for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
+                for ((plane, o), r) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(&rows) {
                     for (o, &x) in o.iter_mut().zip(plane) {
-                        *o = f(x, s);
+                        *o = r[x as usize];
                     }
                 }
             }
@@ -134,7 +156,11 @@ impl BinaryStep {
         let fb = deq(b, &self.db);
         let y = self.graph_op.eval(&[Some(&fa), Some(&fb)])?.remove(0);
         let shape = y.shape.clone();
-        let codes = y.to_f32_vec().into_iter().map(|v| self.code(v)).collect();
+        let codes = y
+            .to_f32_vec()
+            .into_iter()
+            .map(|v| self.code(v) as u8)
+            .collect();
         Ok(self.finish(shape, codes, false))
     }
 }
@@ -173,16 +199,18 @@ impl Kernel for BinaryStep {
         };
         // Same shape and layout: one flat loop.
         if a.tensor.shape == b.tensor.shape && a.nhwc == b.nhwc {
-            let mut codes = vec![0i32; ab.len()];
+            let mut codes = vec![0u8; ab.len()];
             self.zip(ab, bb, &mut codes);
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if bb.len() == 1 && a.tensor.rank() >= b.tensor.rank() {
-            let codes = ab.iter().map(|&x| self.pair(x, bb[0])).collect();
+            let r = self.row(bb[0], false);
+            let codes = ab.iter().map(|&x| r[x as usize]).collect();
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if ab.len() == 1 && b.tensor.rank() >= a.tensor.rank() {
-            let codes = bb.iter().map(|&y| self.pair(ab[0], y)).collect();
+            let r = self.row(ab[0], true);
+            let codes = bb.iter().map(|&y| r[y as usize]).collect();
             return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
         }
         // A per-channel operand ([n|1, C, 1, 1]: its NCHW and NHWC orders agree).
@@ -201,7 +229,7 @@ impl Kernel for BinaryStep {
         ] {
             if let Some(batched) = per_channel(f_onnx, s_onnx) {
                 let (fb, sb) = if swapped { (bb, ab) } else { (ab, bb) };
-                let mut codes = vec![0i32; fb.len()];
+                let mut codes = vec![0u8; fb.len()];
                 let dims = [f_onnx[1], f_onnx[2] * f_onnx[3]];
                 self.per_channel(fb, sb, swapped, full.nhwc, batched, dims, &mut codes);
                 let _ = small;
