@@ -258,6 +258,30 @@ fn qdq_silu_and_hardswish_are_tables() {
         assert!(!plan.step_kinds().contains(&StepKind::Float));
         // The pool and one table step: the Add/Clip/Div steps are dead and dropped.
         assert_eq!(plan.step_count(), 2, "{:?}", plan.steps());
+
+        // The same with float constants and only the Div's result quantized (quantkit's
+        // quantizer leaves Add/Clip unquantized): Div anchors a table, then Mul another.
+        let mut g = G::new(dt, 15);
+        g.params("x", 0.04, z + 3);
+        g.params("d", 1.0 / 200.0, z - 100);
+        g.params("y", 0.02, z - 50);
+        g.input("x", &[2, 3, 4, 5], "x");
+        for (k, v) in [("three", 3.0), ("six", 6.0), ("lo", 0.0), ("hi", 6.0)] {
+            g.g.initializers.insert(k.into(), Tensor::scalar_f32(v));
+        }
+        g.node(Node::new("add", "Add", &["x", "three"], &["a0"]));
+        g.node(Node::new("clip", "Clip", &["a0", "lo", "hi"], &["c0"]));
+        g.node(Node::new("div", "Div", &["c0", "six"], &["d0"]));
+        g.q("d0", "d", "d0q");
+        g.dq("d0q", "d", "d0f");
+        g.node(Node::new("mul", "Mul", &["x", "d0f"], &["m"]));
+        g.q("m", "y", "y");
+        let plan = g.check("y", &["mul"]);
+        assert!(
+            !plan.step_kinds().contains(&StepKind::Float),
+            "{:?}",
+            plan.steps()
+        );
     }
 }
 

@@ -127,17 +127,25 @@ impl<'g> Matcher<'g> {
         if n.inputs.len() != 2 || arith(n).is_none() {
             return Err("not a binary arithmetic node".into());
         }
-        let (xa, pa) = self
-            .code_origin(&n.inputs[0])
-            .ok_or("operand 0 is not computed from quantized codes")?;
-        let (xb, pb) = self
-            .code_origin(&n.inputs[1])
-            .ok_or("operand 1 is not computed from quantized codes")?;
-        if xa != xb {
-            return Err(format!(
-                "operands come from different codes (`{xa}`, `{xb}`)"
-            ));
-        }
+        // Each operand: computed from codes, or a one-element constant (x / 6).
+        let side = |v: &str| -> Option<(Option<String>, Vec<usize>)> {
+            match self.code_origin(v) {
+                Some((x, nodes)) => Some((Some(x), nodes)),
+                None => self.const_scalar(v).map(|nodes| (None, nodes)),
+            }
+        };
+        let (oa, pa) =
+            side(&n.inputs[0]).ok_or("operand 0 is not computed from quantized codes")?;
+        let (ob, pb) =
+            side(&n.inputs[1]).ok_or("operand 1 is not computed from quantized codes")?;
+        let xa = match (oa, ob) {
+            (Some(a), Some(b)) if a == b => a,
+            (Some(a), None) | (None, Some(a)) => a,
+            (Some(a), Some(b)) => {
+                return Err(format!("operands come from different codes (`{a}`, `{b}`)"))
+            }
+            (None, None) => return Err("both operands are constants".into()),
+        };
         // Forward: unary element-wise nodes, then the QuantizeLinear.
         let mut tail = Vec::new();
         let mut v = n.outputs[0].clone();
