@@ -168,10 +168,10 @@ impl<'g> Matcher<'g> {
             }),
         }
         .ok_or_else(|| format!("pad value {value} is not a code of `{}`", dq.name))?;
-        Ok(match dtype {
+        match dtype {
             DType::U8 => Tensor::new(vec![], Data::U8(vec![code as u8])),
             _ => Tensor::new(vec![], Data::I8(vec![code as i8])),
         }
-        .map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
     }
 }
