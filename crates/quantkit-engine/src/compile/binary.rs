@@ -234,8 +234,9 @@ impl<'g> Matcher<'g> {
         };
         let ops_desc: Vec<&str> = order
             .iter()
-            .map(|&k| self.g.nodes[k].op_type.as_str())
-            .filter(|o| !o.ends_with("uantizeLinear"))
+            .map(|&k| &self.g.nodes[k])
+            .filter(|d| !d.is(OpKind::QuantizeLinear) && !d.is(OpKind::DequantizeLinear))
+            .map(|d| d.op_type.as_str())
             .collect();
         let desc = format!("{} of {x_dtype} codes (table)", ops_desc.join("∘"));
         let mut absorbed = tail;
