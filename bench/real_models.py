@@ -10,11 +10,21 @@ on the held-out half: accuracy of float and int8 against the labels (MTCNN: p(fa
 PP-OCR: argmax), cosine of the int8 vs float score vector (MTCNN: the face-probability
 column; PP-OCR: the softmax output), the largest |p - p_ref|, and the file sizes.
 
+With --time (issue 19) it also times every model on the same QDQ file: quantkit int8 (the
+integer engine) vs ONNX Runtime int8, and both f32, at 1 and 2 threads, batch 1 and the
+model's natural batch (the batch its pipeline runs: MTCNN R-Net 32 and O-Net 16 candidate
+boxes per photo, PP-OCR cls 6 = PaddleOCR's `cls_batch_num`). Each figure is the best of
+runs filling --seconds after a warm-up; ONNX Runtime runs the fixture's real inputs,
+`quantkit bench FLOAT --int8 QDQ` a synthetic batch of the same shape (integer kernels do
+not depend on the values). With --profile it prints `quantkit bench --profile` (time per
+engine step and operator kind, float islands marked) for batch 1, 1 thread.
+
 Usage:
     cargo build --release -p quantkit-cli
     python3 bench/real_models.py [--quantkit target/release/quantkit] [--shared ../shared] [--json]
+                                 [--time [--seconds S] [--profile]]
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, subprocess, sys, tempfile, time
 
 import numpy as np
 
@@ -32,6 +42,77 @@ MODELS = [
 ]
 
 
+# Natural batch per model (see the docstring).
+NATURAL_BATCH = {"mtcnn-rnet": 32, "mtcnn-onet": 16, "ppocr-cls": 6}
+
+
+def ort_best(model, x, threads, seconds, repeat=10):
+    import onnxruntime as ort
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = threads
+    o.inter_op_num_threads = 1
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
+    name = s.get_inputs()[0].name
+    s.run(None, {name: x})
+    best, start, n = float("inf"), time.perf_counter(), 0
+    while n < repeat or time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        s.run(None, {name: x})
+        best = min(best, time.perf_counter() - t)
+        n += 1
+    return best * 1e3
+
+
+def fixed_shape_copy(model, sample_shape, out):
+    """`model` with input dims 1.. fixed to the fixture's sample shape (PP-OCR cls declares
+    H and W symbolic; `quantkit bench` needs a fixed sample shape to synthesise input)."""
+    import onnx
+    m = onnx.load(model)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims[1:]):
+        return model
+    for d, n in zip(dims[1:], sample_shape):
+        d.ClearField("dim_param")
+        d.dim_value = n
+    onnx.save(m, out)
+    return out
+
+
+def timing_rows(qk, name, model, q, x, seconds):
+    """quantkit int8/f32 and ONNX Runtime int8/f32 on the same QDQ file."""
+    rows = []
+    bench_model = fixed_shape_copy(model, x.shape[1:], q.replace(".int8.onnx", ".fixed.onnx"))
+    for threads in (1, 2):
+        for batch in sorted({1, NATURAL_BATCH[name]}):
+            xb = np.ascontiguousarray(np.resize(x, (batch,) + x.shape[1:]).astype(np.float32))
+            env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+            v = json.loads(subprocess.run(
+                [qk, "bench", bench_model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
+                 "--seconds", str(seconds), "--json"],
+                check=True, capture_output=True, text=True, env=env).stdout)
+            r = {"model": name, "threads": threads, "batch": batch,
+                 "ort_f32_ms": ort_best(model, xb, threads, seconds),
+                 "ort_int8_ms": ort_best(q, xb, threads, seconds),
+                 "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"]}
+            r["qk8_vs_ort8"] = r["ort_int8_ms"] / r["quantkit_int8_ms"]
+            r["qk32_vs_ort32"] = r["ort_f32_ms"] / r["quantkit_f32_ms"]
+            rows.append(r)
+    return rows
+
+
+def print_timing(rows):
+    import onnxruntime as ort
+    print(f"\ntiming: onnxruntime {ort.__version__}, best latency in ms, same QDQ file for both int8 columns")
+    print(f"{'model':<11} {'thr':>3} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} "
+          f"{'qk8/ORT8':>9} {'qk32/ORT32':>10}")
+    for r in rows:
+        print(f"{r['model']:<11} {r['threads']:>3} {r['batch']:>5} {r['ort_f32_ms']:>9.3f} {r['ort_int8_ms']:>9.3f} "
+              f"{r['quantkit_f32_ms']:>9.3f} {r['quantkit_int8_ms']:>9.3f} {r['qk8_vs_ort8']:>8.2f}x "
+              f"{r['qk32_vs_ort32']:>9.2f}x")
+    print("target (issue 19): qk8/ORT8 >= 1.3 on MTCNN O-Net/R-Net and the PP-OCR classifier, 1 thread")
+
+
 def cosine(a, b):
     a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
@@ -42,10 +123,13 @@ def main():
     ap.add_argument("--quantkit", default=os.path.join(ROOT, "target/release/quantkit"))
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--time", action="store_true", help="also time int8/f32 against ONNX Runtime")
+    ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per figure")
+    ap.add_argument("--profile", action="store_true", help="print the engine profile (batch 1, 1 thread)")
     a = ap.parse_args()
     base = os.path.join(a.shared, "models")
     d = tempfile.mkdtemp()
-    rows = []
+    rows, times = [], []
     for name, model, inp, lab, refs, out_i, col in MODELS:
         model, inp = os.path.join(base, model), os.path.join(base, inp)
         x = np.load(inp)
@@ -86,8 +170,17 @@ def main():
             "nodes_quantized": summary.get("nodes_quantized"),
         }
         rows.append(row)
+        if a.time:
+            times += timing_rows(a.quantkit, name, model, q, x, a.seconds)
+        if a.profile:
+            env = dict(os.environ, RAYON_NUM_THREADS="1")
+            fixed = fixed_shape_copy(model, x.shape[1:], q.replace(".int8.onnx", ".fixed.onnx"))
+            prof = subprocess.run([a.quantkit, "bench", fixed, "--int8", q, "--profile", "--seconds",
+                                   str(a.seconds)], check=True, capture_output=True, text=True, env=env).stdout
+            if not a.json:
+                print(f"--- {name}: quantkit bench --profile (batch 1, 1 thread)\n{prof}")
     if a.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"accuracy": rows, "timing": times} if a.time else rows, indent=2))
         return
     print(f"{'model':<11} {'n':>4} {'float acc':>9} {'int8 acc':>9} {'held-out f/q':>13} {'cosine':>8} "
           f"{'max|dp|':>8} {'other cos':>10} {'size':>6}")
@@ -97,6 +190,8 @@ def main():
               f"{r['float_accuracy_heldout']:>6.3f}/{r['int8_accuracy_heldout']:<6.3f} {r['cosine']:>8.5f} "
               f"{r['max_abs_diff']:>8.4f} {oc:>10} {100 * r['size_int8'] / r['size_float']:>5.1f}%")
     print("targets: MTCNN accuracy unchanged and face-probability cosine >= 0.995; PP-OCR accuracy >= float - 1 pt")
+    if times:
+        print_timing(times)
 
 
 if __name__ == "__main__":

@@ -114,12 +114,14 @@ fn engine_int8_runs_a_quantized_model_like_the_float_executor() {
     assert!(max_diff <= 0.01 * range, "max |diff| {max_diff} of {range}");
 }
 
+/// `run --engine int8 --profile` profiles the integer engine: every step's time with its
+/// kind; the float LeNet (no Q/DQ) runs as float islands only, and the JSON says so.
 #[test]
-fn profile_with_the_engine_is_a_clear_error() {
+fn profile_with_the_engine_marks_float_islands() {
     let lenet = repo().join("models/lenet.onnx");
     let x = input_npy("x-profile.npy");
     let dir = tmp("out-profile");
-    let (ok, _, err) = quantkit(&[
+    let (ok, out, err) = quantkit(&[
         "run",
         lenet.to_str().unwrap(),
         "--input",
@@ -129,8 +131,16 @@ fn profile_with_the_engine_is_a_clear_error() {
         "--engine",
         "int8",
         "--profile",
+        "--json",
     ]);
-    assert!(!ok);
-    assert!(err.contains("--profile"), "{err}");
-    assert!(!dir.exists(), "nothing may be written on an error");
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["engine_profile"];
+    let steps = p["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    assert!(steps.iter().all(|s| s["kind"] == "float_island"), "{p}");
+    assert!(steps.iter().any(|s| s["op_type"] == "Conv"));
+    let total: f64 = steps.iter().map(|s| s["seconds"].as_f64().unwrap()).sum();
+    assert!((total - p["total_seconds"].as_f64().unwrap()).abs() < 1e-9);
+    assert!(p["runs"].as_u64().unwrap() >= 5);
 }

@@ -3,9 +3,12 @@
 //! `quantkit-kernels`, and runs it.
 //!
 //! `DequantizeLinear → Conv/Gemm/MatMul (int8 weights, int32 bias) [→ Relu | Clip] →
-//! QuantizeLinear` becomes one integer step with a fused output stage; so does Add
-//! (QLinearAdd); MaxPool, unary
-//! element-wise ops and layout ops (Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between
+//! QuantizeLinear` becomes one integer step with a fused output stage; Add/Sub/Mul/Div of
+//! two quantized tensors run on the codes with the reference's exact f32 arithmetic, and
+//! when both operands come from the same codes (SiLU `x·σ(x)`) as one 256-entry table;
+//! Concat requantizes each input by a table (or copies it); MaxPool, unary
+//! element-wise ops, PRelu (a table per channel), layout ops (Flatten, Reshape, Transpose,
+//! Squeeze, Unsqueeze) and value-moving ops (Slice, Gather, Resize nearest, Pad, ...) between
 //! a DequantizeLinear and a QuantizeLinear run on the 8-bit codes (a 256-entry table
 //! composes DQ → op → Q exactly); a Gemm/MatMul step reads the codes before such a Flatten
 //! (axis 1, identity Q/DQ) itself, an NHWC tensor through weights with K permuted to
@@ -129,6 +132,45 @@ impl NodeReport {
     }
 }
 
+/// What kind of work a plan step does, for profiles and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StepKind {
+    /// An integer kernel on 8-bit codes (or int32 accumulators), or the fused float input
+    /// prologue that ends in codes.
+    Integer,
+    /// A QuantizeLinear/DequantizeLinear conversion (or another Q/DQ-family operator) run as
+    /// the graph operator: the plan's edges, or around a float island.
+    Convert,
+    /// A float island: the graph crate's operator on dequantized (ONNX-ordered) values.
+    Float,
+}
+
+impl StepKind {
+    /// Short name: `int`, `q/dq`, `FLOAT`.
+    pub fn label(self) -> &'static str {
+        match self {
+            StepKind::Integer => "int",
+            StepKind::Convert => "q/dq",
+            StepKind::Float => "FLOAT",
+        }
+    }
+}
+
+/// The wall time of one step in one profiled run ([`Plan::run_timed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTime {
+    /// Anchor node name.
+    pub node: String,
+    /// Anchor operator type.
+    pub op_type: String,
+    /// Kernel description (as in [`Plan::steps`]).
+    pub kernel: String,
+    /// Integer step, conversion or float island.
+    pub kind: StepKind,
+    /// Seconds.
+    pub seconds: f64,
+}
+
 /// One step of a plan: a kernel over value slots.
 pub(crate) struct Step {
     /// Anchor node name and operator (for errors).
@@ -196,15 +238,35 @@ impl Plan {
         &self,
         inputs: Vec<(S, Tensor)>,
     ) -> Result<(Vec<(String, Tensor)>, Vec<(String, String, f64)>)> {
+        let (out, times) = self.run_timed(inputs)?;
+        let times = times
+            .into_iter()
+            .map(|t| (t.node, t.kernel, t.seconds))
+            .collect();
+        Ok((out, times))
+    }
+
+    /// Like [`Plan::run`], also returning every step's wall time with its operator and
+    /// [`StepKind`] (float islands marked), in execution order: the engine's profile.
+    #[allow(clippy::type_complexity)]
+    pub fn run_timed<S: AsRef<str>>(
+        &self,
+        inputs: Vec<(S, Tensor)>,
+    ) -> Result<(Vec<(String, Tensor)>, Vec<StepTime>)> {
         let mut times = Vec::with_capacity(self.steps.len());
         let out = self.run_inner(inputs, Some(&mut times))?;
         Ok((out, times))
     }
 
+    /// The kind of every step (integer, conversion, float island), in execution order.
+    pub fn step_kinds(&self) -> Vec<StepKind> {
+        self.steps.iter().map(|s| s.kernel.kind()).collect()
+    }
+
     fn run_inner<S: AsRef<str>>(
         &self,
         inputs: Vec<(S, Tensor)>,
-        mut times: Option<&mut Vec<(String, String, f64)>>,
+        mut times: Option<&mut Vec<StepTime>>,
     ) -> Result<Vec<(String, Tensor)>> {
         let mut env: Vec<Option<Val>> = vec![None; self.consts.len()];
         let known = || {
@@ -258,22 +320,26 @@ impl Plan {
                     drop(args);
                     env[*o] = env[*s].take();
                     if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
-                        t.push((
-                            step.node.clone(),
-                            "Identity (moved)".into(),
-                            t0.elapsed().as_secs_f64(),
-                        ));
+                        t.push(StepTime {
+                            node: step.node.clone(),
+                            op_type: step.op_type.clone(),
+                            kernel: "Identity (moved)".into(),
+                            kind: StepKind::Convert,
+                            seconds: t0.elapsed().as_secs_f64(),
+                        });
                     }
                     continue;
                 }
             }
             let outs = step.kernel.run(step, &args)?;
             if let (Some(t), Some(t0)) = (times.as_mut(), t0) {
-                t.push((
-                    step.node.clone(),
-                    step.kernel.describe(),
-                    t0.elapsed().as_secs_f64(),
-                ));
+                t.push(StepTime {
+                    node: step.node.clone(),
+                    op_type: step.op_type.clone(),
+                    kernel: step.kernel.describe(),
+                    kind: step.kernel.kind(),
+                    seconds: t0.elapsed().as_secs_f64(),
+                });
             }
             drop(args);
             for (slot, v) in step.outputs.iter().zip(outs) {

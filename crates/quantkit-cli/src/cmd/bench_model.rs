@@ -42,6 +42,10 @@ pub struct ModelArgs {
     /// Minimum seconds spent timing each executor (at least 3 runs after a warm-up).
     #[arg(long, default_value_t = 1.0)]
     pub seconds: f64,
+    /// Also profile the integer engine on the same input: time per step and per operator
+    /// kind, float islands marked (median of the profiled runs; JSON: `int8_profile`).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Latency of one executor.
@@ -200,6 +204,24 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
             time_runs(int8.as_ref(), &x, args.seconds)?,
         ))
     })?;
+    let profile = if args.profile {
+        let plan = match &args.int8 {
+            Some(p) => {
+                let g = load_model(p).with_context(|| format!("loading {}", p.display()))?;
+                quantkit_engine::compile(&g, &quantkit_engine::EngineOptions::default())
+                    .with_context(|| format!("compiling {}", p.display()))?
+            }
+            None => quantkit_engine::compile(
+                &quantize_now(model, args, &sample)?,
+                &quantkit_engine::EngineOptions::default(),
+            )?,
+        };
+        Some(pool.install(|| {
+            super::engine_profile::EngineProfile::measure(&plan, &x, 5, args.seconds)
+        })?)
+    } else {
+        None
+    };
     let tput = |t: &Timing| args.batch as f64 / (t.best_ms / 1e3);
     let speedup = tf.best_ms / ti.best_ms;
     if json {
@@ -224,6 +246,10 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
             "int8": side(&ti, int8_backend.name(), &int8_path),
             "int8_speedup": speedup,
         });
+        let mut v = v;
+        if let Some(p) = &profile {
+            v["int8_profile"] = p.to_json();
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         let described = x
@@ -253,6 +279,9 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
             );
         }
         println!("int8 vs float: {speedup:.2}× (best latency)");
+        if let Some(p) = &profile {
+            p.print(20);
+        }
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod bench_model;
 pub mod check;
 pub mod conformance;
 pub mod demo;
+pub mod engine_profile;
 pub mod eval;
 pub mod inspect;
 pub mod qat;

@@ -28,8 +28,10 @@ pub struct Args {
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Also report the time spent in each operator type (with --json: a `profile` list);
-    /// float executor only.
+    /// Also report where the time goes (with --json: a `profile` list). Float executor:
+    /// time per operator type. `--engine int8`: time per step and per operator kind, float
+    /// islands marked (median of --repeat runs, at least 5; with --json an `engine_profile`
+    /// object).
     #[arg(long)]
     pub profile: bool,
     /// Run the model this many times and report the fastest run (the first run of a
@@ -202,9 +204,6 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--repeat must be at least 1");
     }
     let plan = if args.engine == "int8" {
-        if args.profile {
-            bail!("--profile times the float executor's operators; it does not apply to --engine int8");
-        }
         Some(
             quantkit_engine::compile(&graph, &quantkit_engine::EngineOptions::default())
                 .with_context(|| {
@@ -234,6 +233,15 @@ pub fn run(args: Args) -> Result<()> {
             profile_rows = profile.rows();
         }
     }
+    let engine_profile = match (&plan, args.profile) {
+        (Some(plan), true) => Some(super::engine_profile::EngineProfile::measure(
+            plan,
+            &inputs,
+            args.repeat.max(5),
+            0.0,
+        )?),
+        _ => None,
+    };
     // Convert everything first so an error never leaves some outputs written.
     let arrays: Vec<(String, PathBuf, NpyArray)> = outputs
         .iter()
@@ -257,7 +265,9 @@ pub fn run(args: Args) -> Result<()> {
             .map(|((n, t), (_, p, _))| json!({"name": n, "file": p, "dtype": t.dtype.to_string(), "shape": t.shape}))
             .collect();
         let mut summary = json!({"model": args.model, "load_seconds": load_s, "run_seconds": run_s, "outputs": outs});
-        if args.profile {
+        if let Some(p) = &engine_profile {
+            summary["engine_profile"] = p.to_json();
+        } else if args.profile {
             summary["profile"] = profile_rows
                 .iter()
                 .map(|(op, s, n)| json!({"op_type": op, "seconds": s, "nodes": n}))
@@ -269,7 +279,9 @@ pub fn run(args: Args) -> Result<()> {
             println!("{n}: {} {:?} -> {}", t.dtype, t.shape, p.display());
         }
         println!("load {:.1} ms, run {:.1} ms", load_s * 1e3, run_s * 1e3);
-        if args.profile {
+        if let Some(p) = &engine_profile {
+            p.print(15);
+        } else if args.profile {
             println!("{:<24} {:>6} {:>10} {:>6}", "op", "nodes", "ms", "%");
             for (op, s, n) in &profile_rows {
                 println!(

@@ -7,7 +7,7 @@ use super::helpers::{Matcher, Why};
 use super::Matched;
 use crate::steps::{CodeStep, GraphOp};
 use quantkit_graph::ops;
-use quantkit_graph::{DType, Node};
+use quantkit_graph::{DType, Data, Node, OpKind, Tensor};
 
 /// Element-wise operators whose QDQ sandwich becomes a 256-entry table (the registry's
 /// `Facts::unary`: Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu, Erf,
@@ -22,6 +22,25 @@ pub(super) fn is_layout_op(n: &Node) -> bool {
     n.facts().layout
 }
 
+/// Other one-input operators whose `DQ → op → Q` runs on the codes: those that only move,
+/// select or repeat values (`Facts::moves_values` with one data input and one output:
+/// Slice, Gather, Tile, Expand, DepthToSpace, SpaceToDepth, ...), `Resize` in nearest mode
+/// (it copies input values) and `Pad` in constant mode (the pad value becomes the code that
+/// dequantizes to it). Concat (several data inputs) and Split (several outputs) have their
+/// own steps; MaxPool has its own.
+pub(super) fn is_move_op(n: &Node) -> bool {
+    match n.kind() {
+        Some(OpKind::Concat | OpKind::Split | OpKind::MaxPool) => false,
+        Some(OpKind::Resize) => n
+            .attr_string("mode", "nearest")
+            .is_ok_and(|m| m == "nearest"),
+        Some(OpKind::Pad) => n
+            .attr_string("mode", "constant")
+            .is_ok_and(|m| m == "constant"),
+        _ => n.facts().moves_values,
+    }
+}
+
 impl<'g> Matcher<'g> {
     /// `DQ(x) → op → Q` anchored at `ni`, the other inputs constant: a layout op (`layout`) on
     /// the codes, or an element-wise op as a table.
@@ -32,7 +51,16 @@ impl<'g> Matcher<'g> {
                 return Err(format!("input `{v}` is not a constant"));
             }
         }
+        if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("more than one output".into());
+        }
         let (dqx, xq, qx, qi, qy) = self.sandwich(n)?;
+        let nearest = n.is(OpKind::Resize);
+        let consts = if n.is(OpKind::Pad) {
+            vec![(2, self.pad_code(n, &self.g.nodes[dqx], qx.dtype)?)]
+        } else {
+            Vec::new()
+        };
         let table = self.table(
             &self.g.nodes[dqx],
             (!layout).then_some(n),
@@ -65,6 +93,8 @@ impl<'g> Matcher<'g> {
                 layout: layout_op,
                 table,
                 x_dtype: qx.dtype,
+                consts,
+                nearest,
                 desc: desc.clone(),
             }),
             inputs,
@@ -99,6 +129,8 @@ impl<'g> Matcher<'g> {
                 }),
                 table: None,
                 x_dtype: dtype,
+                consts: Vec::new(),
+                nearest: false,
                 desc: desc.clone(),
             }),
             inputs,
@@ -107,5 +139,39 @@ impl<'g> Matcher<'g> {
             through: Vec::new(),
             kernel_desc: desc,
         })
+    }
+
+    /// Pad's constant value as a code of `x`: the code `c` with `DQ(c)` equal to the value
+    /// (0 → the zero point), so padding the codes and dequantizing equals padding the
+    /// dequantized tensor. Opset ≥ 11 (the value is input 2).
+    fn pad_code(&self, n: &Node, dq: &Node, dtype: DType) -> Why<Tensor> {
+        if self.opset < 11 {
+            return Err("Pad before opset 11 (value attribute)".into());
+        }
+        let value = match n.inputs.get(2).filter(|v| !v.is_empty()) {
+            None => 0.0f32,
+            Some(v) => {
+                let t = self.init(v).ok_or("pad value is not a constant")?;
+                if t.dtype != DType::F32 || t.len() != 1 {
+                    return Err("pad value is not one f32".into());
+                }
+                t.to_f32_vec()[0]
+            }
+        };
+        let qp = self.qparams(dq)?;
+        let code = match dtype {
+            DType::U8 => (0..=255i32).find(|&c| {
+                quantkit_core::dequantize_value(c as i64, qp.scale, qp.zp as i64) == value
+            }),
+            _ => (-128..=127i32).find(|&c| {
+                quantkit_core::dequantize_value(c as i64, qp.scale, qp.zp as i64) == value
+            }),
+        }
+        .ok_or_else(|| format!("pad value {value} is not a code of `{}`", dq.name))?;
+        match dtype {
+            DType::U8 => Tensor::new(vec![], Data::U8(vec![code as u8])),
+            _ => Tensor::new(vec![], Data::I8(vec![code as i8])),
+        }
+        .map_err(|e| e.to_string())
     }
 }

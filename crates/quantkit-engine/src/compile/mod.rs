@@ -16,10 +16,13 @@
 //! | `QLinearMatMul` | `gemm.rs` `qlinear_matmul` | `gemm.rs` `GemmStep` |
 //! | `MaxPool` | `pool.rs` `max_pool_codes` on codes, else `max_pool` | `pool.rs` `MaxPoolStep` |
 //! | `ConvInteger`, `MatMulInteger` | `dynamic.rs` `dynamic` | `dynamic.rs` `DynamicStep` |
-//! | `Add` | `add.rs` `add`, else `prologue.rs` `prologue` | `add.rs` `AddStep`, `prologue.rs` `PrologueStep` |
-//! | `Sub`, `Mul`, `Div` | `prologue.rs` `prologue` | `prologue.rs` `PrologueStep` |
+//! | `Add`, `Sub`, `Mul`, `Div` | `binary.rs` `code_function` (both operands from one tensor's codes: SiLU), else `binary_codes` (two code tensors), else `prologue.rs` `prologue` | `codes.rs` `CodeStep` (table), `binary.rs` `BinaryStep`, `prologue.rs` `PrologueStep` |
+//! | `Concat` | `concat.rs` `concat` | `concat.rs` `ConcatStep` |
+//! | `GlobalAveragePool` | `pool.rs` `global_avg_pool` | `pool.rs` `GlobalAvgPoolStep` |
+//! | `PRelu` | `prelu.rs` `prelu` | `prelu.rs` `ChannelTableStep` (a table per channel) |
 //! | layout ops (`Facts::layout`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
 //! | element-wise ops (`Facts::unary`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
+//! | value-moving ops (`is_move_op`: Slice, Gather, Tile, Resize nearest, Pad constant, ...) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
 //!
 //! A node no pattern takes, or whose pattern's preconditions fail (the reason goes into the
 //! report), becomes a step running the graph crate's operator (`steps/graph_op.rs`): a float
@@ -43,13 +46,14 @@
 use crate::error::Result;
 use crate::steps::Kernel;
 use crate::{EngineOptions, Plan, Step};
-use codes::{is_layout_op, is_table_op};
+use codes::{is_layout_op, is_move_op, is_table_op};
 use helpers::{Matcher, Why};
 use quantkit_graph::Graph;
 use quantkit_graph::OpKind;
 
-mod add;
+mod binary;
 mod codes;
+mod concat;
 mod conv;
 mod dynamic;
 mod flatten_gemm;
@@ -57,6 +61,7 @@ mod gemm;
 pub(crate) mod helpers;
 mod passes;
 mod pool;
+mod prelu;
 mod prologue;
 mod quant;
 
@@ -91,14 +96,21 @@ impl<'g> Matcher<'g> {
                 None => self.max_pool(ni),
             },
             OpKind::ConvInteger | OpKind::MatMulInteger => self.dynamic(ni),
-            // QLinearAdd of two quantized operands, else a float input prologue.
-            OpKind::Add => self.add(ni).or_else(|e| self.prologue(ni).map_err(|_| e)),
-            OpKind::Sub | OpKind::Mul | OpKind::Div => self.prologue(ni),
+            // A function of one tensor's codes (SiLU: x·σ(x)) as a table, else two quantized
+            // operands (exact f32), else a float input prologue.
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div => self
+                .code_function(ni)
+                .or_else(|_| self.binary_codes(ni))
+                .or_else(|e| self.prologue(ni).map_err(|_| e)),
+            OpKind::Concat => self.concat(ni),
+            OpKind::PRelu => self.prelu(ni),
+            OpKind::GlobalAveragePool => self.global_avg_pool(ni),
             _ if is_layout_op(n) => match codes() {
                 Some(dt) => self.layout_codes(ni, dt),
                 None => self.codes(ni, true),
             },
             _ if is_table_op(n) => self.codes(ni, false),
+            _ if is_move_op(n) => self.codes(ni, true),
             _ => return None,
         };
         Some(if self.opts.keep_float.iter().any(|k| k == &n.name) {

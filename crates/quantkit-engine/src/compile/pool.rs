@@ -1,13 +1,15 @@
-//! MaxPool patterns → [`MaxPoolStep`] (`steps/pool.rs`): `DQ(x) → MaxPool → Q` (the pool on
+//! Pool patterns → [`MaxPoolStep`], [`GlobalAvgPoolStep`] (`steps/pool.rs`): `DQ(x) → MaxPool → Q` (the pool on
 //! the codes, then a table when the parameters change), and a MaxPool reading codes another
-//! step wrote (QOperator models).
+//! step wrote (QOperator models); `DQ(x) → GlobalAveragePool → Q` with the reference's exact f64 sums.
 
 use super::helpers::{Matcher, Why};
 use super::Matched;
-use crate::steps::MaxPoolStep;
+use crate::steps::{GlobalAvgPoolStep, MaxPoolStep};
 use quantkit_graph::ops::pool::PoolAttrs;
 use quantkit_graph::ops::PadSpec;
+use quantkit_graph::ops::{self, OpCtx};
 use quantkit_graph::{DType, Node};
+use quantkit_graph::{Data, Tensor};
 use quantkit_kernels::conv::ConvParams;
 
 impl<'g> Matcher<'g> {
@@ -117,4 +119,48 @@ pub(super) fn plane_params(
         Some(p) => return Err(format!("pads {p:?} not supported")),
     };
     Ok((two("strides", strides)?, two("dilations", dilations)?, pads))
+}
+
+impl<'g> Matcher<'g> {
+    /// `DQ(x) → GlobalAveragePool → Q` anchored at `ni` (see [`GlobalAvgPoolStep`]).
+    pub(super) fn global_avg_pool(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        let (dqx, xq, qx, qi, qy) = self.sandwich(n)?;
+        let dq = &self.g.nodes[dqx];
+        let probe = match qx.dtype {
+            DType::U8 => Tensor::new(vec![256], Data::U8((0..=255).collect())),
+            _ => Tensor::new(vec![256], Data::I8((0..=255u8).map(|b| b as i8).collect())),
+        }
+        .map_err(|e| e.to_string())?;
+        let f = ops::lookup(&dq.domain, &dq.op_type).ok_or("no DequantizeLinear")?;
+        let mut args: Vec<Option<&Tensor>> = vec![Some(&probe)];
+        for i in &dq.inputs[1..] {
+            args.push(if i.is_empty() { None } else { self.init(i) });
+        }
+        let ctx = OpCtx {
+            node: dq,
+            opset: self.opset,
+        };
+        let v = f(&ctx, &args)
+            .map_err(|e| format!("`{}`: {e}", dq.name))?
+            .first()
+            .ok_or("no output")?
+            .to_f32_vec();
+        let table: [f32; 256] = v.try_into().map_err(|_| "DQ is not element-wise")?;
+        let desc = format!("global_avg_pool {}→{}", qx.dtype, qy.dtype);
+        Ok(Matched {
+            kernel: Box::new(GlobalAvgPoolStep {
+                dq: Box::new(table),
+                x_dtype: qx.dtype,
+                scale: qy.scale,
+                zp: qy.zp,
+                out: qy.dtype,
+            }),
+            inputs: vec![xq],
+            output: self.g.nodes[qi].outputs[0].clone(),
+            absorbed: vec![qi],
+            through: vec![dqx],
+            kernel_desc: desc,
+        })
+    }
 }

@@ -41,7 +41,75 @@ pub(crate) struct CodeStep {
     pub layout: Option<GraphOp>,
     pub table: Option<Table>,
     pub x_dtype: DType,
+    /// Inputs of the layout operator replaced by these constants (Pad's constant value as
+    /// a code).
+    pub consts: Vec<(usize, Tensor)>,
+    /// The layout operator is a nearest-mode Resize: 4-D codes are gathered directly in
+    /// their layout (NHWC stays NHWC) by the source index of each output position.
+    pub nearest: bool,
     pub desc: String,
+}
+
+/// Nearest Resize of 4-D codes by source positions: the graph's own Resize on a probe
+/// `[1, 1, h, w]` holding each position's flat index (exact in f32 below 2^24) gives, for
+/// every output position, the input position it copies (nearest resizing copies values
+/// independently of them, per image and channel). `None` when the probe does not keep
+/// batch and channels (a scale on those axes): the caller runs the operator itself.
+fn resize_nearest(op: &GraphOp, x: &Val, args: &[Option<&Tensor>]) -> Result<Option<Val>> {
+    let s = &x.tensor.shape;
+    let [n, c, h, w] = if x.nhwc {
+        [s[0], s[3], s[1], s[2]]
+    } else {
+        [s[0], s[1], s[2], s[3]]
+    };
+    if h * w >= 1 << 24 {
+        return Ok(None);
+    }
+    let probe = Tensor::from_f32(&[1, 1, h, w], (0..h * w).map(|i| i as f32).collect());
+    let mut a: Vec<Option<&Tensor>> = args.to_vec();
+    a[0] = Some(&probe);
+    let idx = op.eval(&a)?.remove(0);
+    let (oh, ow) = match idx.shape.as_slice() {
+        [1, 1, oh, ow] => (*oh, *ow),
+        _ => return Ok(None),
+    };
+    let idx: Vec<usize> = idx.to_f32_vec().iter().map(|&v| v as usize).collect();
+    if idx.iter().any(|&i| i >= h * w) {
+        return Ok(None);
+    }
+    let src: &[u8] = match &x.tensor.data {
+        Data::U8(d) => d,
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        Data::I8(d) => unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) },
+        _ => return Ok(None),
+    };
+    let mut out = vec![0u8; n * c * oh * ow];
+    if x.nhwc {
+        for (img, dst) in src.chunks(h * w * c).zip(out.chunks_mut(oh * ow * c)) {
+            for (d, &i) in dst.chunks_mut(c).zip(&idx) {
+                d.copy_from_slice(&img[i * c..][..c]);
+            }
+        }
+    } else {
+        for (plane, dst) in src.chunks(h * w).zip(out.chunks_mut(oh * ow)) {
+            for (d, &i) in dst.iter_mut().zip(&idx) {
+                *d = plane[i];
+            }
+        }
+    }
+    let shape = if x.nhwc {
+        vec![n, oh, ow, c]
+    } else {
+        vec![n, c, oh, ow]
+    };
+    let tensor = match x.tensor.dtype {
+        DType::U8 => tensor_u8(shape, out),
+        _ => tensor_i8(shape, out.into_iter().map(|b| b as i8).collect()),
+    };
+    Ok(Some(Val {
+        tensor,
+        nhwc: x.nhwc,
+    }))
 }
 
 impl Kernel for CodeStep {
@@ -50,17 +118,45 @@ impl Kernel for CodeStep {
         check_dtype(step, x, self.x_dtype)?;
         let v = match &self.layout {
             Some(op) => {
-                let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
-                    inputs.iter().map(|v| v.map(Val::to_nchw)).collect();
-                let args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
-                let t = op.eval(&args)?.into_iter().next().ok_or_else(|| {
-                    bad(
-                        step,
-                        "output 0",
-                        "the layout operator produced nothing".into(),
-                    )
-                })?;
-                Val::nchw(t)
+                let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| {
+                        // Input 0 is converted only when the operator itself runs.
+                        if k == 0 {
+                            None
+                        } else {
+                            v.map(Val::to_nchw)
+                        }
+                    })
+                    .collect();
+                let mut args: Vec<Option<&Tensor>> = owned.iter().map(|c| c.as_deref()).collect();
+                for (k, t) in &self.consts {
+                    if args.len() <= *k {
+                        args.resize(*k + 1, None);
+                    }
+                    args[*k] = Some(t);
+                }
+                let fast = if self.nearest && x.tensor.rank() == 4 {
+                    resize_nearest(op, x, &args)?
+                } else {
+                    None
+                };
+                match fast {
+                    Some(v) => v,
+                    None => {
+                        let x0 = x.to_nchw();
+                        args[0] = Some(&x0);
+                        let t = op.eval(&args)?.into_iter().next().ok_or_else(|| {
+                            bad(
+                                step,
+                                "output 0",
+                                "the layout operator produced nothing".into(),
+                            )
+                        })?;
+                        Val::nchw(t)
+                    }
+                }
             }
             None => x.clone(),
         };

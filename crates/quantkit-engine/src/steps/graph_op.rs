@@ -43,6 +43,18 @@ impl Kernel for GraphOp {
     fn forwards_input(&self) -> bool {
         self.node.is(OpKind::Identity)
     }
+    fn kind(&self) -> crate::StepKind {
+        // Q/DQ convert between codes and floats; Identity only hands a value on.
+        match self.node.kind() {
+            Some(
+                OpKind::QuantizeLinear
+                | OpKind::DequantizeLinear
+                | OpKind::DynamicQuantizeLinear
+                | OpKind::Identity,
+            ) => crate::StepKind::Convert,
+            _ => crate::StepKind::Float,
+        }
+    }
 }
 
 /// A control-flow node (If, Loop, Scan) as a float island: the graph crate's executor runs
@@ -75,6 +87,9 @@ impl Kernel for ControlOp {
             },
         )?;
         Ok(outs.into_iter().map(Val::nchw).collect())
+    }
+    fn kind(&self) -> crate::StepKind {
+        crate::StepKind::Float
     }
     fn describe(&self) -> String {
         format!(

@@ -8,30 +8,38 @@ use crate::value::Val;
 use crate::Step;
 use quantkit_graph::{DType, Tensor};
 
-mod add;
+mod binary;
 mod codes;
+mod concat;
 mod conv;
 mod dynamic;
 mod flatten_gemm;
 mod gemm;
 mod graph_op;
 mod pool;
+mod prelu;
 mod prologue;
 
-pub(crate) use add::AddStep;
+pub(crate) use binary::BinaryStep;
 pub(crate) use codes::{CodeStep, Table};
+pub(crate) use concat::ConcatStep;
 pub(crate) use conv::ConvStep;
 pub(crate) use dynamic::{DynOp, DynamicStep};
 pub(crate) use flatten_gemm::FlatInput;
 pub(crate) use gemm::GemmStep;
 pub(crate) use graph_op::{ControlOp, GraphOp};
-pub(crate) use pool::MaxPoolStep;
+pub(crate) use pool::{GlobalAvgPoolStep, MaxPoolStep};
+pub(crate) use prelu::ChannelTableStep;
 pub(crate) use prologue::{ChainNode, ConstOp, PrologueStep, MAX_OPS};
 
 /// What a step runs. Inputs are the step's input slots in order.
 pub(crate) trait Kernel: Send + Sync {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>>;
     fn describe(&self) -> String;
+    /// Integer step, conversion or float island (profiles).
+    fn kind(&self) -> crate::StepKind {
+        crate::StepKind::Integer
+    }
     /// Whether the step's one output is its one input unchanged (Identity), so the plan
     /// may hand the input's buffer on instead of running the step when it is the input's
     /// last use.

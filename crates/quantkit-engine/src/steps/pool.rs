@@ -66,3 +66,86 @@ impl Kernel for MaxPoolStep {
         )
     }
 }
+
+/// GlobalAveragePool on 8-bit codes (`DQ(x) → GlobalAveragePool → Q`, QLinearGlobalAveragePool),
+/// equal to the float executor bit for bit. The reference dequantizes (f32), sums each
+/// channel's plane in f64 in (h, w) order, divides by the plane size in f64, rounds to f32
+/// and quantizes. The step does exactly that: `dq[code]` is the graph DequantizeLinear's f32
+/// of each code, each channel is summed in f64 in the same (h, w) order (an NHWC pixel loop
+/// visits every channel's values in that order too), then `f32(sum / len)` and
+/// quantkit-core's `quantize_code`, the graph QuantizeLinear's rule.
+pub(crate) struct GlobalAvgPoolStep {
+    pub dq: Box<[f32; 256]>,
+    pub x_dtype: DType,
+    pub scale: f32,
+    pub zp: i32,
+    pub out: DType,
+}
+
+impl Kernel for GlobalAvgPoolStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let x = first(step, inputs)?;
+        check_dtype(step, x, self.x_dtype)?;
+        let s = &x.tensor.shape;
+        if s.len() < 3 || (x.nhwc && s.len() != 4) {
+            return Err(bad(
+                step,
+                "input 0",
+                format!("expected [N, C, D...], got {s:?}"),
+            ));
+        }
+        let (n, c, plane) = if x.nhwc {
+            (s[0], s[3], s[1] * s[2])
+        } else {
+            (s[0], s[1], s[2..].iter().product())
+        };
+        let bytes: &[u8] = match &x.tensor.data {
+            Data::U8(d) => d,
+            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+            Data::I8(d) => unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) },
+            _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
+        };
+        let mut sums = vec![0f64; n * c];
+        if x.nhwc {
+            for (img, acc) in bytes.chunks(plane * c).zip(sums.chunks_mut(c)) {
+                for px in img.chunks(c) {
+                    for (a, &b) in acc.iter_mut().zip(px) {
+                        *a += f64::from(self.dq[b as usize]);
+                    }
+                }
+            }
+        } else {
+            for (p, acc) in bytes.chunks(plane.max(1)).zip(sums.iter_mut()) {
+                *acc = p
+                    .iter()
+                    .map(|&b| f64::from(self.dq[b as usize]))
+                    .sum::<f64>();
+            }
+        }
+        let codes: Vec<i32> = sums
+            .iter()
+            .map(|&t| {
+                let v = (t / plane as f64) as f32;
+                match self.out {
+                    DType::U8 => {
+                        i32::from(quantkit_core::quantize_code::<u8>(v, self.scale, self.zp))
+                    }
+                    _ => i32::from(quantkit_core::quantize_code::<i8>(v, self.scale, self.zp)),
+                }
+            })
+            .collect();
+        let mut shape = vec![n, c];
+        shape.extend(std::iter::repeat_n(1, if x.nhwc { 2 } else { s.len() - 2 }));
+        let tensor = match self.out {
+            DType::U8 => tensor_u8(shape, codes.into_iter().map(|v| v as u8).collect()),
+            _ => tensor_i8(shape, codes.into_iter().map(|v| v as i8).collect()),
+        };
+        Ok(vec![Val::nchw(tensor)])
+    }
+    fn describe(&self) -> String {
+        format!(
+            "global_avg_pool {}→{} (exact f64 sums)",
+            self.x_dtype, self.out
+        )
+    }
+}

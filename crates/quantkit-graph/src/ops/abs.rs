@@ -23,4 +23,7 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 /// `Abs` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Abs", 1, eval)
     .infer(super::registry::same_as_first)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts {
+        unary: true,
+        ..super::Facts::ELEMENTWISE
+    });

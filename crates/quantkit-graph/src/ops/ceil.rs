@@ -15,5 +15,6 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Ceil", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         monotone: true,
+        unary: true,
         ..super::Facts::ELEMENTWISE
     });

@@ -15,5 +15,6 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Reciprocal", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         monotone: false,
+        unary: true,
         ..super::Facts::ELEMENTWISE
     });

@@ -63,5 +63,6 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Sign", 1, eval)
     .infer(super::registry::same_as_first)
     .facts(super::Facts {
         monotone: true,
+        unary: true,
         ..super::Facts::ELEMENTWISE
     });

@@ -1,0 +1,251 @@
+//! The element-wise step on two tensors of 8-bit codes, produced by `compile/binary.rs`:
+//! `DQ(a) ∘ DQ(b) [→ Relu | Clip] → Q` for ∘ ∈ {Add, Sub, Mul, Div} (QLinearAdd,
+//! QLinearMul, ...), equal to the QDQ graph on the float executor bit for bit.
+//!
+//! Per element: `y = clamp(Q(f32(DQ_a(a) ∘ DQ_b(b))), lo, hi)`, where `DQ_a`/`DQ_b` are
+//! 256-entry f32 tables made by the graph's own DequantizeLinear (so each is the exact f32
+//! the graph computes), `∘` is one f32 operation (the graph's Add/Sub/Mul/Div compute in
+//! f32), `Q` is `quantkit_core::quantize_code` (the graph QuantizeLinear's per-tensor 8-bit
+//! rule: f32 division by the scale, round half to even, + zero point, saturate), and
+//! `[lo, hi]` the fused Relu/Clip as a clamp on codes (Q is monotone, so
+//! `Q(clip(v)) = clamp(Q(v), Q(lo), Q(hi))`). Nothing is approximated: the step performs the
+//! reference's f32 operations in the reference's order, so the codes are the graph's.
+//!
+//! Layouts: operands of one shape and layout run as one flat loop (above 2^17 elements
+//! through the 65,536-entry table of every code pair, each entry computed by the same
+//! per-element arithmetic); an operand of one element, or a per-channel operand
+//! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
+//! channel (again the same arithmetic, once per code instead of once per element); any other
+//! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
+//! then the same `Q`: slower, still exact.
+
+use super::{bad, check_dtype, GraphOp, Kernel};
+use crate::error::Result;
+use crate::value::{tensor_i8, tensor_u8, Val};
+use crate::Step;
+use quantkit_graph::ops::binary::{Arith, Num};
+use quantkit_graph::{DType, Data, Tensor};
+
+/// `DQ(a) ∘ DQ(b) → Q` on codes (see the module doc for the exact arithmetic).
+pub(crate) struct BinaryStep {
+    pub op: Arith,
+    /// Dequantized value of each code of `a` / `b`, indexed by the code's byte.
+    pub da: Box<[f32; 256]>,
+    pub db: Box<[f32; 256]>,
+    pub a_dtype: DType,
+    pub b_dtype: DType,
+    /// Output scale, zero point and code type.
+    pub scale: f32,
+    pub zp: i32,
+    pub out: DType,
+    /// Clamp of the output codes (fused Relu/Clip; the type's range otherwise).
+    pub clamp: (i32, i32),
+    /// The graph's operator (`Add`, ...) for the general broadcasting path.
+    pub graph_op: GraphOp,
+}
+
+/// The bytes of an 8-bit code tensor.
+fn bytes(t: &Tensor) -> Option<&[u8]> {
+    match &t.data {
+        Data::U8(d) => Some(d),
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        Data::I8(d) => Some(unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) }),
+        _ => None,
+    }
+}
+
+impl BinaryStep {
+    #[inline(always)]
+    fn code(&self, v: f32) -> i32 {
+        let c = match self.out {
+            DType::U8 => i32::from(quantkit_core::quantize_code::<u8>(v, self.scale, self.zp)),
+            _ => i32::from(quantkit_core::quantize_code::<i8>(v, self.scale, self.zp)),
+        };
+        c.clamp(self.clamp.0, self.clamp.1)
+    }
+
+    /// `codes` holds each output code's byte (an i8 code as its two's-complement byte).
+    fn finish(&self, shape: Vec<usize>, codes: Vec<u8>, nhwc: bool) -> Val {
+        let tensor = match self.out {
+            DType::U8 => tensor_u8(shape, codes),
+            _ => tensor_i8(shape, codes.into_iter().map(|c| c as i8).collect()),
+        };
+        Val { tensor, nhwc }
+    }
+
+    /// `code(op(da[x], db[y]))` for one pair of codes, as the output code's byte.
+    #[inline(always)]
+    fn pair(&self, x: u8, y: u8) -> u8 {
+        self.code(f32::apply(
+            self.op,
+            self.da[x as usize],
+            self.db[y as usize],
+        )) as u8
+    }
+
+    /// The 256 output bytes for every code of the full operand against one code `s` of the
+    /// other (`swapped`: the full operand is the second): the same `pair` arithmetic, made
+    /// once per channel instead of once per element.
+    fn row(&self, s: u8, swapped: bool) -> [u8; 256] {
+        std::array::from_fn(|x| {
+            if swapped {
+                self.pair(s, x as u8)
+            } else {
+                self.pair(x as u8, s)
+            }
+        })
+    }
+
+    /// Element by element over equal-length `a` and `b`; above 2^17 elements through the
+    /// 65,536-entry table of every code pair (each entry is `pair` itself, so exact).
+    fn zip(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
+        if a.len() > 1 << 17 {
+            let t: Vec<u8> = (0..1usize << 16)
+                .map(|i| self.pair((i >> 8) as u8, i as u8))
+                .collect();
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = t[(x as usize) << 8 | y as usize];
+            }
+            return;
+        }
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = self.pair(x, y);
+        }
+    }
+
+    /// `a` (the full tensor) against a per-channel `b`, in `a`'s layout; `swapped`: the
+    /// full tensor is the second operand. `[n, c, hw]` are the full tensor's sizes.
+    #[allow(clippy::too_many_arguments)]
+    fn per_channel(
+        &self,
+        full: &[u8],
+        small: &[u8],
+        swapped: bool,
+        nhwc: bool,
+        batched: bool,
+        [c, hw]: [usize; 2],
+        out: &mut [u8],
+    ) {
+        for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
+            let b = &small[if batched { img * c } else { 0 }..][..c];
+            // One 256-entry row per channel: the channel's operand is one code.
+            let rows: Vec<[u8; 256]> = b.iter().map(|&s| self.row(s, swapped)).collect();
+            if nhwc {
+                for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
+                    for ((o, &x), r) in o.iter_mut().zip(px).zip(&rows) {
+                        *o = r[x as usize];
+                    }
+                }
+            } else {
+                for ((plane, o), r) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(&rows) {
+                    for (o, &x) in o.iter_mut().zip(plane) {
+                        *o = r[x as usize];
+                    }
+                }
+            }
+        }
+    }
+
+    /// The general broadcast: the graph operator on the dequantized ONNX-ordered tensors.
+    fn general(&self, a: &Tensor, b: &Tensor) -> Result<Val> {
+        let deq = |t: &Tensor, d: &[f32; 256]| -> Tensor {
+            let v = bytes(t).unwrap_or(&[]);
+            Tensor::from_f32(&t.shape, v.iter().map(|&c| d[c as usize]).collect())
+        };
+        let fa = deq(a, &self.da);
+        let fb = deq(b, &self.db);
+        let y = self.graph_op.eval(&[Some(&fa), Some(&fb)])?.remove(0);
+        let shape = y.shape.clone();
+        let codes = y
+            .to_f32_vec()
+            .into_iter()
+            .map(|v| self.code(v) as u8)
+            .collect();
+        Ok(self.finish(shape, codes, false))
+    }
+}
+
+/// The channel count when `small` is a per-channel operand (`[n|1, C, 1, 1]` in ONNX order)
+/// of the 4-D `big` (`[N, C, H, W]`), with whether `small` has a batch axis.
+fn per_channel(big: &[usize], small: &[usize]) -> Option<bool> {
+    let s: Vec<usize> = std::iter::repeat_n(1, 4usize.saturating_sub(small.len()))
+        .chain(small.iter().copied())
+        .collect();
+    if big.len() != 4 || s.len() != 4 || s[2] != 1 || s[3] != 1 || s[1] != big[1] {
+        return None;
+    }
+    match s[0] {
+        1 => Some(false),
+        n if n == big[0] => Some(true),
+        _ => None,
+    }
+}
+
+impl Kernel for BinaryStep {
+    fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
+        let get = |k: usize| {
+            inputs
+                .get(k)
+                .copied()
+                .flatten()
+                .ok_or_else(|| bad(step, &format!("input {k}"), "missing".into()))
+        };
+        let (a, b) = (get(0)?, get(1)?);
+        check_dtype(step, a, self.a_dtype)?;
+        check_dtype(step, b, self.b_dtype)?;
+        let (ab, bb) = (bytes(&a.tensor), bytes(&b.tensor));
+        let (Some(ab), Some(bb)) = (ab, bb) else {
+            return Err(bad(step, "input 0", "not 8-bit codes".into()));
+        };
+        // Same shape and layout: one flat loop.
+        if a.tensor.shape == b.tensor.shape && a.nhwc == b.nhwc {
+            let mut codes = vec![0u8; ab.len()];
+            self.zip(ab, bb, &mut codes);
+            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
+        }
+        if bb.len() == 1 && a.tensor.rank() >= b.tensor.rank() {
+            let r = self.row(bb[0], false);
+            let codes = ab.iter().map(|&x| r[x as usize]).collect();
+            return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
+        }
+        if ab.len() == 1 && b.tensor.rank() >= a.tensor.rank() {
+            let r = self.row(ab[0], true);
+            let codes = bb.iter().map(|&y| r[y as usize]).collect();
+            return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
+        }
+        // A per-channel operand ([n|1, C, 1, 1]: its NCHW and NHWC orders agree).
+        let onnx = |v: &Val| -> Vec<usize> {
+            let s = &v.tensor.shape;
+            if v.nhwc {
+                vec![s[0], s[3], s[1], s[2]]
+            } else {
+                s.clone()
+            }
+        };
+        let (a_onnx, b_onnx) = (onnx(a), onnx(b));
+        for (swapped, full, small, f_onnx, s_onnx) in [
+            (false, a, b, &a_onnx, &b_onnx),
+            (true, b, a, &b_onnx, &a_onnx),
+        ] {
+            if let Some(batched) = per_channel(f_onnx, s_onnx) {
+                let (fb, sb) = if swapped { (bb, ab) } else { (ab, bb) };
+                let mut codes = vec![0u8; fb.len()];
+                let dims = [f_onnx[1], f_onnx[2] * f_onnx[3]];
+                self.per_channel(fb, sb, swapped, full.nhwc, batched, dims, &mut codes);
+                let _ = small;
+                return Ok(vec![self.finish(
+                    full.tensor.shape.clone(),
+                    codes,
+                    full.nhwc,
+                )]);
+            }
+        }
+        Ok(vec![self.general(&a.to_nchw(), &b.to_nchw())?])
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{:?} of {} and {} codes → {} (exact f32)",
+            self.op, self.a_dtype, self.b_dtype, self.out
+        )
+    }
+}
