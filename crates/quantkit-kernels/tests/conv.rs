@@ -382,14 +382,15 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
         .map(|_| rng.range(-128, 127) as i8)
         .collect();
     let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-20, 20)).collect();
-    let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+    let wino =
+        ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Winograd).unwrap();
     assert_eq!(wino.method(), "winograd");
     let gemm = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
     assert_eq!(gemm.method(), "gemm");
     // Not Winograd: stride 2, dilation 2, groups, 5×5, fewer than 8 input channels.
     let not = |q: ConvParams, ci: usize, co: usize| {
         let n = co * (ci / q.groups) * q.kernel[0] * q.kernel[1];
-        ConvWeights::new(&vec![1i8; n], co, ci, q, &[0])
+        ConvWeights::with_algorithm(&vec![1i8; n], co, ci, q, &[0], ConvAlgorithm::Winograd)
             .unwrap()
             .method()
     };
@@ -515,7 +516,12 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         let zw: Vec<i32> = (0..c_out)
             .map(|_| if zero_zw { 0 } else { rng.range(-9, 9) })
             .collect();
-        let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+        let algo = match method {
+            "winograd" => ConvAlgorithm::Winograd,
+            "gemm-pairs" => ConvAlgorithm::Pairs,
+            _ => ConvAlgorithm::Im2col,
+        };
+        let wino = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, algo).unwrap();
         assert_eq!(wino.method(), method);
         let gemm =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
@@ -625,9 +631,16 @@ fn winograd_is_exact_at_its_bound_and_declines_past_it() {
     let p = ConvParams::new(3, 3);
     let c_out = 3;
     assert_eq!(
-        ConvWeights::new(&vec![-128i8; c_out * 1828 * 9], c_out, 1828, p, &[0])
-            .unwrap()
-            .method(),
+        ConvWeights::with_algorithm(
+            &vec![-128i8; c_out * 1828 * 9],
+            c_out,
+            1828,
+            p,
+            &[0],
+            ConvAlgorithm::Winograd
+        )
+        .unwrap()
+        .method(),
         "gemm"
     );
     let c_in = 1827;
@@ -642,7 +655,8 @@ fn winograd_is_exact_at_its_bound_and_declines_past_it() {
             }
         })
         .collect();
-    let cw = ConvWeights::new(&w, c_out, c_in, p, &[0]).unwrap();
+    let cw =
+        ConvWeights::with_algorithm(&w, c_out, c_in, p, &[0], ConvAlgorithm::Winograd).unwrap();
     assert_eq!(cw.method(), "winograd");
     let shape = [1, 4, 5, c_in];
     let xi: Vec<i32> = (0..shape.iter().product::<usize>())
@@ -705,7 +719,8 @@ fn few_channel_convs_equal_im2col() {
             .map(|_| rng.range(-128, 127) as i8)
             .collect();
         let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
-        let fast = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+        let fast =
+            ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Pairs).unwrap();
         assert_eq!(fast.method(), "gemm-pairs", "c_in {c_in} {p:?}");
         let plain =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
@@ -768,7 +783,8 @@ proptest! {
         let wv: Vec<i32> = (0..c_out * c_in * 9).map(|_| rng.range(-128, 127)).collect();
         let zw: Vec<i32> = (0..c_out).map(|_| if rng.next().is_multiple_of(3) { rng.range(-128, 127) } else { 0 }).collect();
         let w8: Vec<i8> = wv.iter().map(|&v| v as i8).collect();
-        let cw = ConvWeights::new(&w8, c_out, c_in, p, &zw).unwrap();
+        let algo = if c_in >= 8 { ConvAlgorithm::Winograd } else { ConvAlgorithm::Pairs };
+        let cw = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, algo).unwrap();
         prop_assert_eq!(cw.method(), if c_in >= 8 { "winograd" } else { "gemm-pairs" });
         let (want, oshape) = reference(&x, shape, zx, &wv, &zw, c_out, &p);
         let total = oshape.iter().product::<usize>();

@@ -312,7 +312,8 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
     let direct = p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
     let im2col = (small.is_none() && !direct).then(|| Im2col::new(x, p, 0, w.c_in, oh, ow));
     let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
-    let (mmm, body) = (k.mmm(), k.pooling());
+    let mmm = if small.is_some() { k.pairs() } else { k.mmm() };
+    let body = k.pooling();
     let k = pw.k();
     thread_local! {
         /// Per-thread buffers, kept across calls (see `run_winograd`).

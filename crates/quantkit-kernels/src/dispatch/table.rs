@@ -193,6 +193,10 @@ pub struct Kernels {
     pub(crate) isa: Isa,
     /// u8×i8 GEMM: geometry, micro-kernel, packer, stores.
     pub(crate) mmm: Mmm,
+    /// u8×i8 GEMM in the pairs geometry (k in pairs, 6×16 tiles), whatever `mmm`'s is:
+    /// the few-channel conv packs its panels straight from planes of word pairs
+    /// (`conv/small_cin.rs`), which only this layout can read. AVX-512 VNNI keeps AVX2's.
+    pub(crate) pairs: Mmm,
     /// Stores of 16-column tiles (the pairs width) for callers that compute their own sums
     /// (Winograd, the fused conv + max pool): `TileWriter`.
     pub(crate) store16: Stores,
@@ -215,6 +219,7 @@ impl std::fmt::Debug for Kernels {
         f.debug_struct("Kernels")
             .field("isa", &self.isa)
             .field("mmm", &(self.mmm.isa, self.mmm.geometry))
+            .field("pairs", &self.pairs.isa)
             .field("store16", &self.store16.isa)
             .field("i16", &self.i16.isa)
             .field("winograd", &(self.winograd.body, self.winograd.input_isa))
@@ -240,6 +245,12 @@ impl Kernels {
     pub(crate) fn mmm(&self) -> &Mmm {
         note_use(self.mmm.isa != Isa::Scalar);
         &self.mmm
+    }
+
+    /// The u8×i8 GEMM family in the pairs geometry (counted).
+    pub(crate) fn pairs(&self) -> &Mmm {
+        note_use(self.pairs.isa != Isa::Scalar);
+        &self.pairs
     }
 
     /// The stores of 16-column tiles (counted).

@@ -21,15 +21,17 @@ pub(crate) const STORES_16: Stores = Stores {
 /// The table of portable kernels: pairs geometry (6×16 tiles, k in pairs), scalar
 /// micro-kernels, packers, stores and transforms, loops compiled for the baseline target.
 pub(crate) fn generic() -> Kernels {
+    let pairs = Mmm {
+        isa: Isa::Scalar,
+        geometry: PanelGeometry::PAIRS,
+        tile: gemm::generic_tile_u8i8_6x16,
+        pack: pack::generic_pack_a_pairs,
+        store: STORES_16,
+    };
     Kernels {
         isa: Isa::Scalar,
-        mmm: Mmm {
-            isa: Isa::Scalar,
-            geometry: PanelGeometry::PAIRS,
-            tile: gemm::generic_tile_u8i8_6x16,
-            pack: pack::generic_pack_a_pairs,
-            store: STORES_16,
-        },
+        mmm: pairs,
+        pairs,
         store16: STORES_16,
         i16: I16 {
             isa: Isa::Scalar,
