@@ -64,7 +64,12 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 use std::arch::is_x86_feature_detected as has;
-                has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni")
+                // AVX2 too: the VNNI table keeps AVX2's entries and its packer uses AVX2.
+                has!("avx2")
+                    && has!("avx512f")
+                    && has!("avx512bw")
+                    && has!("avx512vl")
+                    && has!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 | Isa::Avx512Vnni => false,

@@ -8,6 +8,7 @@
 //! the instruction. One instruction retires 64 MACs.
 
 pub mod gemm;
+pub mod pack;
 pub mod peak;
 
 use crate::dispatch::{Body, Kernels, Stores, VectorBody};
@@ -44,7 +45,7 @@ unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
 
 /// Installs the AVX-512 VNNI kernels in `k` when the CPU has them (otherwise leaves it as
 /// is): its own GEMM geometry ([`PanelGeometry::QUADS`], 8×32 tiles, k in quads) with the
-/// `vpdpbusd` micro-kernel, the quad packer and 512-bit stores, and AVX-512 copies of the
+/// `vpdpbusd` micro-kernel, the vector quad packer and 512-bit stores, and AVX-512 copies of the
 /// depthwise loops, and the `vpdpwssd` i16 micro-kernels (Winograd's GEMMs: one zmm per
 /// k-group of a 16-column panel, so the pairs layout is shared with AVX2). Everything else
 /// (Winograd transforms, pooling, 16-column stores) stays as the plugs before it (AVX2)
@@ -59,7 +60,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.mmm.isa = Isa::Avx512Vnni;
     k.mmm.geometry = PanelGeometry::QUADS;
     k.mmm.tile = tile_u8i8;
-    k.mmm.pack = crate::generic::pack::generic_pack_a_quads;
+    k.mmm.pack = pack_quads;
     k.mmm.store = Stores {
         isa: Isa::Avx512Vnni,
         i32: gemm::avx512_epilogue_i32,
@@ -70,6 +71,19 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.i16.tile = tile_i16;
     k.i16.indirect = tile_i16_indirect;
     k.depthwise = VectorBody::Avx512(avx512);
+}
+
+/// Entry of [`pack::avx512vnni_pack_a_quads`].
+fn pack_quads(panel: &[u8], rows: usize, k: usize, flip: u8, dst: &mut [u32], sums: &mut [i32]) {
+    assert!(
+        rows <= VNNI_MR
+            && panel.len() >= rows * k
+            && dst.len() >= k.div_ceil(VNNI_KGROUP) * VNNI_MR
+            && sums.len() >= rows
+    );
+    // SAFETY: installed only by `plug`, after detecting AVX-512 VNNI (which implies AVX2);
+    // lengths asserted above.
+    unsafe { pack::avx512vnni_pack_a_quads(panel, k, rows, flip, dst, sums) }
 }
 
 /// Entry of [`gemm::avx512vnni_gemm_i16_6x16`].
