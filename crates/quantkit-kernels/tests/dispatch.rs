@@ -97,6 +97,11 @@ fn workload() -> Vec<(&'static str, u64)> {
             conv(16, 24, strided, 1, ConvAlgorithm::Im2col),
         ),
         (
+            "conv direct",
+            16,
+            conv(16, 24, strided, 1, ConvAlgorithm::Direct),
+        ),
+        (
             "conv few channels",
             3,
             conv(3, 16, ConvParams::new(3, 3), 1, ConvAlgorithm::Pairs),
@@ -171,6 +176,7 @@ fn expected_method(case: &str) -> &'static str {
         "conv winograd" => "winograd",
         "conv few channels" => "gemm-pairs",
         "conv depthwise" => "depthwise",
+        "conv direct" => "direct",
         _ => "gemm",
     }
 }

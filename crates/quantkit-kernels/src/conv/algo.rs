@@ -6,19 +6,21 @@
 //! each algorithm the conv is eligible for, and picks the cheapest:
 //!
 //! ```text
-//! im2col   9·C_in·C_out / R_u8  +  K·p_pack            (K = kh·kw·C_in bytes gathered and packed)
-//! pairs    2·W·C_out / R_pair   +  W·p_word            (W words of channel/row pairs, C_in ≤ 4)
-//! winograd 4·C_in·C_out / R_i16 +  4·C_in·p_in + 4·C_out·p_out
+//! im2col   K·C_out / R_u8        + K·p_pack + T·p_tap   (K = T·C_in bytes gathered and packed, T taps)
+//! pairs    2·W·C_out / R_pair    + p_pair               (W words of channel/row pairs, C_in ≤ 4)
+//! winograd 4·C_in·C_out / R_i16  + 4·(C_in + C_out)·p_wino
+//! direct   T·C4·C_out / R_direct + p_direct             (C4 = C_in rounded up to quads)
 //! ```
 //!
 //! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
 //! input transform 16 values per input channel and its output transform 16 sums per output
 //! channel; the output stage costs every algorithm the same and is left out). The rates
-//! `R` (multiply-accumulates per cycle the micro-kernel sustains) and the per-element costs
-//! `p` (cycles) are per ISA, in [`Rates::of`]; they were measured on the machines the
-//! project runs on with `quantkit bench conv --algo …` (BENCHMARKS.md) and are rough, but
-//! the choices they make only have to be right where the algorithms differ by more than
-//! the model's error. `QUANTKIT_CONV_ALGO=auto|im2col|winograd|pairs` (or
+//! `R` (multiply-accumulates per nanosecond the micro-kernel sustains on one core) and the
+//! per-element costs `p` (nanoseconds) are per ISA, in [`Rates::of`]: fitted to
+//! `quantkit bench conv --algo …` (BENCHMARKS.md) and rough, but the choices they make only
+//! have to be right where the algorithms differ by more than the model's error. (The
+//! estimate is per output pixel: Winograd's tiles past an odd output edge, e.g. 7×7, are
+//! not counted.) `QUANTKIT_CONV_ALGO=auto|im2col|winograd|pairs` (or
 //! [`ConvWeights::for_isa`](super::ConvWeights::for_isa) with an explicit choice) overrides
 //! the model for every conv the forced algorithm can run, so a measurement can confirm or
 //! correct it.
@@ -44,10 +46,15 @@ pub enum ConvAlgorithm {
     /// padded input (`small_cin`) wherever it applies: one group, C_in ≤ 4, not 1×1
     /// stride-1 unpadded, weight zero points in the i8 range; the model's choice elsewhere.
     Pairs,
+    /// The direct (im2col-free) convolution: the `vpdpbusd` tile reads the words of four
+    /// channels straight from a padded copy of the input (`conv/direct.rs`) wherever it
+    /// applies: one group, weight zero points 0, not 1×1 stride-1 unpadded; the model's
+    /// choice elsewhere. Portable code on ISAs without AVX-512 VNNI (slow there).
+    Direct,
 }
 
 /// Names accepted by `QUANTKIT_CONV_ALGO` and [`ConvAlgorithm::parse`].
-pub const CONV_ALGO_NAMES: [&str; 4] = ["auto", "im2col", "winograd", "pairs"];
+pub const CONV_ALGO_NAMES: [&str; 5] = ["auto", "im2col", "winograd", "pairs", "direct"];
 
 impl ConvAlgorithm {
     /// Its name as `QUANTKIT_CONV_ALGO` spells it.
@@ -57,15 +64,17 @@ impl ConvAlgorithm {
             ConvAlgorithm::Im2col => "im2col",
             ConvAlgorithm::Winograd => "winograd",
             ConvAlgorithm::Pairs => "pairs",
+            ConvAlgorithm::Direct => "direct",
         }
     }
 
-    /// Parses a name of [`CONV_ALGO_NAMES`] (case-insensitive; `direct` and `gemm` are
-    /// accepted for `im2col`).
+    /// Parses a name of [`CONV_ALGO_NAMES`] (case-insensitive; `gemm` is accepted for
+    /// `im2col`).
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name.trim().to_ascii_lowercase().as_str() {
             "auto" | "" => ConvAlgorithm::Auto,
-            "im2col" | "gemm" | "direct" => ConvAlgorithm::Im2col,
+            "im2col" | "gemm" => ConvAlgorithm::Im2col,
+            "direct" => ConvAlgorithm::Direct,
             "winograd" => ConvAlgorithm::Winograd,
             "pairs" | "small-cin" => ConvAlgorithm::Pairs,
             _ => return None,
@@ -105,86 +114,100 @@ pub(crate) enum Candidate {
     Im2col,
     Pairs,
     Winograd,
+    Direct,
 }
 
-/// Per-ISA rates of the cost model (module docs).
+/// Per-ISA rates of the cost model (module docs): MACs per nanosecond of one core for the
+/// micro-kernels, nanoseconds for the per-element overheads.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rates {
-    /// u8×i8 MACs per cycle of the GEMM micro-kernel on packed panels.
+    /// u8×i8 MACs/ns of the GEMM on packed panels (im2col).
     r_u8: f64,
-    /// MACs per cycle of the pairs GEMM (the few-channel conv's kernel).
-    r_pair: f64,
-    /// i16 MACs per cycle of Winograd's GEMMs.
-    r_i16: f64,
-    /// Cycles per byte of K gathered (implicit im2col) and packed.
+    /// ns per byte of K gathered (implicit im2col) and packed.
     p_pack: f64,
-    /// Cycles per word of the pairs packing.
-    p_word: f64,
-    /// Cycles per value of Winograd's input transform.
-    p_in: f64,
-    /// Cycles per value of Winograd's output transform.
-    p_out: f64,
+    /// ns per tap and pixel of the gather (one copy of `C_in` bytes each).
+    p_tap: f64,
+    /// MACs/ns of the pairs GEMM (the few-channel conv).
+    r_pair: f64,
+    /// ns per output pixel of the pairs packing.
+    p_pair: f64,
+    /// i16 MACs/ns of Winograd's GEMMs.
+    r_i16: f64,
+    /// ns per value of Winograd's input and output transforms.
+    p_wino: f64,
+    /// u8×i8 MACs/ns of the direct conv's tile (channels padded to quads).
+    r_direct: f64,
+    /// ns per output pixel of the direct conv (padded copy, tile set-up).
+    p_direct: f64,
 }
 
 impl Rates {
-    /// The model's rates for `isa` (module docs; BENCHMARKS.md has the measurements).
+    /// The model's rates for `isa`, fitted to `quantkit bench conv --algo …` on the
+    /// LeNet, conv-net and ResNet layers, one thread, on an AMD EPYC (Zen 4) with AVX-512
+    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md.
     pub(crate) fn of(isa: Isa) -> Rates {
         match isa {
-            // Portable code: the compiler's own vectorisation at the baseline ISA.
+            // Portable code: only a forced choice or a machine without SIMD runs it, and
+            // there the relative costs follow the instruction counts.
             Isa::Scalar => Rates {
-                r_u8: 4.0,
-                r_pair: 4.0,
-                r_i16: 4.0,
-                p_pack: 1.0,
-                p_word: 1.0,
-                p_in: 2.0,
-                p_out: 2.0,
+                r_u8: 8.0,
+                p_pack: 0.5,
+                p_tap: 3.0,
+                r_pair: 8.0,
+                p_pair: 13.0,
+                r_i16: 8.0,
+                p_wino: 0.3,
+                r_direct: 2.0,
+                p_direct: 5.0,
             },
-            // vpmaddwd on ymm: 16 MACs per multiply uop, two per cycle.
+            // vpmaddwd on ymm: 16 MACs per multiply uop; no direct kernel (portable code).
             Isa::Avx2 => Rates {
-                r_u8: 24.0,
-                r_pair: 24.0,
-                r_i16: 24.0,
-                p_pack: 0.15,
-                p_word: 0.3,
-                p_in: 0.25,
-                p_out: 0.25,
+                r_u8: 86.0,
+                p_pack: 0.2,
+                p_tap: 3.0,
+                r_pair: 64.0,
+                p_pair: 13.0,
+                r_i16: 80.0,
+                p_wino: 0.11,
+                r_direct: 2.0,
+                p_direct: 5.0,
             },
-            // vpdpbusd on zmm: 64 MACs per instruction; vpdpwssd (Winograd): 32.
+            // vpdpbusd on zmm (64 MACs), vpdpwssd for Winograd (32 i16 MACs).
             Isa::Avx512Vnni => Rates {
-                r_u8: 48.0,
-                r_pair: 24.0,
-                r_i16: 28.0,
-                p_pack: 0.3,
-                p_word: 0.3,
-                p_in: 0.25,
-                p_out: 0.25,
+                r_u8: 243.0,
+                p_pack: 0.2,
+                p_tap: 3.0,
+                r_pair: 64.0,
+                p_pair: 13.0,
+                r_i16: 106.0,
+                p_wino: 0.071,
+                r_direct: 200.0,
+                p_direct: 5.0,
             },
         }
     }
 
-    /// Estimated cycles per output pixel of `shape` with `algo`.
-    pub(crate) fn cycles(&self, shape: &ConvShape, algo: Candidate) -> f64 {
+    /// Estimated nanoseconds per output pixel of `shape` with `algo`.
+    pub(crate) fn cost(&self, shape: &ConvShape, algo: Candidate) -> f64 {
         let (ci, co) = (shape.c_in as f64, shape.c_out as f64);
-        let k = (shape.kernel[0] * shape.kernel[1]) as f64 * ci;
+        let taps = (shape.kernel[0] * shape.kernel[1]) as f64;
+        let k = taps * ci;
         match algo {
-            Candidate::Im2col => k * co / self.r_u8 + k * self.p_pack,
-            Candidate::Pairs => {
-                let w = shape.pair_words as f64;
-                2.0 * w * co / self.r_pair + w * self.p_word
-            }
-            Candidate::Winograd => {
-                4.0 * ci * co / self.r_i16 + 4.0 * (ci * self.p_in + co * self.p_out)
+            Candidate::Im2col => k * co / self.r_u8 + k * self.p_pack + taps * self.p_tap,
+            Candidate::Pairs => 2.0 * shape.pair_words as f64 * co / self.r_pair + self.p_pair,
+            Candidate::Winograd => 4.0 * ci * co / self.r_i16 + 4.0 * (ci + co) * self.p_wino,
+            Candidate::Direct => {
+                taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
             }
         }
     }
 
-    /// The cheapest of `eligible` (in order of preference on ties), `Im2col` if empty.
+    /// The cheapest of `eligible` (the first on ties), `Im2col` if empty.
     pub(crate) fn cheapest(&self, shape: &ConvShape, eligible: &[Candidate]) -> Candidate {
         eligible
             .iter()
             .copied()
-            .min_by(|&a, &b| self.cycles(shape, a).total_cmp(&self.cycles(shape, b)))
+            .min_by(|&a, &b| self.cost(shape, a).total_cmp(&self.cost(shape, b)))
             .unwrap_or(Candidate::Im2col)
     }
 }

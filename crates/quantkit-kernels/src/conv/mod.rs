@@ -36,6 +36,7 @@
 
 mod algo;
 mod depthwise;
+mod direct;
 mod im2col;
 mod params;
 mod pool_fusion;
@@ -164,6 +165,11 @@ fn conv_impl<T: ActElem, O: QuantType>(
                     },
                 );
             }
+        }
+        Kind::Direct(dw) => {
+            let k = table_for(isa)?;
+            let mut writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
+            direct::run_direct(k, x, dw, p, [oh, ow], c_out, &mut writer);
         }
         Kind::Winograd(ww) => {
             let k = table_for(isa)?;

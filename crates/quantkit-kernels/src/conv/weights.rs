@@ -2,6 +2,7 @@
 //! few channels, depthwise).
 
 use super::algo::{Candidate, ConvAlgorithm, ConvShape, Rates};
+use super::direct::DirectWeights;
 use super::params::ConvParams;
 use super::small_cin;
 use crate::dispatch::{self, Isa};
@@ -12,6 +13,8 @@ use crate::winograd::{self, WinogradWeights};
 pub(super) enum Kind {
     Gemm(Vec<PackedWeights>),
     Winograd(WinogradWeights),
+    /// The direct `vpdpbusd` convolution ([`super::direct`]): one group, weight zero points 0.
+    Direct(DirectWeights),
     /// im2col + GEMM with k-pairs of channel pairs or row pairs, packed from precomputed
     /// planes of words ([`super::small_cin`]); the weights have its packed K.
     SmallCin(PackedWeights),
@@ -143,11 +146,17 @@ impl ConvWeights {
         if winograd_shape {
             eligible.push(Candidate::Winograd);
         }
+        // The direct conv needs zw = 0 (no activation row sums) and one group.
+        let direct_shape = g == 1 && !one_by_one && (0..c_out).all(|co| zp(co) == 0);
+        if direct_shape {
+            eligible.push(Candidate::Direct);
+        }
         let forced = match algorithm {
             ConvAlgorithm::Auto => None,
             ConvAlgorithm::Im2col => Some(Candidate::Im2col),
             ConvAlgorithm::Winograd => Some(Candidate::Winograd),
             ConvAlgorithm::Pairs => Some(Candidate::Pairs),
+            ConvAlgorithm::Direct => Some(Candidate::Direct),
         };
         let shape = ConvShape {
             c_in: cin_g,
@@ -172,6 +181,8 @@ impl ConvWeights {
         }
         let kind = if let Some(ww) = winograd {
             Kind::Winograd(ww)
+        } else if choice == Candidate::Direct {
+            Kind::Direct(DirectWeights::new(weights, c_out, c_in, params.kernel))
         } else if let (Candidate::Pairs, Some(packed)) = (choice, &packed_k) {
             let zps: Vec<i32> = (0..c_out).map(zp).collect();
             // Pairs geometry whatever the ISA: the planes are words of pairs.
@@ -237,12 +248,14 @@ impl ConvWeights {
         matches!(self.kind, Kind::Depthwise { .. })
     }
 
-    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"gemm-pairs"`
-    /// (im2col + GEMM over channels padded to pairs, for C_in ≤ 4) or `"gemm"`.
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"direct"`
+    /// (the im2col-free `vpdpbusd` conv), `"gemm-pairs"` (im2col + GEMM over channels
+    /// padded to pairs, for C_in ≤ 4) or `"gemm"`.
     pub fn method(&self) -> &'static str {
         match self.kind {
             Kind::Depthwise { .. } => "depthwise",
             Kind::Winograd(_) => "winograd",
+            Kind::Direct(_) => "direct",
             Kind::SmallCin(_) => "gemm-pairs",
             Kind::Gemm(_) => "gemm",
         }

@@ -7,7 +7,7 @@ pub mod store;
 pub mod winograd;
 
 use crate::dispatch::{Kernels, Mmm, Stores, VectorBody, Winograd, I16};
-use crate::gemm::{PanelGeometry, NR};
+use crate::gemm::{PanelGeometry, Tile, NR};
 use crate::Isa;
 
 /// The stores of scalar tiles `NR` wide.
@@ -43,8 +43,15 @@ pub(crate) fn generic() -> Kernels {
             input_isa: Isa::Scalar,
             input: winograd::generic_winograd_input_16,
         },
+        direct: (Isa::Scalar, direct_tile),
         depthwise: VectorBody::Generic,
         pooling: VectorBody::Generic,
         elementwise: VectorBody::Generic,
     }
+}
+
+/// The table entry of [`gemm::generic_conv_u8i8_i32_8x32_indirect`] (which checks bounds
+/// by indexing).
+fn direct_tile(x: &[u8], rows: &[usize; 8], koff: &[usize], b: &[i8], out: &mut [Tile; 2]) {
+    gemm::generic_conv_u8i8_i32_8x32_indirect(x, rows, koff, b, out)
 }

@@ -298,3 +298,44 @@ unsafe fn i16_tile<const R: usize>(
         };
     }
 }
+
+/// AVX-512 VNNI direct-convolution tile: 8 activation rows read in place × 32 columns, the
+/// contract of [`crate::generic::gemm::generic_conv_u8i8_i32_8x32_indirect`] (word `g` of
+/// row `r` at `x + rows[r] + koff[g]`, `b` `[g][32][4]` i8), `vpdpbusd` as in
+/// [`avx512vnni_gemm_u8i8_i32_8x32`]: 16 accumulators, each k-group one broadcast per row
+/// straight from the image and two weight loads.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VNNI; for every `r` and `g`, bytes
+/// `rows[r] + koff[g]..+4` of `x` must exist, and `b` must hold `koff.len()·128` bytes.
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub(crate) unsafe fn avx512vnni_conv_u8i8_i32_8x32_indirect(
+    x: *const u8,
+    rows: &[usize; 8],
+    koff: &[usize],
+    b: *const i8,
+    out: &mut [crate::gemm::Tile; 2],
+) {
+    let mut acc0 = [_mm512_setzero_si512(); 8];
+    let mut acc1 = [_mm512_setzero_si512(); 8];
+    let p: [*const u8; 8] = std::array::from_fn(|r| x.wrapping_add(rows[r]));
+    for (g, &o) in koff.iter().enumerate() {
+        // SAFETY: the function contract.
+        unsafe {
+            let b0 = _mm512_loadu_si512(b.add(g * GROUP_BYTES) as *const _);
+            let b1 = _mm512_loadu_si512(b.add(g * GROUP_BYTES + 64) as *const _);
+            for r in 0..8 {
+                let av = _mm512_set1_epi32((p[r].add(o) as *const i32).read_unaligned());
+                acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, b0);
+                acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, b1);
+            }
+        }
+    }
+    for r in 0..8 {
+        // SAFETY: row r of each 16-column tile is [16r, 16r + 16) of its TILE values.
+        unsafe {
+            _mm512_storeu_si512(out[0].0.as_mut_ptr().add(r * 16) as *mut _, acc0[r]);
+            _mm512_storeu_si512(out[1].0.as_mut_ptr().add(r * 16) as *mut _, acc1[r]);
+        }
+    }
+}

@@ -67,10 +67,22 @@ pub(crate) fn plug(k: &mut Kernels) {
         u8: gemm::avx512_epilogue_float::<u8>,
         i8: gemm::avx512_epilogue_float::<i8>,
     };
+    k.direct = (Isa::Avx512Vnni, direct_tile);
     k.i16.isa = Isa::Avx512Vnni;
     k.i16.tile = tile_i16;
     k.i16.indirect = tile_i16_indirect;
     k.depthwise = VectorBody::Avx512(avx512);
+}
+
+/// Entry of [`gemm::avx512vnni_conv_u8i8_i32_8x32_indirect`].
+fn direct_tile(x: &[u8], rows: &[usize; 8], koff: &[usize], b: &[i8], out: &mut [Tile; 2]) {
+    let reach = rows.iter().max().copied().unwrap_or(0) + koff.iter().max().copied().unwrap_or(0);
+    assert!(
+        koff.is_empty() || (reach + 4 <= x.len() && b.len() >= koff.len() * VNNI_NR * VNNI_KGROUP)
+    );
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI; every word
+    // (at most `reach + 4`) and the panel are in bounds, asserted above.
+    unsafe { gemm::avx512vnni_conv_u8i8_i32_8x32_indirect(x.as_ptr(), rows, koff, b.as_ptr(), out) }
 }
 
 /// Entry of [`pack::avx512vnni_pack_a_quads`].
