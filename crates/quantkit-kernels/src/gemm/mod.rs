@@ -129,6 +129,7 @@ pub fn gemm_quant_with<T: QuantType>(
 /// Strided variants for conv: write the `M × w.n` result into `out` with row stride `ldc`
 /// (`out` must hold `(M−1)·ldc + w.n` elements; checked). With `pairs`, on the table's
 /// pairs-geometry family ([`crate::dispatch::Kernels`]'s `pairs`) instead of its GEMM.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided<T: QuantType>(
     isa: Isa,
     pairs: bool,

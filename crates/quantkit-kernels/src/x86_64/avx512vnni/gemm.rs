@@ -283,8 +283,8 @@ unsafe fn i16_tile<const R: usize>(
         unsafe {
             let b0 = _mm512_loadu_si512(bp.add(g * I16_PANEL) as *const _);
             let (p0, s0) = row(g);
-            for r in 0..R {
-                even[r] = _mm512_dpwssd_epi32(even[r], _mm512_set1_epi32(*p0.add(r * s0)), b0);
+            for (r, e) in even.iter_mut().enumerate() {
+                *e = _mm512_dpwssd_epi32(*e, _mm512_set1_epi32(*p0.add(r * s0)), b0);
             }
         }
     }
