@@ -152,37 +152,38 @@ impl Rates {
             Isa::Scalar => Rates {
                 r_u8: 8.0,
                 p_pack: 0.5,
-                p_tap: 3.0,
+                p_tap: 4.0,
                 r_pair: 8.0,
-                p_pair: 13.0,
+                p_pair: 18.0,
                 r_i16: 8.0,
                 p_wino: 0.3,
-                r_direct: 2.0,
-                p_direct: 5.0,
+                r_direct: 4.0,
+                p_direct: 18.0,
             },
-            // vpmaddwd on ymm: 16 MACs per multiply uop; no direct kernel (portable code).
+            // vpmaddwd on ymm: 16 MACs per multiply uop; the direct tile is portable code.
             Isa::Avx2 => Rates {
-                r_u8: 86.0,
-                p_pack: 0.2,
-                p_tap: 3.0,
-                r_pair: 64.0,
-                p_pair: 13.0,
+                r_u8: 84.0,
+                p_pack: 0.04,
+                p_tap: 3.9,
+                r_pair: 66.0,
+                p_pair: 9.2,
                 r_i16: 80.0,
-                p_wino: 0.11,
-                r_direct: 2.0,
-                p_direct: 5.0,
+                p_wino: 0.074,
+                r_direct: 4.0,
+                p_direct: 18.0,
             },
-            // vpdpbusd on zmm (64 MACs), vpdpwssd for Winograd (32 i16 MACs).
+            // vpdpbusd on zmm (64 MACs; im2col and direct), vpdpwssd for Winograd (32 i16
+            // MACs), the pairs family is AVX2's.
             Isa::Avx512Vnni => Rates {
-                r_u8: 243.0,
-                p_pack: 0.2,
-                p_tap: 3.0,
+                r_u8: 220.0,
+                p_pack: 0.032,
+                p_tap: 4.2,
                 r_pair: 64.0,
-                p_pair: 13.0,
-                r_i16: 106.0,
-                p_wino: 0.071,
+                p_pair: 17.7,
+                r_i16: 113.0,
+                p_wino: 0.087,
                 r_direct: 200.0,
-                p_direct: 5.0,
+                p_direct: 18.0,
             },
         }
     }
@@ -209,5 +210,56 @@ impl Rates {
             .copied()
             .min_by(|&a, &b| self.cost(shape, a).total_cmp(&self.cost(shape, b)))
             .unwrap_or(Candidate::Im2col)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(c_in: usize, c_out: usize, pair_words: usize) -> ConvShape {
+        ConvShape {
+            c_in,
+            c_out,
+            kernel: [3, 3],
+            pair_words,
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_none() {
+        for name in CONV_ALGO_NAMES {
+            assert_eq!(ConvAlgorithm::parse(name).unwrap().name(), name);
+        }
+        assert_eq!(ConvAlgorithm::parse("GEMM"), Some(ConvAlgorithm::Im2col));
+        assert_eq!(ConvAlgorithm::parse("fft"), None);
+    }
+
+    /// The choices the measurements behind the rates support (BENCHMARKS.md, 2026-11-24
+    /// evening): on AVX2 the few-channel packing and Winograd; on AVX-512 VNNI the direct
+    /// conv for an RGB first layer and Winograd for the conv net's wide layers; the plain
+    /// GEMM never where Winograd is eligible on either.
+    #[test]
+    fn the_model_picks_what_was_measured_fastest() {
+        use Candidate::*;
+        let all = [Im2col, Pairs, Winograd, Direct];
+        let three = [Im2col, Winograd, Direct];
+        let avx2 = Rates::of(Isa::Avx2);
+        assert_eq!(
+            avx2.cheapest(&shape(3, 32, 15), &[Im2col, Pairs, Direct]),
+            Pairs
+        );
+        assert_eq!(avx2.cheapest(&shape(32, 64, 0), &three), Winograd);
+        assert_eq!(avx2.cheapest(&shape(128, 256, 0), &three), Winograd);
+        let vnni = Rates::of(Isa::Avx512Vnni);
+        assert_eq!(
+            vnni.cheapest(&shape(3, 32, 15), &[Im2col, Pairs, Direct]),
+            Direct
+        );
+        assert_eq!(vnni.cheapest(&shape(128, 256, 0), &three), Winograd);
+        assert_ne!(vnni.cheapest(&shape(64, 128, 0), &all), Im2col);
+        // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
+        // on AVX2.
+        assert_eq!(avx2.cheapest(&shape(64, 128, 0), &[Im2col, Direct]), Im2col);
     }
 }

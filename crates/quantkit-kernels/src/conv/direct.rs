@@ -25,7 +25,7 @@ use crate::output::QuantType;
 
 /// Output pixels per register tile.
 const ROWS: usize = 8;
-/// Register tiles per parallel task.
+/// Most register tiles per parallel task.
 const TILES_PER_TASK: usize = 16;
 
 /// Conv weights packed for the direct path: `[panel][g][32][4]` i8 with K ordered
@@ -77,7 +77,7 @@ impl DirectWeights {
 }
 
 /// Runs the direct conv of `x` (checked against the weights; output `oh × ow`, `c_out`
-/// channels) into `writer`, with the table's direct tile, tasks of
+/// channels) into `writer`, with the table's direct tile, tasks of up to
 /// [`TILES_PER_TASK`] register tiles in parallel.
 pub(super) fn run_direct<T: ActElem, O: QuantType>(
     k: &Kernels,
@@ -136,30 +136,41 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
     };
     let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
     let tiles = m.div_ceil(ROWS);
+    // Enough tasks for every worker to get a few (batch 1 on 2 threads), at most
+    // TILES_PER_TASK tiles each.
+    let per_task = (tiles / (4 * rayon::current_num_threads()).max(1)).clamp(1, TILES_PER_TASK);
     const _: () = assert!(ROWS * NR <= TILE);
-    (0..tiles.div_ceil(TILES_PER_TASK))
+    (0..tiles.div_ceil(per_task))
         .into_par_iter()
         .for_each(|task| {
             let mut out = [Tile([0; TILE]), Tile([0; TILE])];
-            let t_end = ((task + 1) * TILES_PER_TASK).min(tiles);
-            for t in task * TILES_PER_TASK..t_end {
-                let px0 = t * ROWS;
-                let rows_n = ROWS.min(m - px0);
-                // Rows past the output repeat the first (their sums are dropped).
-                let rows: [usize; ROWS] =
-                    std::array::from_fn(|r| row_of(if r < rows_n { px0 + r } else { px0 }));
-                for pnl in 0..dw.n_panels {
-                    let b = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
-                    tile_fn(&img, &rows, &koff, b, &mut out);
+            let t_range = task * per_task..((task + 1) * per_task).min(tiles);
+            let rows_of: Vec<([usize; ROWS], usize)> = t_range
+                .clone()
+                .map(|t| {
+                    let px0 = t * ROWS;
+                    let rows_n = ROWS.min(m - px0);
+                    // Rows past the output repeat the first (their sums are dropped).
+                    let rows =
+                        std::array::from_fn(|r| row_of(px0 + if r < rows_n { r } else { 0 }));
+                    (rows, rows_n)
+                })
+                .collect();
+            // Panel outer: one weight panel (kgroups·128 bytes) stays in cache across the
+            // task's tiles, whose image rows are few and shared between taps.
+            for pnl in 0..dw.n_panels {
+                let b = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
+                for (t, (rows, rows_n)) in t_range.clone().zip(&rows_of) {
+                    tile_fn(&img, rows, &koff, b, &mut out);
                     for (half, tile) in out.iter().enumerate() {
                         let c0 = pnl * VNNI_NR + half * NR;
                         if c0 >= c_out {
                             break;
                         }
                         let cols = NR.min(c_out - c0);
-                        // SAFETY: output pixels px0..px0+rows_n belong to this task only,
+                        // SAFETY: output pixels t·8..t·8+rows_n belong to this task only,
                         // channels c0..c0+cols exist; the caller sized the output.
-                        unsafe { writer.write(tile, rows_n, px0, c0, cols, c_out) };
+                        unsafe { writer.write(tile, *rows_n, t * ROWS, c0, cols, c_out) };
                     }
                 }
             }
