@@ -21,7 +21,8 @@ mod table;
 
 pub use table::{kernels, table_for, Kernels};
 pub(crate) use table::{
-    Body, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody, Winograd, I16,
+    Body, DirectFn, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody,
+    Winograd, I16,
 };
 
 use crate::error::{KernelError, Result};

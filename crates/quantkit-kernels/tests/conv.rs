@@ -505,10 +505,18 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ([1, 17, 28, 1], 32, p, "gemm-pairs"),
         ([2, 6, 9, 5], 17, p, "gemm"),
         ([2, 10, 7, 5], 18, pointwise, "gemm"),
+        // The direct conv's pooled tiles (weight zero points 0 only): odd sizes, partial
+        // panels and chunks of 4 pooled pixels.
+        ([2, 16, 15, 3], 20, p, "direct"),
+        ([2, 9, 13, 8], 40, p, "direct"),
+        ([1, 17, 28, 1], 70, p, "direct"),
     ];
     // Weight zero points of 0 (the few-channel path's indirect micro-kernel) and not 0.
     let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);
     for ((shape, c_out, p, method), zero_zw) in cases {
+        if method == "direct" && !zero_zw {
+            continue;
+        }
         let c_in = shape[3];
         let taps = p.kernel[0] * p.kernel[1];
         let w: Vec<i8> = (0..c_out * c_in * taps)
@@ -520,6 +528,7 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         let algo = match method {
             "winograd" => ConvAlgorithm::Winograd,
             "gemm-pairs" => ConvAlgorithm::Pairs,
+            "direct" => ConvAlgorithm::Direct,
             _ => ConvAlgorithm::Im2col,
         };
         let wino = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, algo).unwrap();

@@ -86,6 +86,7 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
     p: &ConvParams,
     [oh, ow]: [usize; 2],
     c_out: usize,
+    pool: bool,
     writer: &mut TileWriter<'_, O>,
 ) {
     let [n, h, w, c] = x.shape;
@@ -128,13 +129,27 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
     writer.add_column_terms(&zterm[..c_out]);
     let writer = &*writer;
     let tile_fn = k.direct();
+    let row_at =
+        |b: usize, oy: usize, ox: usize| ((b * hp + oy * p.stride[0]) * wp + ox * p.stride[1]) * c4;
+    let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
+    if pool {
+        pooled(
+            dw,
+            &img,
+            &koff,
+            [n, oh, ow],
+            c_out,
+            tile_fn,
+            &row_at,
+            writer,
+        );
+        return;
+    }
     let m = n * oh * ow;
     let row_of = |px: usize| {
         let (b, r) = (px / (oh * ow), px % (oh * ow));
-        let (oy, ox) = (r / ow, r % ow);
-        ((b * hp + oy * p.stride[0]) * wp + ox * p.stride[1]) * c4
+        row_at(b, r / ow, r % ow)
     };
-    let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
     let tiles = m.div_ceil(ROWS);
     // Enough tasks for every worker to get a few (batch 1 on 2 threads), at most
     // TILES_PER_TASK tiles each.
@@ -175,4 +190,69 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
                 }
             }
         });
+}
+
+/// The direct conv followed by a 2×2 stride-2 max pool (the stage is non-decreasing,
+/// checked by the caller): a task is one pooled row; its two conv rows are register
+/// tiles of the same 8 columns, so the four sums of each of 4 windows sit in two tiles and
+/// are reduced to their maximum before the stage (adding the per-column zero-point term
+/// after the maximum is the same, as it is constant per column). The output is
+/// `⌊oh/2⌋ × ⌊ow/2⌋` pixels.
+#[allow(clippy::too_many_arguments)]
+fn pooled<O: QuantType>(
+    dw: &DirectWeights,
+    img: &[u8],
+    koff: &[usize],
+    [n, oh, ow]: [usize; 3],
+    c_out: usize,
+    tile_fn: crate::dispatch::DirectFn,
+    row_at: &(dyn Fn(usize, usize, usize) -> usize + Sync),
+    writer: &TileWriter<'_, O>,
+) {
+    let (ph, pw) = (oh / 2, ow / 2);
+    let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
+    (0..n * ph).into_par_iter().for_each(|task| {
+        let (b, py) = (task / ph, task % ph);
+        let mut top = [Tile([0; TILE]), Tile([0; TILE])];
+        let mut bottom = [Tile([0; TILE]), Tile([0; TILE])];
+        let mut max = Tile([0; TILE]);
+        let chunks = pw.div_ceil(ROWS / 2);
+        let rows: Vec<[[usize; ROWS]; 2]> = (0..chunks)
+            .map(|ch| {
+                let x0 = ch * ROWS;
+                let cnt = ROWS.min(2 * pw - x0);
+                std::array::from_fn(|dy| {
+                    std::array::from_fn(|r| {
+                        row_at(b, 2 * py + dy, x0 + if r < cnt { r } else { 0 })
+                    })
+                })
+            })
+            .collect();
+        for pnl in 0..dw.n_panels {
+            let w = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
+            for (ch, [r0, r1]) in rows.iter().enumerate() {
+                let cnt = (ROWS / 2).min(pw - ch * (ROWS / 2));
+                tile_fn(img, r0, koff, w, &mut top);
+                tile_fn(img, r1, koff, w, &mut bottom);
+                for half in 0..2 {
+                    let c0 = pnl * VNNI_NR + half * NR;
+                    if c0 >= c_out {
+                        break;
+                    }
+                    let (t, u) = (&top[half].0, &bottom[half].0);
+                    for i in 0..cnt {
+                        for l in 0..NR {
+                            let (l0, l1) = (2 * i * NR + l, (2 * i + 1) * NR + l);
+                            max.0[i * NR + l] = t[l0].max(t[l1]).max(u[l0].max(u[l1]));
+                        }
+                    }
+                    let pixel = (b * ph + py) * pw + ch * (ROWS / 2);
+                    // SAFETY: pooled pixels of row `py` of image `b` belong to this task
+                    // only; channels c0..c0+cols exist; the caller sized the output for
+                    // `n·ph·pw` pixels.
+                    unsafe { writer.write(&max, cnt, pixel, c0, NR.min(c_out - c0), c_out) };
+                }
+            }
+        }
+    });
 }

@@ -169,7 +169,7 @@ fn conv_impl<T: ActElem, O: QuantType>(
         Kind::Direct(dw) => {
             let k = table_for(isa)?;
             let mut writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
-            direct::run_direct(k, x, dw, p, [oh, ow], c_out, &mut writer);
+            direct::run_direct(k, x, dw, p, [oh, ow], c_out, false, &mut writer);
         }
         Kind::Winograd(ww) => {
             let k = table_for(isa)?;
