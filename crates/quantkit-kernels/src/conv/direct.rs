@@ -79,6 +79,7 @@ impl DirectWeights {
 /// Runs the direct conv of `x` (checked against the weights; output `oh × ow`, `c_out`
 /// channels) into `writer`, with the table's direct tile, tasks of up to
 /// [`TILES_PER_TASK`] register tiles in parallel.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_direct<T: ActElem, O: QuantType>(
     k: &Kernels,
     x: &NhwcInput<'_, T>,
