@@ -26,7 +26,10 @@ enum Command {
     /// Quantize numbers (or a .npy file) and show parameters, values and error.
     Tensor(Box<cmd::tensor::Args>),
     /// Measure speed on this machine: a model float vs int8 (`bench MODEL.onnx`), the int8
-    /// kernels (`bench gemm`, `bench conv`), the ISA in use (`bench --isa`).
+    /// kernels (`bench gemm`, `bench conv`), the ISA in use (`bench --isa`). The environment
+    /// variables QUANTKIT_ISA (scalar, avx2, avx512vnni) and QUANTKIT_CONV_ALGO (auto,
+    /// im2col, winograd, pairs, direct) force the kernels' instruction set and the conv
+    /// algorithm (default: the cost model's choice per ISA).
     Bench(cmd::bench::Args),
     /// Run ONNX node-test case folders and report pass/fail/unsupported.
     Conformance(cmd::conformance::Args),

@@ -75,7 +75,8 @@ impl DeconvWeights {
                 }
             })
             .collect();
-        let packed = PackedWeights::from_fn(c_in, n, &zps, |ci, j| {
+        let geom = crate::dispatch::kernels().geometry();
+        let packed = PackedWeights::from_fn(geom, c_in, n, &zps, |ci, j| {
             let (tap, co) = (j / c_out, j % c_out);
             weights[((ci * c_out + co) * kh + tap / kw) * kw + tap % kw]
         })?;

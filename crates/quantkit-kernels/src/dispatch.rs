@@ -21,7 +21,8 @@ mod table;
 
 pub use table::{kernels, table_for, Kernels};
 pub(crate) use table::{
-    Body, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody, Winograd, I16,
+    Body, DirectFn, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody,
+    Winograd, I16,
 };
 
 use crate::error::{KernelError, Result};
@@ -64,7 +65,12 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 use std::arch::is_x86_feature_detected as has;
-                has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni")
+                // AVX2 too: the VNNI table keeps AVX2's entries and its packer uses AVX2.
+                has!("avx2")
+                    && has!("avx512f")
+                    && has!("avx512bw")
+                    && has!("avx512vl")
+                    && has!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 | Isa::Avx512Vnni => false,

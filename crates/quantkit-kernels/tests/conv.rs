@@ -382,18 +382,20 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
         .map(|_| rng.range(-128, 127) as i8)
         .collect();
     let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-20, 20)).collect();
-    let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+    let wino =
+        ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Winograd).unwrap();
     assert_eq!(wino.method(), "winograd");
     let gemm = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
     assert_eq!(gemm.method(), "gemm");
-    // Not Winograd: stride 2, dilation 2, groups, 5×5, fewer than 8 input channels.
+    // Not Winograd (the cost model's next best instead): stride 2, dilation 2, groups, 5×5,
+    // fewer than 8 input channels.
     let not = |q: ConvParams, ci: usize, co: usize| {
         let n = co * (ci / q.groups) * q.kernel[0] * q.kernel[1];
-        ConvWeights::new(&vec![1i8; n], co, ci, q, &[0])
+        ConvWeights::with_algorithm(&vec![1i8; n], co, ci, q, &[0], ConvAlgorithm::Winograd)
             .unwrap()
             .method()
     };
-    assert_eq!(
+    assert_ne!(
         not(
             ConvParams {
                 stride: [2, 2],
@@ -402,9 +404,9 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
             16,
             16
         ),
-        "gemm"
+        "winograd"
     );
-    assert_eq!(
+    assert_ne!(
         not(
             ConvParams {
                 dilation: [2, 2],
@@ -413,11 +415,11 @@ fn winograd_is_chosen_for_3x3_stride_1_and_equals_im2col() {
             16,
             16
         ),
-        "gemm"
+        "winograd"
     );
-    assert_eq!(not(ConvParams { groups: 2, ..p }, 16, 16), "gemm");
-    assert_eq!(not(ConvParams::new(5, 5), 16, 16), "gemm");
-    assert_eq!(not(p, 7, 16), "gemm");
+    assert_ne!(not(ConvParams { groups: 2, ..p }, 16, 16), "winograd");
+    assert_ne!(not(ConvParams::new(5, 5), 16, 16), "winograd");
+    assert_ne!(not(p, 7, 16), "winograd");
     // Its exactness bound assumes an 8-bit zero point: anything else is an error.
     let x0 = vec![0u8; 4 * 4 * c_in];
     let bad = NhwcInput {
@@ -503,10 +505,18 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ([1, 17, 28, 1], 32, p, "gemm-pairs"),
         ([2, 6, 9, 5], 17, p, "gemm"),
         ([2, 10, 7, 5], 18, pointwise, "gemm"),
+        // The direct conv's pooled tiles (weight zero points 0 only): odd sizes, partial
+        // panels and chunks of 4 pooled pixels.
+        ([2, 16, 15, 3], 20, p, "direct"),
+        ([2, 9, 13, 8], 40, p, "direct"),
+        ([1, 17, 28, 1], 70, p, "direct"),
     ];
     // Weight zero points of 0 (the few-channel path's indirect micro-kernel) and not 0.
     let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);
     for ((shape, c_out, p, method), zero_zw) in cases {
+        if method == "direct" && !zero_zw {
+            continue;
+        }
         let c_in = shape[3];
         let taps = p.kernel[0] * p.kernel[1];
         let w: Vec<i8> = (0..c_out * c_in * taps)
@@ -515,7 +525,13 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         let zw: Vec<i32> = (0..c_out)
             .map(|_| if zero_zw { 0 } else { rng.range(-9, 9) })
             .collect();
-        let wino = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+        let algo = match method {
+            "winograd" => ConvAlgorithm::Winograd,
+            "gemm-pairs" => ConvAlgorithm::Pairs,
+            "direct" => ConvAlgorithm::Direct,
+            _ => ConvAlgorithm::Im2col,
+        };
+        let wino = ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, algo).unwrap();
         assert_eq!(wino.method(), method);
         let gemm =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
@@ -624,11 +640,18 @@ fn conv_with_max_pool_equals_conv_then_pool() {
 fn winograd_is_exact_at_its_bound_and_declines_past_it() {
     let p = ConvParams::new(3, 3);
     let c_out = 3;
-    assert_eq!(
-        ConvWeights::new(&vec![-128i8; c_out * 1828 * 9], c_out, 1828, p, &[0])
-            .unwrap()
-            .method(),
-        "gemm"
+    assert_ne!(
+        ConvWeights::with_algorithm(
+            &vec![-128i8; c_out * 1828 * 9],
+            c_out,
+            1828,
+            p,
+            &[0],
+            ConvAlgorithm::Winograd
+        )
+        .unwrap()
+        .method(),
+        "winograd"
     );
     let c_in = 1827;
     let mut rng = Rng(5);
@@ -642,7 +665,8 @@ fn winograd_is_exact_at_its_bound_and_declines_past_it() {
             }
         })
         .collect();
-    let cw = ConvWeights::new(&w, c_out, c_in, p, &[0]).unwrap();
+    let cw =
+        ConvWeights::with_algorithm(&w, c_out, c_in, p, &[0], ConvAlgorithm::Winograd).unwrap();
     assert_eq!(cw.method(), "winograd");
     let shape = [1, 4, 5, c_in];
     let xi: Vec<i32> = (0..shape.iter().product::<usize>())
@@ -705,7 +729,8 @@ fn few_channel_convs_equal_im2col() {
             .map(|_| rng.range(-128, 127) as i8)
             .collect();
         let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
-        let fast = ConvWeights::new(&w, c_out, c_in, p, &zw).unwrap();
+        let fast =
+            ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Pairs).unwrap();
         assert_eq!(fast.method(), "gemm-pairs", "c_in {c_in} {p:?}");
         let plain =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
@@ -768,7 +793,8 @@ proptest! {
         let wv: Vec<i32> = (0..c_out * c_in * 9).map(|_| rng.range(-128, 127)).collect();
         let zw: Vec<i32> = (0..c_out).map(|_| if rng.next().is_multiple_of(3) { rng.range(-128, 127) } else { 0 }).collect();
         let w8: Vec<i8> = wv.iter().map(|&v| v as i8).collect();
-        let cw = ConvWeights::new(&w8, c_out, c_in, p, &zw).unwrap();
+        let algo = if c_in >= 8 { ConvAlgorithm::Winograd } else { ConvAlgorithm::Pairs };
+        let cw = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, algo).unwrap();
         prop_assert_eq!(cw.method(), if c_in >= 8 { "winograd" } else { "gemm-pairs" });
         let (want, oshape) = reference(&x, shape, zx, &wv, &zw, c_out, &p);
         let total = oshape.iter().product::<usize>();
@@ -785,6 +811,65 @@ proptest! {
             }
             let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
             prop_assert_eq!(&got, &want, "{} {:?} c_in {} c_out {}", isa, shape, c_in, c_out);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// The direct (im2col-free `vpdpbusd`) conv, forced: random kernels 1–5, strides 1–3,
+    /// dilations 1–2, pads 0–2 per side, 1–19 input channels (quads padded) and 1–70 output
+    /// channels (partial 32-column panels and 16-column halves), batch 1–3 (register tiles of
+    /// 8 pixels across row and image edges), u8 or i8 activations with any zero point,
+    /// weight zero points 0. Raw sums on every ISA (the portable tile on scalar and AVX2, the
+    /// `vpdpbusd` tile on AVX-512 VNNI) equal the i64 reference exactly, and the quantized
+    /// output equals the im2col path's bit for bit.
+    #[test]
+    fn direct_path_equals_the_reference(
+        n in 1usize..4, h in 1usize..12, w in 1usize..12,
+        c_in in 1usize..20, c_out in 1usize..71, kh in 1usize..6, kw in 1usize..6,
+        stride in 1usize..4, dil in 1usize..3,
+        pads in proptest::array::uniform4(0usize..3), seed in any::<u64>(), signed in any::<bool>(),
+    ) {
+        let p = ConvParams {
+            pads, stride: [stride, stride], dilation: [dil, dil], ..ConvParams::new(kh, kw)
+        };
+        prop_assume!(p.output_size(h, w).is_ok());
+        prop_assume!(!(kh == 1 && kw == 1 && stride == 1 && pads == [0; 4]));
+        let mut rng = Rng(seed);
+        let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+        let shape = [n, h, w, c_in];
+        let x: Vec<i32> = (0..shape.iter().product::<usize>()).map(|_| rng.range(lo, hi)).collect();
+        let zx = rng.range(lo, hi);
+        let wv: Vec<i32> = (0..c_out * c_in * kh * kw).map(|_| rng.range(-128, 127)).collect();
+        let zw = vec![0; c_out];
+        let w8: Vec<i8> = wv.iter().map(|&v| v as i8).collect();
+        let cw = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, ConvAlgorithm::Direct).unwrap();
+        prop_assert_eq!(cw.method(), "direct");
+        let plain = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
+        let (want, oshape) = reference(&x, shape, zx, &wv, &zw, c_out, &p);
+        let total = oshape.iter().product::<usize>();
+        let stage = OutputStage::float((0..c_out).map(|i| 3e-4 * (1 + i % 7) as f32).collect(), 7)
+            .with_bias((0..c_out as i32).map(|i| 50 * i - 900).collect());
+        for isa in supported() {
+            let mut got = vec![0i32; total];
+            let (mut q, mut q_plain) = (vec![0u8; total], vec![0u8; total]);
+            if signed {
+                let xt: Vec<i8> = x.iter().map(|&v| v as i8).collect();
+                let input = NhwcInput { data: &xt, shape, zero_point: zx };
+                conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+                conv2d_quant_with(isa, &input, &cw, &stage, &mut q).unwrap();
+                conv2d_quant_with(isa, &input, &plain, &stage, &mut q_plain).unwrap();
+            } else {
+                let xt: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+                let input = NhwcInput { data: &xt, shape, zero_point: zx };
+                conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+                conv2d_quant_with(isa, &input, &cw, &stage, &mut q).unwrap();
+                conv2d_quant_with(isa, &input, &plain, &stage, &mut q_plain).unwrap();
+            }
+            let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
+            prop_assert_eq!(&got, &want, "{} {:?} c_in {} c_out {} {:?}", isa, shape, c_in, c_out, p);
+            prop_assert_eq!(&q, &q_plain, "quantized: {} {:?}", isa, p);
         }
     }
 }

@@ -9,7 +9,8 @@
 use std::process::Command;
 
 use quantkit_kernels::conv::{
-    conv2d_i32, conv2d_quant, conv2d_quant_max_pool, ConvParams, ConvWeights, NhwcInput,
+    conv2d_i32, conv2d_quant, conv2d_quant_max_pool, ConvAlgorithm, ConvParams, ConvWeights,
+    NhwcInput,
 };
 use quantkit_kernels::deconv::{deconv2d_quant, DeconvWeights};
 use quantkit_kernels::dispatch::{self, simd_calls, Isa};
@@ -73,10 +74,11 @@ fn workload() -> Vec<(&'static str, u64)> {
     note("gemm_quant");
 
     // Convs: Winograd (3×3, C_in ≥ 8), im2col (stride 2), few channels, depthwise.
-    let conv = |c_in: usize, c_out: usize, p: ConvParams, groups: usize| {
+    // Each path forced (the cost model's choice depends on the ISA).
+    let conv = |c_in: usize, c_out: usize, p: ConvParams, groups: usize, algo: ConvAlgorithm| {
         let p = ConvParams { groups, ..p };
         let len = c_out * (c_in / groups) * p.kernel[0] * p.kernel[1];
-        ConvWeights::new(&weights(len, 7), c_out, c_in, p, &[0]).unwrap()
+        ConvWeights::with_algorithm(&weights(len, 7), c_out, c_in, p, &[0], algo).unwrap()
     };
     let strided = ConvParams {
         stride: [2, 2],
@@ -84,17 +86,30 @@ fn workload() -> Vec<(&'static str, u64)> {
         ..ConvParams::new(3, 3)
     };
     let cases = [
-        ("conv winograd", 16, conv(16, 16, ConvParams::new(3, 3), 1)),
-        ("conv im2col", 16, conv(16, 24, strided, 1)),
+        (
+            "conv winograd",
+            16,
+            conv(16, 16, ConvParams::new(3, 3), 1, ConvAlgorithm::Winograd),
+        ),
+        (
+            "conv im2col",
+            16,
+            conv(16, 24, strided, 1, ConvAlgorithm::Im2col),
+        ),
+        (
+            "conv direct",
+            16,
+            conv(16, 24, strided, 1, ConvAlgorithm::Direct),
+        ),
         (
             "conv few channels",
             3,
-            conv(3, 16, ConvParams::new(3, 3), 1),
+            conv(3, 16, ConvParams::new(3, 3), 1, ConvAlgorithm::Pairs),
         ),
         (
             "conv depthwise",
             16,
-            conv(16, 16, ConvParams::new(3, 3), 16),
+            conv(16, 16, ConvParams::new(3, 3), 16, ConvAlgorithm::Auto),
         ),
     ];
     let pool = ConvParams {
@@ -161,6 +176,7 @@ fn expected_method(case: &str) -> &'static str {
         "conv winograd" => "winograd",
         "conv few channels" => "gemm-pairs",
         "conv depthwise" => "depthwise",
+        "conv direct" => "direct",
         _ => "gemm",
     }
 }

@@ -37,7 +37,8 @@ pub struct Args {
 enum BenchCommand {
     /// int8 GEMM vs f32 GEMM vs the int8 peak.
     Gemm(GemmArgs),
-    /// int8 conv/deconv on real layer shapes (ResNet 3×3 and 1×1, depthwise, 2×2 deconv).
+    /// int8 conv/deconv on real layer shapes (ResNet 3×3 and 1×1, depthwise, 2×2 deconv,
+    /// and the layers of bench/'s LeNet and conv net), with the algorithm each one ran.
     Conv(ConvArgs),
 }
 
@@ -56,6 +57,16 @@ struct ConvArgs {
     /// Minimum seconds spent timing each layer.
     #[arg(long, default_value_t = 0.3)]
     seconds: f64,
+    /// Images per call (the batch dimension of every layer).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Force the algorithm of every conv that can use it: auto (the cost model),
+    /// winograd, im2col or pairs (overrides QUANTKIT_CONV_ALGO).
+    #[arg(long)]
+    algo: Option<String>,
+    /// Only layers whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// Arguments of `quantkit bench gemm`.
@@ -342,6 +353,8 @@ struct ConvRow {
     input: [usize; 4],
     c_out: usize,
     threads: usize,
+    /// The algorithm that ran (`ConvWeights::method`).
+    method: &'static str,
     ms: f64,
     /// 2·MACs / time, 10^9 ops/s.
     int8_gops: f64,
@@ -351,7 +364,9 @@ struct ConvRow {
 }
 
 fn run_conv(args: ConvArgs) -> Result<()> {
-    use quantkit_kernels::conv::{conv2d_quant_with, ConvParams, ConvWeights, NhwcInput};
+    use quantkit_kernels::conv::{
+        conv2d_quant_with, ConvAlgorithm, ConvParams, ConvWeights, NhwcInput,
+    };
     use quantkit_kernels::deconv::{deconv2d_quant_with, DeconvWeights};
     if args.threads == 0 {
         bail!("--threads must be at least 1");
@@ -370,7 +385,22 @@ fn run_conv(args: ConvArgs) -> Result<()> {
         ..ConvParams::new(3, 3)
     };
     // (name, input NHWC, c_out, params, deconv?)
+    let b = args.batch;
+    if b == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let algo = match &args.algo {
+        Some(name) => ConvAlgorithm::parse(name).with_context(|| format!("--algo {name}"))?,
+        None => ConvAlgorithm::from_env(),
+    };
     let layers: Vec<(&str, [usize; 4], usize, ConvParams, bool)> = vec![
+        // bench/int8_vs_ort.py's models: LeNet and the 4-stage conv net.
+        ("lenet conv1 1->32", [b, 28, 28, 1], 32, k3(1), false),
+        ("lenet conv2 32->64", [b, 14, 14, 32], 64, k3(1), false),
+        ("convnet conv0 3->32", [b, 64, 64, 3], 32, k3(1), false),
+        ("convnet conv1 32->64", [b, 32, 32, 32], 64, k3(1), false),
+        ("convnet conv2 64->128", [b, 16, 16, 64], 128, k3(1), false),
+        ("convnet conv3 128->256", [b, 8, 8, 128], 256, k3(1), false),
         ("resnet conv2_x 3x3", [1, 56, 56, 64], 64, k3(1), false),
         ("resnet conv3_x 3x3", [1, 28, 28, 128], 128, k3(1), false),
         ("resnet conv4_x 3x3", [1, 14, 14, 256], 256, k3(1), false),
@@ -414,12 +444,19 @@ fn run_conv(args: ConvArgs) -> Result<()> {
     };
     let mut rows = Vec::new();
     if !args.json {
-        println!("quantkit bench conv: ISA {isa}, {} thread(s); u8 NHWC in/out, per-channel float requantization; best of repeated runs", args.threads);
+        println!("quantkit bench conv: ISA {isa}, {} thread(s), algorithm {}; u8 NHWC in/out, per-channel float requantization; best of repeated runs", args.threads, algo.name());
         println!(
-            "{:<22} {:>18} {:>5} | {:>9} {:>9} {:>11}",
-            "layer", "input", "c_out", "ms", "int8 GOPs", "f32 GEMM GF"
+            "{:<23} {:>18} {:>5} {:>10} | {:>9} {:>9} {:>11}",
+            "layer", "input", "c_out", "method", "ms", "int8 GOPs", "f32 GEMM GF"
         );
     }
+    let layers: Vec<_> = match &args.only {
+        Some(only) => layers
+            .into_iter()
+            .filter(|l| l.0.contains(only.as_str()))
+            .collect(),
+        None => layers,
+    };
     for (name, shape, c_out, p, deconv) in layers {
         let [n, h, w, c] = shape;
         let x: Vec<u8> = (0..n * h * w * c).map(|_| rnd() as u8).collect();
@@ -439,6 +476,7 @@ fn run_conv(args: ConvArgs) -> Result<()> {
             128,
         )
         .with_bias(vec![5; c_out]);
+        let mut method = "deconv";
         let (secs, macs, gemm_shape) = if deconv {
             let dw = DeconvWeights::new(&wt, c, c_out, p, [0, 0], &[0])?;
             let os = dw.output_shape(shape)?;
@@ -456,7 +494,8 @@ fn run_conv(args: ConvArgs) -> Result<()> {
                 Some((n * h * w, c_out * p.kernel[0] * p.kernel[1], c)),
             )
         } else {
-            let cw = ConvWeights::new(&wt, c_out, c, p, &[0])?;
+            let cw = ConvWeights::for_isa(&wt, c_out, c, p, &[0], algo, isa)?;
+            method = cw.method();
             let os = quantkit_kernels::conv::conv2d_output_shape(shape, &cw)?;
             let mut out = vec![0u8; os.iter().product()];
             let t = pool.install(|| {
@@ -489,6 +528,7 @@ fn run_conv(args: ConvArgs) -> Result<()> {
             input: shape,
             c_out,
             threads: args.threads,
+            method,
             ms: secs * 1e3,
             int8_gops: 2.0 * macs as f64 / secs / 1e9,
             f32_gemm_gflops: f32g,
@@ -496,10 +536,11 @@ fn run_conv(args: ConvArgs) -> Result<()> {
         };
         if !args.json {
             println!(
-                "{:<22} {:>18} {:>5} | {:>9.3} {:>9.1} {:>11}",
+                "{:<23} {:>18} {:>5} {:>10} | {:>9.3} {:>9.1} {:>11}",
                 row.layer,
                 format!("{:?}", row.input),
                 c_out,
+                row.method,
                 row.ms,
                 row.int8_gops,
                 row.f32_gemm_gflops

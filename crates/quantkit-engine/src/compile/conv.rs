@@ -230,12 +230,13 @@ pub(super) fn conv_params(n: &Node, wshape: &[usize]) -> Why<ConvParams> {
     })
 }
 
-/// The step name's kernel family: `depthwise conv2d`, `winograd conv2d` or `conv2d`
-/// (im2col + GEMM).
+/// The step name's kernel family: `depthwise conv2d`, `winograd conv2d`, `direct conv2d`
+/// (the im2col-free `vpdpbusd` conv) or `conv2d` (im2col + GEMM).
 pub(crate) fn conv_kind(weights: &ConvWeights) -> &'static str {
     match weights.method() {
         "depthwise" => "depthwise conv2d",
         "winograd" => "winograd conv2d",
+        "direct" => "direct conv2d",
         _ => "conv2d",
     }
 }

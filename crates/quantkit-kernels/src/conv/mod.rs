@@ -25,12 +25,18 @@
 //! [`conv2d_quant_max_pool`] runs a conv and a following max pool in one call; a 2×2
 //! stride-2 pool is reduced on the exact sums before a monotone output stage.
 //!
-//! Files: `params` (geometry, input types), `weights` (packing and the choice of path),
+//! Which of im2col, Winograd and the few-channel packing runs a conv is chosen per ISA by a
+//! small cost model (`algo`), overridable with `QUANTKIT_CONV_ALGO`.
+//!
+//! Files: `algo` (the cost model and the override), `params` (geometry, input types),
+//! `weights` (packing and the choice of path),
 //! `im2col` (the implicit im2col), `small_cin` (planes of words for C_in ≤ 4), `depthwise`,
 //! `winograd` (running `crate::winograd`), `pool_fusion` (conv + max pool); this file holds
 //! the entry points and the driver.
 
+mod algo;
 mod depthwise;
+mod direct;
 mod im2col;
 mod params;
 mod pool_fusion;
@@ -38,9 +44,10 @@ mod small_cin;
 mod weights;
 mod winograd;
 
+pub use algo::{ConvAlgorithm, CONV_ALGO_NAMES};
 pub use params::{ActElem, ConvParams, NhwcInput};
 pub use pool_fusion::{conv2d_quant_max_pool, conv2d_quant_max_pool_with};
-pub use weights::{ConvAlgorithm, ConvWeights};
+pub use weights::ConvWeights;
 
 use crate::dispatch::{self, table_for, Isa};
 use crate::error::{KernelError, Result};
@@ -159,6 +166,11 @@ fn conv_impl<T: ActElem, O: QuantType>(
                 );
             }
         }
+        Kind::Direct(dw) => {
+            let k = table_for(isa)?;
+            let mut writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
+            direct::run_direct(k, x, dw, p, [oh, ow], c_out, false, &mut writer);
+        }
         Kind::Winograd(ww) => {
             let k = table_for(isa)?;
             let wc = winograd_call(x, ww, p, oh, ow, false)?;
@@ -173,11 +185,11 @@ fn conv_impl<T: ActElem, O: QuantType>(
             match stage {
                 None => {
                     let o = out_i32.as_deref_mut().expect("i32 output");
-                    gemm_strided::<O>(isa, &a, pw, None, Some(o), None, c_out)?;
+                    gemm_strided::<O>(isa, true, &a, pw, None, Some(o), None, c_out)?;
                 }
                 Some(st) => {
                     let o = out_q.as_deref_mut().expect("quantized output");
-                    gemm_strided::<O>(isa, &a, pw, Some(st), None, Some(o), c_out)?;
+                    gemm_strided::<O>(isa, true, &a, pw, Some(st), None, Some(o), c_out)?;
                 }
             }
         }
@@ -199,7 +211,16 @@ fn conv_impl<T: ActElem, O: QuantType>(
                 match stage {
                     None => {
                         let o = out_i32.as_deref_mut().expect("i32 output");
-                        gemm_strided::<O>(isa, &a, pw, None, Some(&mut o[off..]), None, c_out)?;
+                        gemm_strided::<O>(
+                            isa,
+                            false,
+                            &a,
+                            pw,
+                            None,
+                            Some(&mut o[off..]),
+                            None,
+                            c_out,
+                        )?;
                     }
                     Some(st) => {
                         let sub = if g == 1 {
@@ -210,6 +231,7 @@ fn conv_impl<T: ActElem, O: QuantType>(
                         let o = out_q.as_deref_mut().expect("quantized output");
                         gemm_strided::<O>(
                             isa,
+                            false,
                             &a,
                             pw,
                             Some(&sub),

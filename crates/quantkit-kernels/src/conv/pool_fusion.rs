@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::direct::run_direct;
 use super::im2col::Im2col;
 use super::params::{ActElem, ConvParams, NhwcInput};
 use super::small_cin::SmallCin;
@@ -67,6 +68,20 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                 run_winograd(k, &wc, &writer);
                 return Ok(shape);
             }
+            Kind::Direct(dw)
+                if stage.is_monotone_within(
+                    (w.params.kernel[0] * w.params.kernel[1] * w.c_in) as i64
+                        * i64::from(span_of(x))
+                        * 511,
+                ) =>
+            {
+                check(x, w, n * oh * ow * c_out)?;
+                stage.validate("conv2d", c_out)?;
+                let k = table_for(isa)?;
+                let mut writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
+                run_direct(k, x, dw, &w.params, [oh, ow], c_out, true, &mut writer);
+                return Ok(shape);
+            }
             Kind::SmallCin(_) | Kind::Gemm(_) => {
                 let pw = match &w.kind {
                     Kind::Gemm(packs) if w.params.groups == 1 => packs.first(),
@@ -74,9 +89,7 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                     _ => None,
                 };
                 // |x − za| ≤ span and |w − zw| ≤ 511 bound every exact sum.
-                let span = (T::MIN - x.zero_point)
-                    .unsigned_abs()
-                    .max((T::MAX - x.zero_point).unsigned_abs());
+                let span = span_of(x);
                 let monotone = |pw: &&PackedWeights| {
                     stage.is_monotone_within((pw.k() as i64).saturating_mul(span as i64 * 511))
                 };
@@ -312,7 +325,8 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
     let direct = p.kernel == [1, 1] && p.stride == [1, 1] && p.pads == [0; 4];
     let im2col = (small.is_none() && !direct).then(|| Im2col::new(x, p, 0, w.c_in, oh, ow));
     let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
-    let (mmm, body) = (k.mmm(), k.pooling());
+    let mmm = if small.is_some() { k.pairs() } else { k.mmm() };
+    let body = k.pooling();
     let k = pw.k();
     thread_local! {
         /// Per-thread buffers, kept across calls (see `run_winograd`).
@@ -409,4 +423,11 @@ impl Body<i32, u8> for WindowMax<'_> {
             }
         }
     }
+}
+
+/// `max |x − za|` over the activation type: with `|w − zw| ≤ 511` it bounds each product.
+fn span_of<T: ActElem>(x: &NhwcInput<'_, T>) -> u32 {
+    (T::MIN - x.zero_point)
+        .unsigned_abs()
+        .max((T::MAX - x.zero_point).unsigned_abs())
 }

@@ -1,15 +1,20 @@
 //! Conv weights packed once, and the choice of path they are packed for (GEMM, Winograd,
 //! few channels, depthwise).
 
+use super::algo::{Candidate, ConvAlgorithm, ConvShape, Rates};
+use super::direct::DirectWeights;
 use super::params::ConvParams;
 use super::small_cin;
+use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
-use crate::gemm::PackedWeights;
+use crate::gemm::{PackedWeights, PanelGeometry};
 use crate::winograd::{self, WinogradWeights};
 
 pub(super) enum Kind {
     Gemm(Vec<PackedWeights>),
     Winograd(WinogradWeights),
+    /// The direct `vpdpbusd` convolution ([`super::direct`]): one group, weight zero points 0.
+    Direct(DirectWeights),
     /// im2col + GEMM with k-pairs of channel pairs or row pairs, packed from precomputed
     /// planes of words ([`super::small_cin`]); the weights have its packed K.
     SmallCin(PackedWeights),
@@ -18,21 +23,6 @@ pub(super) enum Kind {
         taps: Vec<i32>,
         multiplier: usize,
     },
-}
-
-/// How a convolution that is not depthwise is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConvAlgorithm {
-    /// Winograd F(2×2, 3×3) for 3×3 stride-1 undilated single-group convs with at least
-    /// 8 input channels whose exactness bound holds ([`crate::winograd`]); for single-group
-    /// convs with at most 4 input channels (other than 1×1 stride-1 unpadded ones, which
-    /// need no im2col), im2col + GEMM with channels padded to pairs and panels packed
-    /// directly from widened pixels; im2col + GEMM otherwise.
-    #[default]
-    Auto,
-    /// Always the plain im2col + GEMM (the reference path Winograd and the few-channel
-    /// packing are tested against).
-    Im2col,
 }
 
 /// Convolution weights packed once for [`conv2d_i32`](super::conv2d_i32) / [`conv2d_quant`](super::conv2d_quant).
@@ -45,7 +35,8 @@ pub struct ConvWeights {
 
 impl ConvWeights {
     /// Packs ONNX-ordered i8 weights `[c_out, c_in/groups, kh, kw]` with zero point(s)
-    /// `zero_points` (1 or `c_out` entries).
+    /// `zero_points` (1 or `c_out` entries), for the dispatched ISA with the algorithm of
+    /// `QUANTKIT_CONV_ALGO` (the cost model's choice when unset).
     pub fn new(
         weights: &[i8],
         c_out: usize,
@@ -59,7 +50,7 @@ impl ConvWeights {
             c_in,
             params,
             zero_points,
-            ConvAlgorithm::Auto,
+            ConvAlgorithm::from_env(),
         )
     }
 
@@ -72,6 +63,29 @@ impl ConvWeights {
         params: ConvParams,
         zero_points: &[i32],
         algorithm: ConvAlgorithm,
+    ) -> Result<Self> {
+        Self::for_isa(
+            weights,
+            c_out,
+            c_in,
+            params,
+            zero_points,
+            algorithm,
+            dispatch::isa(),
+        )
+    }
+
+    /// [`ConvWeights::with_algorithm`] with `Auto` weighing the costs of `isa` and the
+    /// GEMM weights packed for `isa`'s kernels (they run on any ISA; another one repacks
+    /// them per call).
+    pub fn for_isa(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        algorithm: ConvAlgorithm,
+        isa: Isa,
     ) -> Result<Self> {
         const OP: &str = "conv2d";
         let g = params.groups;
@@ -111,32 +125,75 @@ impl ConvWeights {
         };
         let widx =
             |co: usize, ci: usize, ky: usize, kx: usize| ((co * cin_g + ci) * kh + ky) * kw + kx;
+        let one_by_one =
+            params.kernel == [1, 1] && params.stride == [1, 1] && params.pads == [0; 4];
+        let depthwise = cin_g == 1 && g == c_in && g > 1;
         let winograd_shape = g == 1
             && params.kernel == [3, 3]
             && params.stride == [1, 1]
             && params.dilation == [1, 1]
             && c_in >= winograd::MIN_C_IN;
-        let winograd = if algorithm == ConvAlgorithm::Auto && winograd_shape {
+        let pairs_shape = g == 1
+            && c_in <= small_cin::MAX_C_IN
+            && !one_by_one
+            && (0..c_out).all(|co| (-128..=127).contains(&zp(co)));
+        let packed_k = pairs_shape.then(|| small_cin::PackedK::new(c_in, params.kernel));
+        // The candidates this conv can run, the forced one alone when it is among them.
+        let mut eligible = vec![Candidate::Im2col];
+        if pairs_shape {
+            eligible.push(Candidate::Pairs);
+        }
+        if winograd_shape {
+            eligible.push(Candidate::Winograd);
+        }
+        // The direct conv needs zw = 0 (no activation row sums) and one group.
+        let direct_shape = g == 1 && !one_by_one && (0..c_out).all(|co| zp(co) == 0);
+        if direct_shape {
+            eligible.push(Candidate::Direct);
+        }
+        let forced = match algorithm {
+            ConvAlgorithm::Auto => None,
+            ConvAlgorithm::Im2col => Some(Candidate::Im2col),
+            ConvAlgorithm::Winograd => Some(Candidate::Winograd),
+            ConvAlgorithm::Pairs => Some(Candidate::Pairs),
+            ConvAlgorithm::Direct => Some(Candidate::Direct),
+        };
+        let shape = ConvShape {
+            c_in: cin_g,
+            c_out: cout_g,
+            kernel: params.kernel,
+            pair_words: packed_k.as_ref().map_or(0, |p| p.k() / 2),
+        };
+        let rates = Rates::of(isa);
+        let mut choice = match forced.filter(|f| eligible.contains(f)) {
+            Some(f) => f,
+            None => rates.cheapest(&shape, &eligible),
+        };
+        let winograd = if choice == Candidate::Winograd && !depthwise {
             WinogradWeights::new(weights, c_out, c_in, zp)
         } else {
             None
         };
-        let one_by_one =
-            params.kernel == [1, 1] && params.stride == [1, 1] && params.pads == [0; 4];
+        if choice == Candidate::Winograd && winograd.is_none() {
+            // Outside Winograd's exactness bound: the next best.
+            eligible.retain(|&c| c != Candidate::Winograd);
+            choice = rates.cheapest(&shape, &eligible);
+        }
         let kind = if let Some(ww) = winograd {
             Kind::Winograd(ww)
-        } else if algorithm == ConvAlgorithm::Auto
-            && g == 1
-            && c_in <= small_cin::MAX_C_IN
-            && !one_by_one
-            && (0..c_out).all(|co| (-128..=127).contains(&zp(co)))
-        {
-            let packed = small_cin::PackedK::new(c_in, params.kernel);
+        } else if choice == Candidate::Direct {
+            Kind::Direct(DirectWeights::new(weights, c_out, c_in, params.kernel))
+        } else if let (Candidate::Pairs, Some(packed)) = (choice, &packed_k) {
             let zps: Vec<i32> = (0..c_out).map(zp).collect();
-            Kind::SmallCin(PackedWeights::from_fn(packed.k(), c_out, &zps, |kk, j| {
-                packed.weight(kk, zps[j], |ci, ky, kx| weights[widx(j, ci, ky, kx)])
-            })?)
-        } else if cin_g == 1 && g == c_in && g > 1 {
+            // Pairs geometry whatever the ISA: the planes are words of pairs.
+            Kind::SmallCin(PackedWeights::from_fn(
+                PanelGeometry::PAIRS,
+                packed.k(),
+                c_out,
+                &zps,
+                |kk, j| packed.weight(kk, zps[j], |ci, ky, kx| weights[widx(j, ci, ky, kx)]),
+            )?)
+        } else if depthwise {
             let mut taps = vec![0i32; kh * kw * c_out];
             for co in 0..c_out {
                 for ky in 0..kh {
@@ -155,10 +212,16 @@ impl ConvWeights {
             let mut packs = Vec::with_capacity(g);
             for gi in 0..g {
                 let zps: Vec<i32> = (0..cout_g).map(|j| zp(gi * cout_g + j)).collect();
-                packs.push(PackedWeights::from_fn(k, cout_g, &zps, |kk, j| {
-                    let (tap, ci) = (kk / cin_g, kk % cin_g);
-                    weights[widx(gi * cout_g + j, ci, tap / kw, tap % kw)]
-                })?);
+                packs.push(PackedWeights::from_fn(
+                    PanelGeometry::of(isa),
+                    k,
+                    cout_g,
+                    &zps,
+                    |kk, j| {
+                        let (tap, ci) = (kk / cin_g, kk % cin_g);
+                        weights[widx(gi * cout_g + j, ci, tap / kw, tap % kw)]
+                    },
+                )?);
             }
             Kind::Gemm(packs)
         };
@@ -185,12 +248,14 @@ impl ConvWeights {
         matches!(self.kind, Kind::Depthwise { .. })
     }
 
-    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"gemm-pairs"`
-    /// (im2col + GEMM over channels padded to pairs, for C_in ≤ 4) or `"gemm"`.
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"direct"`
+    /// (the im2col-free `vpdpbusd` conv), `"gemm-pairs"` (im2col + GEMM over channels
+    /// padded to pairs, for C_in ≤ 4) or `"gemm"`.
     pub fn method(&self) -> &'static str {
         match self.kind {
             Kind::Depthwise { .. } => "depthwise",
             Kind::Winograd(_) => "winograd",
+            Kind::Direct(_) => "direct",
             Kind::SmallCin(_) => "gemm-pairs",
             Kind::Gemm(_) => "gemm",
         }

@@ -62,6 +62,11 @@ pub(crate) type StoreFloatFn<T> = unsafe fn(
 /// lda, B [g][16][2] i16, tile)`. Checks the lengths.
 pub(crate) type I16TileFn = fn(usize, usize, &[u32], usize, &[i16], &mut [i32; TILE]);
 
+/// Direct-convolution tile (quads geometry, 8 rows × 32 columns as two 16-column tiles):
+/// `(image bytes, the 8 rows' byte offsets, the k-groups' byte offsets, weight panel,
+/// tiles)`; word `g` of row `r` is `x[rows[r] + koff[g]..+4]`. Checks the bounds.
+pub(crate) type DirectFn = fn(&[u8], &[usize; 8], &[usize], &[i8], &mut [Tile; 2]);
+
 /// i16 GEMM tile with an indirect A: word `g` of row `r` is `a[offsets[g] + r]`, 6 rows.
 /// Checks the lengths.
 pub(crate) type I16IndirectFn = fn(&[u32], &[usize], &[i16], &mut [i32; TILE]);
@@ -193,6 +198,10 @@ pub struct Kernels {
     pub(crate) isa: Isa,
     /// u8×i8 GEMM: geometry, micro-kernel, packer, stores.
     pub(crate) mmm: Mmm,
+    /// u8×i8 GEMM in the pairs geometry (k in pairs, 6×16 tiles), whatever `mmm`'s is:
+    /// the few-channel conv packs its panels straight from planes of word pairs
+    /// (`conv/small_cin.rs`), which only this layout can read. AVX-512 VNNI keeps AVX2's.
+    pub(crate) pairs: Mmm,
     /// Stores of 16-column tiles (the pairs width) for callers that compute their own sums
     /// (Winograd, the fused conv + max pool): `TileWriter`.
     pub(crate) store16: Stores,
@@ -200,6 +209,8 @@ pub struct Kernels {
     pub(crate) i16: I16,
     /// Winograd transforms.
     pub(crate) winograd: Winograd,
+    /// The direct convolution's tile (`conv/direct.rs`) and whose it is.
+    pub(crate) direct: (Isa, DirectFn),
     /// Depthwise conv rows and their output stage.
     pub(crate) depthwise: VectorBody,
     /// Max pooling, and the window maxima of the fused conv + max pool.
@@ -215,8 +226,10 @@ impl std::fmt::Debug for Kernels {
         f.debug_struct("Kernels")
             .field("isa", &self.isa)
             .field("mmm", &(self.mmm.isa, self.mmm.geometry))
+            .field("pairs", &self.pairs.isa)
             .field("store16", &self.store16.isa)
             .field("i16", &self.i16.isa)
+            .field("direct", &self.direct.0)
             .field("winograd", &(self.winograd.body, self.winograd.input_isa))
             .field("depthwise", &self.depthwise)
             .field("pooling", &self.pooling)
@@ -242,6 +255,12 @@ impl Kernels {
         &self.mmm
     }
 
+    /// The u8×i8 GEMM family in the pairs geometry (counted).
+    pub(crate) fn pairs(&self) -> &Mmm {
+        note_use(self.pairs.isa != Isa::Scalar);
+        &self.pairs
+    }
+
     /// The stores of 16-column tiles (counted).
     pub(crate) fn store16(&self) -> &Stores {
         note_use(self.store16.isa != Isa::Scalar);
@@ -252,6 +271,12 @@ impl Kernels {
     pub(crate) fn i16(&self) -> &I16 {
         note_use(self.i16.isa != Isa::Scalar);
         &self.i16
+    }
+
+    /// The direct convolution's tile (counted).
+    pub(crate) fn direct(&self) -> DirectFn {
+        note_use(self.direct.0 != Isa::Scalar);
+        self.direct.1
     }
 
     /// The Winograd transforms (counted).

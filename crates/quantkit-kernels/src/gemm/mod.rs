@@ -127,9 +127,12 @@ pub fn gemm_quant_with<T: QuantType>(
 }
 
 /// Strided variants for conv: write the `M × w.n` result into `out` with row stride `ldc`
-/// (`out` must hold `(M−1)·ldc + w.n` elements; checked).
+/// (`out` must hold `(M−1)·ldc + w.n` elements; checked). With `pairs`, on the table's
+/// pairs-geometry family ([`crate::dispatch::Kernels`]'s `pairs`) instead of its GEMM.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided<T: QuantType>(
     isa: Isa,
+    pairs: bool,
     a: &Activations<'_>,
     w: &PackedWeights,
     stage: Option<&OutputStage>,
@@ -137,7 +140,8 @@ pub(crate) fn gemm_strided<T: QuantType>(
     out_q: Option<&mut [T]>,
     ldc: usize,
 ) -> Result<()> {
-    let mmm = table_for(isa)?.mmm();
+    let table = table_for(isa)?;
+    let mmm = if pairs { table.pairs() } else { table.mmm() };
     check_shapes("conv", a, w, a.m * w.n)?;
     let w = &*w.for_geometry(mmm.geometry);
     let need = if a.m == 0 { 0 } else { (a.m - 1) * ldc + w.n };

@@ -119,6 +119,54 @@ mod tests {
     use crate::dispatch::{table_for, Isa};
     use crate::gemm::MR;
 
+    /// The AVX-512 VNNI quad packer writes exactly the scalar quad packer's words and row
+    /// sums: every k from 1 to 80 plus conv-sized ones, every panel height, u8 and i8, into
+    /// buffers that start out holding garbage.
+    #[test]
+    fn vnni_pack_equals_scalar_quads_pack() {
+        if !Isa::Avx512Vnni.is_supported() {
+            eprintln!("skipping avx512vnni: this CPU lacks its instructions");
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut byte = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 56) as u8
+        };
+        let vnni = &table_for(Isa::Avx512Vnni).unwrap().mmm;
+        assert_eq!(vnni.geometry, PanelGeometry::QUADS);
+        let scalar = crate::dispatch::Mmm {
+            pack: crate::generic::pack::generic_pack_a_quads,
+            ..*vnni
+        };
+        let mr = PanelGeometry::QUADS.mr;
+        let ks: Vec<usize> = (1..=80)
+            .chain([127, 128, 129, 288, 1152, 3136, 4099])
+            .collect();
+        for &k in &ks {
+            for m in [1, 5, 7, 8, 9, 17] {
+                let u: Vec<u8> = (0..m * k).map(|_| byte()).collect();
+                let i: Vec<i8> = u.iter().map(|&v| v as i8).collect();
+                for a in [Activations::u8(&u, m, k, 3), Activations::i8(&i, m, k, -5)] {
+                    let kgroups = k.div_ceil(4);
+                    for p in 0..m.div_ceil(mr) {
+                        let garbage: Vec<u32> = (0..kgroups * mr)
+                            .map(|g| (g as u32).wrapping_mul(2_654_435_761))
+                            .collect();
+                        let (mut d0, mut d1) = (garbage.clone(), garbage);
+                        let (mut s0, mut s1) = ([-7i32; 8], [-7i32; 8]);
+                        pack_a_panel(&a, &scalar, p, &mut d0, &mut s0);
+                        pack_a_panel(&a, vnni, p, &mut d1, &mut s1);
+                        assert_eq!(d0, d1, "words: k {k}, m {m}, panel {p}");
+                        assert_eq!(s0, s1, "row sums: k {k}, m {m}, panel {p}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The AVX2 activation packer writes exactly the scalar packer's words and row sums:
     /// every k from 1 to 80 plus conv-sized ones, every panel height, u8 and i8, into buffers
     /// that start out holding garbage (as a reused per-worker buffer does).

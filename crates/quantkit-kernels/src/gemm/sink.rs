@@ -199,6 +199,13 @@ impl<'a, T: QuantType> TileWriter<'a, T> {
         TileWriter { colterm, sink }
     }
 
+    /// Adds `terms[j]` to column `j`'s sums before the stage (a caller's zero-point term).
+    pub(crate) fn add_column_terms(&mut self, terms: &[i32]) {
+        for (c, &t) in self.colterm.iter_mut().zip(terms) {
+            *c = c.wrapping_add(t);
+        }
+    }
+
     /// Writes rows `0..rows` and columns `0..cols` of `tile` (row stride [`NR`]) to output
     /// rows `r0..r0+rows` (row stride `ldc`), columns `c0..c0+cols`; `c0` is a multiple of
     /// [`NR`].

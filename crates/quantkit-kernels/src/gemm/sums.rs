@@ -24,12 +24,13 @@ pub(crate) struct PanelSums<'a> {
 
 impl<'a> PanelSums<'a> {
     /// For weights `w` and activations whose stored (u8-domain) zero point is `za`, with
-    /// the kernels of `k`; `None` unless its GEMM uses the pairs geometry.
+    /// the pairs-geometry kernels of `k`; `None` unless the weights are packed in that
+    /// geometry.
     pub(crate) fn new(k: &Kernels, w: &'a PackedWeights, za: i32) -> Option<Self> {
-        if k.geometry() != PanelGeometry::PAIRS {
+        if w.geometry() != PanelGeometry::PAIRS {
             return None;
         }
-        let mmm = k.mmm();
+        let mmm = k.pairs();
         let w = w.for_geometry(mmm.geometry);
         let colterm = column_terms_za(za, &w, None);
         let b16 = w.zw_all_zero.then(|| {

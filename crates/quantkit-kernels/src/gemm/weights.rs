@@ -87,14 +87,14 @@ impl PackedWeights {
     }
 
     /// Packs weights given by `get(k, n)` (already in the stored i8 domain) for the conv
-    /// kernels; zero points in the stored domain.
+    /// kernels, in geometry `geom`; zero points in the stored domain.
     pub(crate) fn from_fn(
+        geom: PanelGeometry,
         k: usize,
         n: usize,
         zero_points: &[i32],
         get: impl Fn(usize, usize) -> i8,
     ) -> Result<Self> {
-        let geom = dispatch::kernels().geometry();
         Self::pack(geom, k, n, zero_points, 0, k * n, get)
     }
 

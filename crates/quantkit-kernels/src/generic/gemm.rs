@@ -126,3 +126,41 @@ fn i16_tile<const R: usize>(
         out[r * NR..(r + 1) * NR].copy_from_slice(acc_r);
     }
 }
+
+/// `generic_conv_u8i8_i32_8x32_indirect`: raw products of 8 activation rows read in place
+/// (no packing) with one weight panel of 32 columns in the quads layout, the direct
+/// convolution's register tile.
+///
+/// Word `g` of row `r` is the four stored u8 values at `x[rows[r] + koff[g]..+4]` (lowest
+/// k in the lowest byte: four consecutive channels of one tap of a padded NHWC image);
+/// `b` is `[g][32][4]` i8. Writes `out[h][r·16 + c] = Σ_k a[r][k]·b[k][16h + c]` with
+/// wrapping i32 arithmetic, as `vpdpbusd` computes it.
+///
+/// # Panics
+/// When a word or the panel lies outside `x` or `b`.
+pub(crate) fn generic_conv_u8i8_i32_8x32_indirect(
+    x: &[u8],
+    rows: &[usize; 8],
+    koff: &[usize],
+    b: &[i8],
+    out: &mut [Tile; 2],
+) {
+    let mut acc = [[0i32; 32]; 8];
+    for (g, &o) in koff.iter().enumerate() {
+        let bg = &b[g * 128..(g + 1) * 128];
+        for (acc_r, &base) in acc.iter_mut().zip(rows) {
+            let a = &x[base + o..base + o + 4];
+            for (c, acc_rc) in acc_r.iter_mut().enumerate() {
+                let mut p = 0i32;
+                for i in 0..4 {
+                    p = p.wrapping_add(a[i] as i32 * bg[c * 4 + i] as i32);
+                }
+                *acc_rc = acc_rc.wrapping_add(p);
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate() {
+        out[0].0[r * NR..(r + 1) * NR].copy_from_slice(&acc_r[..NR]);
+        out[1].0[r * NR..(r + 1) * NR].copy_from_slice(&acc_r[NR..]);
+    }
+}

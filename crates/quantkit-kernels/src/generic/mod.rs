@@ -7,7 +7,7 @@ pub mod store;
 pub mod winograd;
 
 use crate::dispatch::{Kernels, Mmm, Stores, VectorBody, Winograd, I16};
-use crate::gemm::{PanelGeometry, NR};
+use crate::gemm::{PanelGeometry, Tile, NR};
 use crate::Isa;
 
 /// The stores of scalar tiles `NR` wide.
@@ -21,15 +21,17 @@ pub(crate) const STORES_16: Stores = Stores {
 /// The table of portable kernels: pairs geometry (6×16 tiles, k in pairs), scalar
 /// micro-kernels, packers, stores and transforms, loops compiled for the baseline target.
 pub(crate) fn generic() -> Kernels {
+    let pairs = Mmm {
+        isa: Isa::Scalar,
+        geometry: PanelGeometry::PAIRS,
+        tile: gemm::generic_tile_u8i8_6x16,
+        pack: pack::generic_pack_a_pairs,
+        store: STORES_16,
+    };
     Kernels {
         isa: Isa::Scalar,
-        mmm: Mmm {
-            isa: Isa::Scalar,
-            geometry: PanelGeometry::PAIRS,
-            tile: gemm::generic_tile_u8i8_6x16,
-            pack: pack::generic_pack_a_pairs,
-            store: STORES_16,
-        },
+        mmm: pairs,
+        pairs,
         store16: STORES_16,
         i16: I16 {
             isa: Isa::Scalar,
@@ -41,8 +43,15 @@ pub(crate) fn generic() -> Kernels {
             input_isa: Isa::Scalar,
             input: winograd::generic_winograd_input_16,
         },
+        direct: (Isa::Scalar, direct_tile),
         depthwise: VectorBody::Generic,
         pooling: VectorBody::Generic,
         elementwise: VectorBody::Generic,
     }
+}
+
+/// The table entry of [`gemm::generic_conv_u8i8_i32_8x32_indirect`] (which checks bounds
+/// by indexing).
+fn direct_tile(x: &[u8], rows: &[usize; 8], koff: &[usize], b: &[i8], out: &mut [Tile; 2]) {
+    gemm::generic_conv_u8i8_i32_8x32_indirect(x, rows, koff, b, out)
 }

@@ -67,6 +67,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.mmm.tile = tile_u8i8;
     k.mmm.pack = pack_pairs;
     k.mmm.store = stores;
+    k.pairs = k.mmm;
     k.store16 = stores;
     k.i16.isa = Isa::Avx2;
     k.i16.tile = tile_i16;

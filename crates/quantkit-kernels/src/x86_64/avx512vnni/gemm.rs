@@ -190,3 +190,152 @@ pub unsafe fn avx512_epilogue_float<T: QuantType>(
         }
     }
 }
+
+/// AVX-512 VNNI microkernel on i16 operands (Winograd's GEMMs): `R ≤ 6` rows × 16 columns,
+/// the contract of [`crate::generic::gemm::generic_gemm_i16_6x16`] (A rows of `kgroups`
+/// words at stride `lda` words, B `[g][16][2]` i16).
+///
+/// One k-group of a 16-column panel is 32 i16, one zmm: `vpdpwssd` multiplies each pair
+/// of signed words by the row's broadcast pair, adds the two products and the accumulator
+/// lane **without saturation** (that is `vpdpwssds`), i.e. exactly the scalar kernel's
+/// wrapping `acc + a0·b0 + a1·b1` (the pair sum itself is at most `2·1020·2295` in
+/// magnitude for Winograd's operands, far inside i32). Even and odd k-groups go to two
+/// sets of accumulators, added at the end, so `2R` dependency chains hide the instruction's
+/// latency (wrapping addition is associative: the same result).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VNNI; `a` must hold `(R−1)·lda + kgroups` words and
+/// `b` `kgroups·32` values.
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub unsafe fn avx512vnni_gemm_i16_6x16<const R: usize>(
+    kgroups: usize,
+    a: &[u32],
+    lda: usize,
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    debug_assert!(R == 0 || a.len() >= (R - 1) * lda + kgroups);
+    debug_assert!(b.len() >= kgroups * I16_PANEL);
+    // SAFETY: word r·lda + g (r < R, g < kgroups) of `a` and values [32g, 32g+32) of `b`
+    // exist (the caller's contract); AVX-512 F/VNNI are enabled here.
+    unsafe { i16_tile::<R>(kgroups, |g| (a.as_ptr().add(g) as *const i32, lda), b, out) }
+}
+
+/// AVX-512 VNNI microkernel with an indirect A, 6 rows × 16 columns, the contract of
+/// [`crate::generic::gemm::generic_gemm_i16_indirect_6x16`].
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VNNI. (Bounds are checked here: every
+/// `offsets[g] + 6 ≤ a.len()` and `b` holds `offsets.len()·32` values.)
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub unsafe fn avx512vnni_gemm_i16_indirect_6x16(
+    a: &[u32],
+    offsets: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    assert!(b.len() >= offsets.len() * I16_PANEL);
+    assert!(offsets.iter().all(|&o| o + I16_MR <= a.len()));
+    let ap = a.as_ptr() as *const i32;
+    // SAFETY: words offsets[g]..+6 of `a` and values [32g, 32g+32) of `b` exist (asserted
+    // above); AVX-512 F/VNNI are enabled here.
+    unsafe { i16_tile::<I16_MR>(offsets.len(), |g| (ap.add(offsets[g]), 1), b, out) }
+}
+
+/// Rows of the i16 tile (the pairs geometry's).
+const I16_MR: usize = crate::gemm::MR;
+/// i16 values of one k-group of a 16-column i16 panel: one zmm.
+const I16_PANEL: usize = crate::gemm::NR * 2;
+
+/// The body of both i16 microkernels: `row(g)` gives the address of k-group `g`'s word of
+/// row 0 and the stride (in words) between rows.
+///
+/// # Safety
+/// AVX-512 F and VNNI must be enabled in the caller; for every `g < kgroups` and `r < R`,
+/// `row(g).0 + r·row(g).1` and values [32g, 32g+32) of `b` must be readable.
+#[inline(always)]
+unsafe fn i16_tile<const R: usize>(
+    kgroups: usize,
+    row: impl Fn(usize) -> (*const i32, usize),
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    let mut even = [_mm512_setzero_si512(); R];
+    let mut odd = [_mm512_setzero_si512(); R];
+    let bp = b.as_ptr();
+    let mut g = 0;
+    while g + 2 <= kgroups {
+        // SAFETY: g + 1 < kgroups: the function contract.
+        unsafe {
+            let b0 = _mm512_loadu_si512(bp.add(g * I16_PANEL) as *const _);
+            let b1 = _mm512_loadu_si512(bp.add((g + 1) * I16_PANEL) as *const _);
+            let (p0, s0) = row(g);
+            let (p1, s1) = row(g + 1);
+            for r in 0..R {
+                even[r] = _mm512_dpwssd_epi32(even[r], _mm512_set1_epi32(*p0.add(r * s0)), b0);
+                odd[r] = _mm512_dpwssd_epi32(odd[r], _mm512_set1_epi32(*p1.add(r * s1)), b1);
+            }
+        }
+        g += 2;
+    }
+    if g < kgroups {
+        // SAFETY: g < kgroups: the function contract.
+        unsafe {
+            let b0 = _mm512_loadu_si512(bp.add(g * I16_PANEL) as *const _);
+            let (p0, s0) = row(g);
+            for (r, e) in even.iter_mut().enumerate() {
+                *e = _mm512_dpwssd_epi32(*e, _mm512_set1_epi32(*p0.add(r * s0)), b0);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: row r of the tile is out[16r..16r+16] (R ≤ 6, 96 ≤ TILE).
+        unsafe {
+            _mm512_storeu_si512(
+                out.as_mut_ptr().add(r * crate::gemm::NR) as *mut _,
+                _mm512_add_epi32(even[r], odd[r]),
+            )
+        };
+    }
+}
+
+/// AVX-512 VNNI direct-convolution tile: 8 activation rows read in place × 32 columns, the
+/// contract of [`crate::generic::gemm::generic_conv_u8i8_i32_8x32_indirect`] (word `g` of
+/// row `r` at `x + rows[r] + koff[g]`, `b` `[g][32][4]` i8), `vpdpbusd` as in
+/// [`avx512vnni_gemm_u8i8_i32_8x32`]: 16 accumulators, each k-group one broadcast per row
+/// straight from the image and two weight loads.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VNNI; for every `r` and `g`, bytes
+/// `rows[r] + koff[g]..+4` of `x` must exist, and `b` must hold `koff.len()·128` bytes.
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub(crate) unsafe fn avx512vnni_conv_u8i8_i32_8x32_indirect(
+    x: *const u8,
+    rows: &[usize; 8],
+    koff: &[usize],
+    b: *const i8,
+    out: &mut [crate::gemm::Tile; 2],
+) {
+    let mut acc0 = [_mm512_setzero_si512(); 8];
+    let mut acc1 = [_mm512_setzero_si512(); 8];
+    let p: [*const u8; 8] = std::array::from_fn(|r| x.wrapping_add(rows[r]));
+    for (g, &o) in koff.iter().enumerate() {
+        // SAFETY: the function contract.
+        unsafe {
+            let b0 = _mm512_loadu_si512(b.add(g * GROUP_BYTES) as *const _);
+            let b1 = _mm512_loadu_si512(b.add(g * GROUP_BYTES + 64) as *const _);
+            for r in 0..8 {
+                let av = _mm512_set1_epi32((p[r].add(o) as *const i32).read_unaligned());
+                acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, b0);
+                acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, b1);
+            }
+        }
+    }
+    for r in 0..8 {
+        // SAFETY: row r of each 16-column tile is [16r, 16r + 16) of its TILE values.
+        unsafe {
+            _mm512_storeu_si512(out[0].0.as_mut_ptr().add(r * 16) as *mut _, acc0[r]);
+            _mm512_storeu_si512(out[1].0.as_mut_ptr().add(r * 16) as *mut _, acc1[r]);
+        }
+    }
+}

@@ -8,10 +8,11 @@
 //! the instruction. One instruction retires 64 MACs.
 
 pub mod gemm;
+pub mod pack;
 pub mod peak;
 
 use crate::dispatch::{Body, Kernels, Stores, VectorBody};
-use crate::gemm::{PanelGeometry, Tile, VNNI_KGROUP, VNNI_MR, VNNI_NR};
+use crate::gemm::{PanelGeometry, Tile, MR, NR, TILE, VNNI_KGROUP, VNNI_MR, VNNI_NR};
 use crate::Isa;
 
 /// Proof that the CPU has AVX-512 F, BW, VL and VNNI ([`Isa::Avx512Vnni`]): only
@@ -44,9 +45,11 @@ unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
 
 /// Installs the AVX-512 VNNI kernels in `k` when the CPU has them (otherwise leaves it as
 /// is): its own GEMM geometry ([`PanelGeometry::QUADS`], 8×32 tiles, k in quads) with the
-/// `vpdpbusd` micro-kernel, the quad packer and 512-bit stores, and AVX-512 copies of the
-/// depthwise loops. Everything else (i16 kernels, Winograd, pooling, 16-column stores) stays
-/// as the plugs before it (AVX2) left it.
+/// `vpdpbusd` micro-kernel, the vector quad packer and 512-bit stores, and AVX-512 copies of the
+/// depthwise loops, and the `vpdpwssd` i16 micro-kernels (Winograd's GEMMs: one zmm per
+/// k-group of a 16-column panel, so the pairs layout is shared with AVX2). Everything else
+/// (Winograd transforms, pooling, 16-column stores) stays as the plugs before it (AVX2)
+/// left it.
 pub(crate) fn plug(k: &mut Kernels) {
     let Some(avx512) = Avx512::detect() else {
         return;
@@ -57,14 +60,70 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.mmm.isa = Isa::Avx512Vnni;
     k.mmm.geometry = PanelGeometry::QUADS;
     k.mmm.tile = tile_u8i8;
-    k.mmm.pack = crate::generic::pack::generic_pack_a_quads;
+    k.mmm.pack = pack_quads;
     k.mmm.store = Stores {
         isa: Isa::Avx512Vnni,
         i32: gemm::avx512_epilogue_i32,
         u8: gemm::avx512_epilogue_float::<u8>,
         i8: gemm::avx512_epilogue_float::<i8>,
     };
+    k.direct = (Isa::Avx512Vnni, direct_tile);
+    k.i16.isa = Isa::Avx512Vnni;
+    k.i16.tile = tile_i16;
+    k.i16.indirect = tile_i16_indirect;
     k.depthwise = VectorBody::Avx512(avx512);
+}
+
+/// Entry of [`gemm::avx512vnni_conv_u8i8_i32_8x32_indirect`].
+fn direct_tile(x: &[u8], rows: &[usize; 8], koff: &[usize], b: &[i8], out: &mut [Tile; 2]) {
+    let reach = rows.iter().max().copied().unwrap_or(0) + koff.iter().max().copied().unwrap_or(0);
+    assert!(
+        koff.is_empty() || (reach + 4 <= x.len() && b.len() >= koff.len() * VNNI_NR * VNNI_KGROUP)
+    );
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI; every word
+    // (at most `reach + 4`) and the panel are in bounds, asserted above.
+    unsafe { gemm::avx512vnni_conv_u8i8_i32_8x32_indirect(x.as_ptr(), rows, koff, b.as_ptr(), out) }
+}
+
+/// Entry of [`pack::avx512vnni_pack_a_quads`].
+fn pack_quads(panel: &[u8], rows: usize, k: usize, flip: u8, dst: &mut [u32], sums: &mut [i32]) {
+    assert!(
+        rows <= VNNI_MR
+            && panel.len() >= rows * k
+            && dst.len() >= k.div_ceil(VNNI_KGROUP) * VNNI_MR
+            && sums.len() >= rows
+    );
+    // SAFETY: installed only by `plug`, after detecting AVX-512 VNNI (which implies AVX2);
+    // lengths asserted above.
+    unsafe { pack::avx512vnni_pack_a_quads(panel, k, rows, flip, dst, sums) }
+}
+
+/// Entry of [`gemm::avx512vnni_gemm_i16_6x16`].
+fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: &mut [i32; TILE]) {
+    assert!(
+        (1..=MR).contains(&rows)
+            && a.len() >= (rows - 1) * lda + kgroups
+            && b.len() >= kgroups * NR * 2
+    );
+    use gemm::avx512vnni_gemm_i16_6x16 as k;
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI; lengths
+    // asserted above.
+    unsafe {
+        match rows {
+            1 => k::<1>(kgroups, a, lda, b, out),
+            2 => k::<2>(kgroups, a, lda, b, out),
+            3 => k::<3>(kgroups, a, lda, b, out),
+            4 => k::<4>(kgroups, a, lda, b, out),
+            5 => k::<5>(kgroups, a, lda, b, out),
+            _ => k::<6>(kgroups, a, lda, b, out),
+        }
+    }
+}
+
+/// Entry of [`gemm::avx512vnni_gemm_i16_indirect_6x16`] (which checks its bounds itself).
+fn tile_i16_indirect(a: &[u32], offsets: &[usize], b: &[i16], out: &mut [i32; TILE]) {
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI.
+    unsafe { gemm::avx512vnni_gemm_i16_indirect_6x16(a, offsets, b, out) }
 }
 
 /// Entry of [`gemm::avx512vnni_gemm_u8i8_i32_8x32`].

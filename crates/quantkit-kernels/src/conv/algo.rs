@@ -1,0 +1,265 @@
+//! Which algorithm runs a convolution: a small cost model per instruction set, and the
+//! `QUANTKIT_CONV_ALGO` override.
+//!
+//! Every algorithm gives the same exact sums (`Σ (x − za)(w − zw)`), so the choice is
+//! about speed only. The model estimates the cycles one output pixel costs on one core with
+//! each algorithm the conv is eligible for, and picks the cheapest:
+//!
+//! ```text
+//! im2col   K·C_out / R_u8        + K·p_pack + T·p_tap   (K = T·C_in bytes gathered and packed, T taps)
+//! pairs    2·W·C_out / R_pair    + p_pair               (W words of channel/row pairs, C_in ≤ 4)
+//! winograd 4·C_in·C_out / R_i16  + 4·(C_in + C_out)·p_wino
+//! direct   T·C4·C_out / R_direct + p_direct             (C4 = C_in rounded up to quads)
+//! ```
+//!
+//! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
+//! input transform 16 values per input channel and its output transform 16 sums per output
+//! channel; the output stage costs every algorithm the same and is left out). The rates
+//! `R` (multiply-accumulates per nanosecond the micro-kernel sustains on one core) and the
+//! per-element costs `p` (nanoseconds) are per ISA, in [`Rates::of`]: fitted to
+//! `quantkit bench conv --algo …` (BENCHMARKS.md) and rough, but the choices they make only
+//! have to be right where the algorithms differ by more than the model's error. (The
+//! estimate is per output pixel: Winograd's tiles past an odd output edge, e.g. 7×7, are
+//! not counted.) `QUANTKIT_CONV_ALGO=auto|im2col|winograd|pairs` (or
+//! [`ConvWeights::for_isa`](super::ConvWeights::for_isa) with an explicit choice) overrides
+//! the model for every conv the forced algorithm can run, so a measurement can confirm or
+//! correct it.
+
+use std::sync::OnceLock;
+
+use crate::dispatch::Isa;
+
+/// How a convolution that is not depthwise is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvAlgorithm {
+    /// The cost model's choice for the ISA the weights are packed for (module docs):
+    /// among the algorithms below that the conv is eligible for, the cheapest estimate.
+    #[default]
+    Auto,
+    /// im2col + GEMM (the reference path the others are tested against): every conv.
+    Im2col,
+    /// Exact integer Winograd F(2×2, 3×3) ([`crate::winograd`]) wherever it applies: 3×3,
+    /// stride 1, undilated, one group, at least 8 input channels, within its exactness
+    /// bound; the model's choice elsewhere.
+    Winograd,
+    /// im2col + GEMM with k-pairs of channel pairs and row pairs packed from planes of the
+    /// padded input (`small_cin`) wherever it applies: one group, C_in ≤ 4, not 1×1
+    /// stride-1 unpadded, weight zero points in the i8 range; the model's choice elsewhere.
+    Pairs,
+    /// The direct (im2col-free) convolution: the `vpdpbusd` tile reads the words of four
+    /// channels straight from a padded copy of the input (`conv/direct.rs`) wherever it
+    /// applies: one group, weight zero points 0, not 1×1 stride-1 unpadded; the model's
+    /// choice elsewhere. Portable code on ISAs without AVX-512 VNNI (slow there).
+    Direct,
+}
+
+/// Names accepted by `QUANTKIT_CONV_ALGO` and [`ConvAlgorithm::parse`].
+pub const CONV_ALGO_NAMES: [&str; 5] = ["auto", "im2col", "winograd", "pairs", "direct"];
+
+impl ConvAlgorithm {
+    /// Its name as `QUANTKIT_CONV_ALGO` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgorithm::Auto => "auto",
+            ConvAlgorithm::Im2col => "im2col",
+            ConvAlgorithm::Winograd => "winograd",
+            ConvAlgorithm::Pairs => "pairs",
+            ConvAlgorithm::Direct => "direct",
+        }
+    }
+
+    /// Parses a name of [`CONV_ALGO_NAMES`] (case-insensitive; `gemm` is accepted for
+    /// `im2col`).
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => ConvAlgorithm::Auto,
+            "im2col" | "gemm" => ConvAlgorithm::Im2col,
+            "direct" => ConvAlgorithm::Direct,
+            "winograd" => ConvAlgorithm::Winograd,
+            "pairs" | "small-cin" => ConvAlgorithm::Pairs,
+            _ => return None,
+        })
+    }
+
+    /// `QUANTKIT_CONV_ALGO`, read once per process: [`ConvAlgorithm::Auto`] when unset; an
+    /// unknown value is reported once on stderr and ignored.
+    pub fn from_env() -> Self {
+        static CHOSEN: OnceLock<ConvAlgorithm> = OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var("QUANTKIT_CONV_ALGO") {
+            Ok(v) => ConvAlgorithm::parse(&v).unwrap_or_else(|| {
+                eprintln!(
+                    "quantkit: QUANTKIT_CONV_ALGO={v:?} is not one of {}; using auto",
+                    CONV_ALGO_NAMES.join(", ")
+                );
+                ConvAlgorithm::Auto
+            }),
+            Err(_) => ConvAlgorithm::Auto,
+        })
+    }
+}
+
+/// What the model needs to know about a conv (one group's view for grouped convs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvShape {
+    pub(crate) c_in: usize,
+    pub(crate) c_out: usize,
+    pub(crate) kernel: [usize; 2],
+    /// Words per output pixel of the pairs packing (0 when it does not apply).
+    pub(crate) pair_words: usize,
+}
+
+/// An algorithm the model weighs (depthwise and 1×1 convs have one path each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Candidate {
+    Im2col,
+    Pairs,
+    Winograd,
+    Direct,
+}
+
+/// Per-ISA rates of the cost model (module docs): MACs per nanosecond of one core for the
+/// micro-kernels, nanoseconds for the per-element overheads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rates {
+    /// u8×i8 MACs/ns of the GEMM on packed panels (im2col).
+    r_u8: f64,
+    /// ns per byte of K gathered (implicit im2col) and packed.
+    p_pack: f64,
+    /// ns per tap and pixel of the gather (one copy of `C_in` bytes each).
+    p_tap: f64,
+    /// MACs/ns of the pairs GEMM (the few-channel conv).
+    r_pair: f64,
+    /// ns per output pixel of the pairs packing.
+    p_pair: f64,
+    /// i16 MACs/ns of Winograd's GEMMs.
+    r_i16: f64,
+    /// ns per value of Winograd's input and output transforms.
+    p_wino: f64,
+    /// u8×i8 MACs/ns of the direct conv's tile (channels padded to quads).
+    r_direct: f64,
+    /// ns per output pixel of the direct conv (padded copy, tile set-up).
+    p_direct: f64,
+}
+
+impl Rates {
+    /// The model's rates for `isa`, fitted to `quantkit bench conv --algo …` on the
+    /// LeNet, conv-net and ResNet layers, one thread, on an AMD EPYC (Zen 4) with AVX-512
+    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md.
+    pub(crate) fn of(isa: Isa) -> Rates {
+        match isa {
+            // Portable code: only a forced choice or a machine without SIMD runs it, and
+            // there the relative costs follow the instruction counts.
+            Isa::Scalar => Rates {
+                r_u8: 8.0,
+                p_pack: 0.5,
+                p_tap: 4.0,
+                r_pair: 8.0,
+                p_pair: 18.0,
+                r_i16: 8.0,
+                p_wino: 0.3,
+                r_direct: 4.0,
+                p_direct: 18.0,
+            },
+            // vpmaddwd on ymm: 16 MACs per multiply uop; the direct tile is portable code.
+            Isa::Avx2 => Rates {
+                r_u8: 84.0,
+                p_pack: 0.04,
+                p_tap: 3.9,
+                r_pair: 66.0,
+                p_pair: 9.2,
+                r_i16: 80.0,
+                p_wino: 0.074,
+                r_direct: 4.0,
+                p_direct: 18.0,
+            },
+            // vpdpbusd on zmm (64 MACs; im2col and direct), vpdpwssd for Winograd (32 i16
+            // MACs), the pairs family is AVX2's.
+            Isa::Avx512Vnni => Rates {
+                r_u8: 220.0,
+                p_pack: 0.032,
+                p_tap: 4.2,
+                r_pair: 64.0,
+                p_pair: 17.7,
+                r_i16: 113.0,
+                p_wino: 0.087,
+                r_direct: 200.0,
+                p_direct: 18.0,
+            },
+        }
+    }
+
+    /// Estimated nanoseconds per output pixel of `shape` with `algo`.
+    pub(crate) fn cost(&self, shape: &ConvShape, algo: Candidate) -> f64 {
+        let (ci, co) = (shape.c_in as f64, shape.c_out as f64);
+        let taps = (shape.kernel[0] * shape.kernel[1]) as f64;
+        let k = taps * ci;
+        match algo {
+            Candidate::Im2col => k * co / self.r_u8 + k * self.p_pack + taps * self.p_tap,
+            Candidate::Pairs => 2.0 * shape.pair_words as f64 * co / self.r_pair + self.p_pair,
+            Candidate::Winograd => 4.0 * ci * co / self.r_i16 + 4.0 * (ci + co) * self.p_wino,
+            Candidate::Direct => {
+                taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
+            }
+        }
+    }
+
+    /// The cheapest of `eligible` (the first on ties), `Im2col` if empty.
+    pub(crate) fn cheapest(&self, shape: &ConvShape, eligible: &[Candidate]) -> Candidate {
+        eligible
+            .iter()
+            .copied()
+            .min_by(|&a, &b| self.cost(shape, a).total_cmp(&self.cost(shape, b)))
+            .unwrap_or(Candidate::Im2col)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(c_in: usize, c_out: usize, pair_words: usize) -> ConvShape {
+        ConvShape {
+            c_in,
+            c_out,
+            kernel: [3, 3],
+            pair_words,
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_none() {
+        for name in CONV_ALGO_NAMES {
+            assert_eq!(ConvAlgorithm::parse(name).unwrap().name(), name);
+        }
+        assert_eq!(ConvAlgorithm::parse("GEMM"), Some(ConvAlgorithm::Im2col));
+        assert_eq!(ConvAlgorithm::parse("fft"), None);
+    }
+
+    /// The choices the measurements behind the rates support (BENCHMARKS.md, 2026-11-24
+    /// evening): on AVX2 the few-channel packing and Winograd; on AVX-512 VNNI the direct
+    /// conv for an RGB first layer and Winograd for the conv net's wide layers; the plain
+    /// GEMM never where Winograd is eligible on either.
+    #[test]
+    fn the_model_picks_what_was_measured_fastest() {
+        use Candidate::*;
+        let all = [Im2col, Pairs, Winograd, Direct];
+        let three = [Im2col, Winograd, Direct];
+        let avx2 = Rates::of(Isa::Avx2);
+        assert_eq!(
+            avx2.cheapest(&shape(3, 32, 15), &[Im2col, Pairs, Direct]),
+            Pairs
+        );
+        assert_eq!(avx2.cheapest(&shape(32, 64, 0), &three), Winograd);
+        assert_eq!(avx2.cheapest(&shape(128, 256, 0), &three), Winograd);
+        let vnni = Rates::of(Isa::Avx512Vnni);
+        assert_eq!(
+            vnni.cheapest(&shape(3, 32, 15), &[Im2col, Pairs, Direct]),
+            Direct
+        );
+        assert_eq!(vnni.cheapest(&shape(128, 256, 0), &three), Winograd);
+        assert_ne!(vnni.cheapest(&shape(64, 128, 0), &all), Im2col);
+        // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
+        // on AVX2.
+        assert_eq!(avx2.cheapest(&shape(64, 128, 0), &[Im2col, Direct]), Im2col);
+    }
+}
