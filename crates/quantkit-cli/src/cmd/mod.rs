@@ -9,5 +9,6 @@ pub mod eval;
 pub mod inspect;
 pub mod quantize;
 pub mod run;
+pub mod target;
 pub mod tensor;
 pub mod train;
