@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--quantkit", default=os.path.join(ROOT, "target/release/quantkit"))
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--method", default=None, help="calibration method (default: quantize's)")
     a = ap.parse_args()
     base = os.path.join(a.shared, "models")
     d = tempfile.mkdtemp()
@@ -55,7 +56,8 @@ def main():
         np.save(calib, x[0::2])
         q = os.path.join(d, f"{name}.int8.onnx")
         summary = json.loads(subprocess.run(
-            [a.quantkit, "quantize", model, "--calib", calib, "-o", q, "--json"],
+            [a.quantkit, "quantize", model, "--calib", calib, "-o", q, "--json"]
+            + (["--method", a.method] if a.method else []),
             check=True, capture_output=True, text=True).stdout)
         out_dir = os.path.join(d, f"{name}_out")
         run = json.loads(subprocess.run(

@@ -159,6 +159,33 @@ fn abs_quantile(h: &Histogram, q: f64) -> f32 {
 /// taken proportionally from the non-empty ones) so an empty `Q` bin under `P > 0` gives a
 /// finite penalty.
 pub(crate) fn entropy_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f64 {
+    kl_threshold(abs_counts, w, levels).max(count_quantile(abs_counts, w, ENTROPY_KEEP))
+}
+
+/// The share of one side's values the entropy threshold never clips. KL's `Q` spreads a
+/// group's count over its non-empty bins, so a spike (an image background through the first
+/// convolution: one value for 60 % of the outputs) costs a large divergence whenever its
+/// group is wider than one bin, and the search stops right at the spike, clipping all the
+/// range above it (issue 18: MobileNet's first conv output cut at 1.6 of 13.5). Real tails
+/// KL is meant to clip are sparse; 99.9 % bounds the search to them.
+const ENTROPY_KEEP: f64 = 0.999;
+
+/// The `q`-quantile of `|x|` counts on bins of width `w` (upper edge of its bin).
+fn count_quantile(counts: &[u64], w: f64, q: f64) -> f64 {
+    let total: u64 = counts.iter().sum();
+    let target = q * total as f64;
+    let mut cum = 0f64;
+    for (i, &c) in counts.iter().enumerate() {
+        cum += c as f64;
+        if cum >= target && c > 0 {
+            return (i + 1) as f64 * w;
+        }
+    }
+    counts.len() as f64 * w
+}
+
+/// [`entropy_threshold`] without the [`ENTROPY_KEEP`] bound: TensorRT's search as such.
+fn kl_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f64 {
     let mut counts: Vec<u64> = abs_counts.to_vec();
     let mut w = w;
     while counts.len() > ENTROPY_MAX_BINS {
@@ -405,6 +432,29 @@ mod tests {
         assert!(r.1 > 1.9, "the foreground is clipped: {r:?}");
     }
 
+    /// Regression (issue 18): the first conv of an image model maps the uniform background
+    /// to one value — a spike (here 60 % of the values, bin 200) inside an exponentially
+    /// decaying spread that reaches bin 2047. KL alone stops right above the spike and clips
+    /// everything beyond it (MobileNet's first conv output was cut at 1.6 of 13.5); the
+    /// threshold keeps at least 99.9 % of the values.
+    #[test]
+    fn entropy_does_not_stop_at_a_spike_in_the_bulk() {
+        let total = 100_000f64;
+        let mut c = vec![0u64; 2048];
+        c[200] = (total * 0.6) as u64;
+        let decay = |i: usize| (-(i as f64) / 512.0).exp();
+        let norm: f64 = (0..2048).map(decay).sum();
+        for (i, v) in c.iter_mut().enumerate() {
+            *v += (total * 0.4 * decay(i) / norm).round() as u64;
+        }
+        let kl_alone = kl_threshold(&c, 1.0, 128);
+        let t = entropy_threshold(&c, 1.0, 128);
+        let q = count_quantile(&c, 1.0, ENTROPY_KEEP);
+        eprintln!("KL alone {kl_alone}, with the bound {t}, 99.9 % quantile {q}");
+        assert!(kl_alone < 250.0, "the trap this guards against: {kl_alone}");
+        assert!(t >= q && t > 1900.0, "{t}");
+    }
+
     /// Guard for the per-side search (issue 18): after HardSwish the values are in
     /// [−0.375, ∞) with a long positive tail. The positive side must keep most of the tail
     /// and stay within 3× the MSE-optimal error; with 252 levels on 2048 bins (all the codes
@@ -497,3 +547,4 @@ mod mse_tests {
         assert!(err(lo, hi) < err(-1.0, xmax));
     }
 }
+
