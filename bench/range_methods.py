@@ -30,13 +30,14 @@ def main():
     ap.add_argument("--methods", nargs="*", default=METHODS)
     ap.add_argument("--zoo", nargs="*", default=["lenet", "resnet8", "mobilenet", "mlp"])
     ap.add_argument("--no-real", action="store_true")
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     res = {}
     for m in a.methods:
         res[m] = {"zoo": run("zoo_ptq.py", a.quantkit, m, ["--models"] + a.zoo)}
         if not a.no_real:
-            res[m]["real"] = run("real_models.py", a.quantkit, m, [])
+            res[m]["real"] = run("real_models.py", a.quantkit, m, ["--shared", a.shared])
         print(f"done {m}", file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(res, indent=2))
