@@ -42,10 +42,12 @@ fn feeds(batches: usize, n: usize, seed: u64) -> Vec<Feed> {
         .collect()
 }
 
-/// tests/analyze.rs's destroyed model: x[N,1,10,10] → conv1 → relu1 → conv2 → relu2 → conv3
-/// → relu3 → maxpool → flatten → fc(→10), with conv2's channel 0 ×1000 and conv3's weights
-/// reading it ÷1000 (the same function; per-tensor weights and a 1000× activation range
-/// flatten every other channel of conv2 to zero).
+/// A model with one destroyed layer (as tests/analyze.rs's): x[N,1,10,10] → conv1 → relu1 →
+/// conv2 → relu2 → rescale (Mul by [1e-3, 1, …, 1] per channel) → conv3 → relu3 → maxpool →
+/// flatten → fc(→10), with conv2's channel-0 weights ×1000: per-tensor weights and a 1000×
+/// activation range flatten every other channel of conv2 to zero. The compensation is a
+/// separate Mul (not conv3's weights, as in tests/analyze.rs, whose ÷1000 weights int8 also
+/// zeroes), so exactly one layer is destroyed.
 fn destroyed() -> Graph {
     let mut g = Graph {
         name: "convnet".into(),
@@ -65,18 +67,16 @@ fn destroyed() -> Graph {
     init(&mut g, "w1", &[8, 1, 3, 3], rand_vec(72, 0.6, 11));
     init(&mut g, "b1", &[8], rand_vec(8, 0.05, 12));
     let mut w2 = rand_vec(576, 0.25, 13);
-    let mut w3 = rand_vec(576, 0.25, 14);
+    let w3 = rand_vec(576, 0.25, 14);
     for v in &mut w2[..72] {
         *v *= 1000.0;
-    }
-    for o in 0..8 {
-        for v in &mut w3[o * 72..o * 72 + 9] {
-            *v /= 1000.0;
-        }
     }
     init(&mut g, "w2", &[8, 8, 3, 3], w2);
     init(&mut g, "b2", &[8], vec![0.0; 8]);
     init(&mut g, "w3", &[8, 8, 3, 3], w3);
+    let mut k = vec![1.0f32; 8];
+    k[0] = 1e-3;
+    init(&mut g, "k", &[1, 8, 1, 1], k);
     init(&mut g, "b3", &[8], rand_vec(8, 0.05, 15));
     init(&mut g, "wf", &[72, 10], rand_vec(720, 0.15, 16));
     init(&mut g, "bf", &[10], rand_vec(10, 0.1, 17));
@@ -86,7 +86,8 @@ fn destroyed() -> Graph {
         Node::new("relu1", "Relu", &["c1"], &["r1"]),
         Node::new("conv2", "Conv", &["r1", "w2", "b2"], &["c2"]),
         Node::new("relu2", "Relu", &["c2"], &["r2"]),
-        Node::new("conv3", "Conv", &["r2", "w3", "b3"], &["c3"]),
+        Node::new("rescale", "Mul", &["r2", "k"], &["m2"]),
+        Node::new("conv3", "Conv", &["m2", "w3", "b3"], &["c3"]),
         Node::new("relu3", "Relu", &["c3"], &["r3"]),
         Node::new("pool", "MaxPool", &["r3"], &["p"])
             .with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]))
@@ -141,7 +142,7 @@ fn target_agreement_leaves_exactly_the_destroyed_layer_float() {
     assert!(q.initializers.contains_key("conv3.w_q"));
     assert!(!q.nodes.iter().any(|n| n.name == "r2_Q"), "no Q/DQ after relu2");
     let x = data[0][0].1.clone();
-    let reference = quantkit_graph::execute(&q, vec![("x", x.clone())]).unwrap();
+    let reference = quantkit_graph::execute(&q, vec![("x".to_string(), x.clone())]).unwrap();
     let reference = reference[0].1.to_f32_vec();
     let plan = quantkit_engine::compile(&q, &quantkit_engine::EngineOptions::default()).unwrap();
     let engine = plan.run(vec![("x", x.clone())]).unwrap()[0].1.to_f32_vec();
