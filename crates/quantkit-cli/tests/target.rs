@@ -95,7 +95,12 @@ fn target_writes_a_configuration_that_config_reapplies_exactly() {
     assert!(g.initializers[&c.inputs[1]].dtype.is_float());
     // An unknown layer is an error naming it.
     std::fs::write(&cfg, r#"{"layers": {"conv9": "float"}}"#).unwrap();
-    let (ok, _, err) = quantize(&["--config", cfg.to_str().unwrap(), "-o", again.to_str().unwrap()]);
+    let (ok, _, err) = quantize(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+    ]);
     assert!(!ok);
     assert!(err.contains("conv9"), "{err}");
 }
@@ -103,7 +108,13 @@ fn target_writes_a_configuration_that_config_reapplies_exactly() {
 #[test]
 fn accuracy_target_reads_the_labels_and_unreachable_targets_fail_clearly() {
     let out = tmp("lenet.acc.onnx");
-    let (ok, stdout, err) = quantize(&["--target", "accuracy=100", "-o", out.to_str().unwrap(), "--json"]);
+    let (ok, stdout, err) = quantize(&[
+        "--target",
+        "accuracy=100",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(v["measured"]["accuracy"].is_number(), "{v}");
@@ -112,7 +123,10 @@ fn accuracy_target_reads_the_labels_and_unreachable_targets_fail_clearly() {
     let out = tmp("lenet.unreachable.onnx");
     let (ok, _, err) = quantize(&["--target", "sqnr=300", "-o", out.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("not reached") && err.contains("best configuration"), "{err}");
+    assert!(
+        err.contains("not reached") && err.contains("best configuration"),
+        "{err}"
+    );
     assert!(out.exists(), "the best configuration found is written");
     assert!(tmp("lenet.unreachable.mixed.json").exists());
     let (ok, _, err) = quantize(&["--target", "speed=2", "-o", out.to_str().unwrap()]);

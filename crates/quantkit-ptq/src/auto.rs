@@ -174,7 +174,14 @@ pub fn choose(
         let is_output = outputs.contains(t.as_str());
         for ((name, _), p) in cands.iter().zip(&params) {
             if is_output {
-                scores.push((*name, if *name == "minmax" { 0.0 } else { f64::INFINITY }));
+                scores.push((
+                    *name,
+                    if *name == "minmax" {
+                        0.0
+                    } else {
+                        f64::INFINITY
+                    },
+                ));
                 continue;
             }
             let mut score = 0f64;
@@ -183,7 +190,10 @@ pub fn choose(
                 for v in &values {
                     let Some(x) = v.get(t) else { continue };
                     let fq = fake_quant(t, x, p)?;
-                    let (a, b) = rel_err(x.as_f32().unwrap_or_default(), fq.as_f32().unwrap_or_default());
+                    let (a, b) = rel_err(
+                        x.as_f32().unwrap_or_default(),
+                        fq.as_f32().unwrap_or_default(),
+                    );
                     n += a;
                     s += b;
                 }
@@ -208,7 +218,10 @@ pub fn choose(
                             node.name
                         )))?;
                         let (Some(r), Some(a)) = (
-                            node.outputs.first().and_then(|o| v.get(o)).and_then(Tensor::as_f32),
+                            node.outputs
+                                .first()
+                                .and_then(|o| v.get(o))
+                                .and_then(Tensor::as_f32),
                             out[0].1.as_f32(),
                         ) else {
                             continue;
@@ -228,7 +241,10 @@ pub fn choose(
                 best = i;
             }
         }
-        act.insert(t.clone(), (params[best].scales[0], params[best].zero_points[0]));
+        act.insert(
+            t.clone(),
+            (params[best].scales[0], params[best].zero_points[0]),
+        );
         choices.push(AutoChoice {
             tensor: t.clone(),
             method: cands[best].0,

@@ -182,7 +182,14 @@ pub fn quantize_static(
     let scheme = config.qdq.activation_scheme();
     let mut act = BTreeMap::new();
     if config.method == CalibrationMethod::Auto {
-        act = auto::choose(&graph, &plan.activations, &cal.observers, &scheme, &cal.kept)?.0;
+        act = auto::choose(
+            &graph,
+            &plan.activations,
+            &cal.observers,
+            &scheme,
+            &cal.kept,
+        )?
+        .0;
     } else {
         for t in &plan.activations {
             if let Some(obs) = cal.observers.get(t) {

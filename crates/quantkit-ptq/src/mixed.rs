@@ -29,7 +29,9 @@ use quantkit_graph::{execute, Graph, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The precision of one layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Precision {
     /// The setup's weights (int8 unless `--weight-bits` says otherwise) and 8-bit activations.
     #[serde(rename = "int8")]
@@ -278,7 +280,10 @@ impl<'a> Evaluation<'a> {
     pub fn samples(&self) -> usize {
         self.data
             .iter()
-            .map(|f| f.first().map_or(0, |(_, t)| t.shape.first().copied().unwrap_or(1)))
+            .map(|f| {
+                f.first()
+                    .map_or(0, |(_, t)| t.shape.first().copied().unwrap_or(1))
+            })
             .sum()
     }
 
@@ -288,8 +293,9 @@ impl<'a> Evaluation<'a> {
         let (mut agree, mut nrows, mut correct, mut classes) = (0usize, 0usize, 0usize, true);
         let mut label_i = 0;
         for (bi, (feed, reference)) in self.data.iter().zip(&self.float_outputs).enumerate() {
-            let outs = execute(graph, feed.clone())
-                .map_err(graph_err(format!("running the quantized model on batch {bi}")))?;
+            let outs = execute(graph, feed.clone()).map_err(graph_err(format!(
+                "running the quantized model on batch {bi}"
+            )))?;
             for (k, ((_, r), (_, a))) in reference.iter().zip(&outs).enumerate() {
                 let (Some(rv), Some(av)) = (r.as_f32(), a.as_f32()) else {
                     continue;
@@ -545,7 +551,10 @@ pub fn search(
             if added.len() >= max_float {
                 break;
             }
-            let float_weighted = added.iter().filter(|n| weighted.contains(n.as_str())).count();
+            let float_weighted = added
+                .iter()
+                .filter(|n| weighted.contains(n.as_str()))
+                .count();
             if weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total {
                 continue; // keep one weighted layer in integer
             }

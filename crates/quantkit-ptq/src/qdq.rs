@@ -285,7 +285,15 @@ pub fn insert_qdq_mixed(
             (t.as_str(), names)
         })
         .collect();
-    rewrite_graph(&mut g, &names, &quantized, act, opts, weight_bits, &mut namer)?;
+    rewrite_graph(
+        &mut g,
+        &names,
+        &quantized,
+        act,
+        opts,
+        weight_bits,
+        &mut namer,
+    )?;
     Ok(g)
 }
 

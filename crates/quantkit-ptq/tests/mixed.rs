@@ -115,9 +115,19 @@ fn target_agreement_leaves_exactly_the_destroyed_layer_float() {
     let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     let target: Target = "agreement=0.99".parse().unwrap();
-    let r = search(&setup, &eval, target, &SearchOptions::default(), &mut |_, _, _| {}).unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     for s in &r.steps {
-        eprintln!("{:30} {:?} met {} kept {}", s.action, s.value, s.met, s.kept);
+        eprintln!(
+            "{:30} {:?} met {} kept {}",
+            s.action, s.value, s.met, s.kept
+        );
     }
     // Plain int8 misses the target ...
     let int8 = r.int8.agreement.unwrap();
@@ -140,7 +150,10 @@ fn target_agreement_leaves_exactly_the_destroyed_layer_float() {
     assert_eq!(conv2.inputs[1], "w2", "conv2 keeps its float weight");
     assert!(q.initializers.contains_key("conv1.w_q"));
     assert!(q.initializers.contains_key("conv3.w_q"));
-    assert!(!q.nodes.iter().any(|n| n.name == "r2_Q"), "no Q/DQ after relu2");
+    assert!(
+        !q.nodes.iter().any(|n| n.name == "r2_Q"),
+        "no Q/DQ after relu2"
+    );
     let x = data[0][0].1.clone();
     let reference = quantkit_graph::execute(&q, vec![("x".to_string(), x.clone())]).unwrap();
     let reference = reference[0].1.to_f32_vec();
@@ -174,11 +187,21 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     // 200 dB at the output is out of reach while one weighted layer stays quantized.
     let target: Target = "sqnr=200".parse().unwrap();
-    let r = search(&setup, &eval, target, &SearchOptions::default(), &mut |_, _, _| {}).unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     assert!(!r.met);
     let best = r.measured.sqnr_db;
     let all = r.steps.iter().filter_map(|s| s.value);
-    assert!(all.clone().all(|v| v <= best + 1e-12), "best is the highest measured");
+    assert!(
+        all.clone().all(|v| v <= best + 1e-12),
+        "best is the highest measured"
+    );
     assert!(best > r.int8.sqnr_db + 10.0, "{best} vs {}", r.int8.sqnr_db);
     // The destroyed layer is among the float ones of the best configuration.
     assert!(r.config.get("conv2") == Precision::Float);
@@ -225,7 +248,10 @@ fn four_bit_weights_go_to_layers_the_target_tolerates() {
             panic!("{l}: int8 storage")
         };
         assert!(v.iter().all(|&c| (-8..=7).contains(&c)), "{l}");
-        assert!(v.iter().any(|&c| c == 7 || c == -8 || c == -7), "{l} uses the 4-bit range");
+        assert!(
+            v.iter().any(|&c| c == 7 || c == -8 || c == -7),
+            "{l} uses the 4-bit range"
+        );
     }
 }
 
@@ -250,7 +276,14 @@ fn configurations_round_trip_and_unknown_layers_are_errors() {
         all.set(l, Precision::Float);
     }
     assert!(setup.mixed(&all).is_err());
-    for bad in ["agreement", "agreement=1.5", "speed=3", "accuracy=-1", "sqnr=abc", "cosine=nan"] {
+    for bad in [
+        "agreement",
+        "agreement=1.5",
+        "speed=3",
+        "accuracy=-1",
+        "sqnr=abc",
+        "cosine=nan",
+    ] {
         assert!(bad.parse::<Target>().is_err(), "{bad}");
     }
     let t: Target = "sqnr=30dB".parse().unwrap();

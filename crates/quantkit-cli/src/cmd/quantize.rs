@@ -32,8 +32,9 @@ pub struct Args {
     /// float ops) or qoperator (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
     #[arg(long, default_value = "qdq")]
     pub format: String,
-    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse (not used by
-    /// --dynamic).
+    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, or auto (per
+    /// activation the best of minmax, percentile=99.99, mse and entropy for the nodes that
+    /// read it; docs/quantization.md §6). Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
     /// One weight scale per tensor instead of per output channel.

@@ -9,8 +9,8 @@ use quantkit_data::{BatchOptions, DataSource, OpenOptions};
 use quantkit_graph::{Dim, Graph, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{
-    search, Evaluation, Measured, MixedConfig, Precision, SearchOptions, SearchResult,
-    SearchStage, Target,
+    search, Evaluation, Measured, MixedConfig, Precision, SearchOptions, SearchResult, SearchStage,
+    Target,
 };
 use quantkit_ptq::{Format, PtqConfig};
 use std::io::IsTerminal;
@@ -81,7 +81,10 @@ fn load(
 fn samples(feeds: &[Feed]) -> usize {
     feeds
         .iter()
-        .map(|f| f.first().map_or(0, |(_, t)| t.shape.first().copied().unwrap_or(1)))
+        .map(|f| {
+            f.first()
+                .map_or(0, |(_, t)| t.shape.first().copied().unwrap_or(1))
+        })
         .sum()
 }
 
@@ -134,7 +137,9 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         anyhow::bail!("--target and --config need calibration data (--calib DATA)");
     };
     if args.dynamic {
-        anyhow::bail!("--target/--config choose precisions of static quantization; --dynamic does not apply");
+        anyhow::bail!(
+            "--target/--config choose precisions of static quantization; --dynamic does not apply"
+        );
     }
     let target: Option<Target> = args
         .target
@@ -172,7 +177,9 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         let keep = calib.len() - calib.len().div_ceil(4);
         let held = calib.split_off(keep);
         let n_cal = samples(&calib);
-        let held_labels = calib_labels.as_mut().map(|l| l.split_off(n_cal.min(l.len())));
+        let held_labels = calib_labels
+            .as_mut()
+            .map(|l| l.split_off(n_cal.min(l.len())));
         let n = samples(&held);
         (
             held,
@@ -194,7 +201,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         (
             calib.clone(),
             l,
-            format!("the calibration samples themselves ({})", calib_path.display()),
+            format!(
+                "the calibration samples themselves ({})",
+                calib_path.display()
+            ),
         )
     };
     if let Some(lp) = &args.labels {
@@ -203,14 +213,11 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         // order, at least as many as were read.
         let a = quantkit_data::npy::read_npy(lp)
             .with_context(|| format!("reading labels {}", lp.display()))?;
-        let all = a.data.to_i64().with_context(|| {
-            format!("{}: labels must be integers of shape [N]", lp.display())
-        })?;
-        let skip = if held_out {
-            samples(&calib)
-        } else {
-            0
-        };
+        let all = a
+            .data
+            .to_i64()
+            .with_context(|| format!("{}: labels must be integers of shape [N]", lp.display()))?;
+        let skip = if held_out { samples(&calib) } else { 0 };
         let n = samples(&eval);
         if all.len() < skip + n {
             anyhow::bail!(
@@ -246,10 +253,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let measured: Measured;
     let int8: Measured;
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not JSON", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
         // Either a bare configuration or the JSON `quantize --target --json` prints.
         let c = v.get("config").cloned().unwrap_or(v);
         chosen = serde_json::from_value(c).with_context(|| {
@@ -386,7 +393,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         );
         println!("  evaluated on {eval_source}");
         if args.config.is_some() {
-            println!("  configuration from {}", args.config.as_ref().unwrap().display());
+            println!(
+                "  configuration from {}",
+                args.config.as_ref().unwrap().display()
+            );
         } else {
             println!(
                 "  target {} {} {}",
@@ -427,7 +437,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             isl_int8
         );
         if args.config.is_none() {
-            println!("  configuration written to {} (re-apply with --config)", config_path.display());
+            println!(
+                "  configuration written to {} (re-apply with --config)",
+                config_path.display()
+            );
         }
     }
     if !result.met {

@@ -219,10 +219,7 @@ impl Histogram {
             (if k >= 0 { k } else { -k - 1 }) as u64
         };
         let kept = |j: usize| self.counts[j] != 0 && keep(self.k0 + j as i64);
-        let top = (0..self.counts.len())
-            .filter(|&j| kept(j))
-            .map(fold)
-            .max();
+        let top = (0..self.counts.len()).filter(|&j| kept(j)).map(fold).max();
         let Some(top) = top else {
             return (Vec::new(), self.bin_width());
         };
@@ -297,7 +294,10 @@ mod tests {
         assert_eq!(pos.iter().sum::<u64>(), 5);
         assert_eq!(neg.iter().sum::<u64>(), 3);
         for (i, &c) in all.iter().enumerate() {
-            assert_eq!(c, pos.get(i).copied().unwrap_or(0) + neg.get(i).copied().unwrap_or(0));
+            assert_eq!(
+                c,
+                pos.get(i).copied().unwrap_or(0) + neg.get(i).copied().unwrap_or(0)
+            );
         }
         let mut p = Histogram::new(64);
         p.add([1.0f32, 2.0].into_iter());

@@ -75,7 +75,11 @@ pub(super) fn candidates(
         ("minmax", (h.min(), h.max())),
         (
             "percentile",
-            clip_range(h, HistogramMethod::Percentile(super::AUTO_PERCENTILE), scheme)?,
+            clip_range(
+                h,
+                HistogramMethod::Percentile(super::AUTO_PERCENTILE),
+                scheme,
+            )?,
         ),
         ("mse", clip_range(h, HistogramMethod::Mse, scheme)?),
         ("entropy", clip_range(h, HistogramMethod::Entropy, scheme)?),
@@ -475,7 +479,9 @@ mod tests {
         let s = QuantScheme::u8_affine();
         let mse_of = |lo: f32, hi: f32| {
             let p = crate::QParams::from_ranges("hs", &[(lo, hi)], &s).unwrap();
-            let fq = p.fake_quantize(&x, &[x.len()], RoundingMode::HalfToEven).unwrap();
+            let fq = p
+                .fake_quantize(&x, &[x.len()], RoundingMode::HalfToEven)
+                .unwrap();
             crate::ErrorMetrics::compute(&x, &fq).unwrap().mse
         };
         // The folded recipe this replaces: one |x| threshold with half the codes.
@@ -547,4 +553,3 @@ mod mse_tests {
         assert!(err(lo, hi) < err(-1.0, xmax));
     }
 }
-
