@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// Calibration samples `auto` scores its candidates on.
 pub const AUTO_SAMPLES: usize = 64;
 
+/// Scale and zero point per activation.
+pub type ActParams = BTreeMap<String, (f32, i32)>;
+
 /// What `auto` chose for one activation.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AutoChoice {
@@ -99,7 +102,7 @@ pub fn choose(
     observers: &HashMap<String, Box<dyn Observer>>,
     scheme: &QuantScheme,
     feeds: &[Feed],
-) -> Result<(BTreeMap<String, (f32, i32)>, Vec<AutoChoice>)> {
+) -> Result<(ActParams, Vec<AutoChoice>)> {
     let mut act = BTreeMap::new();
     let mut choices = Vec::new();
     let outputs: HashSet<&str> = g.outputs.iter().map(|o| o.name.as_str()).collect();

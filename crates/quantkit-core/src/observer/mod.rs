@@ -345,6 +345,9 @@ pub enum HistogramMethod {
     Auto,
 }
 
+/// A named candidate range of `auto`: `(method, (lo, hi))`.
+pub type Candidate = (&'static str, (f32, f32));
+
 /// The percentile `auto` tries (the issue-18 measurement's best percentile on the zoo).
 pub const AUTO_PERCENTILE: f64 = 99.99;
 
@@ -389,7 +392,7 @@ impl HistogramObserver {
     /// The candidate ranges `auto` chooses from, per slot: `minmax` (the observed range),
     /// `percentile` ([`AUTO_PERCENTILE`]), `mse` and `entropy`, in that order, each under
     /// `scheme` as its own method would give it.
-    pub fn candidates(&self, scheme: &QuantScheme) -> Result<Vec<Vec<(&'static str, (f32, f32))>>> {
+    pub fn candidates(&self, scheme: &QuantScheme) -> Result<Vec<Vec<Candidate>>> {
         if self.hists.is_empty() {
             return Err(empty(&self.tensor));
         }
