@@ -392,11 +392,8 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             args.output.display()
         );
         println!("  evaluated on {eval_source}");
-        if args.config.is_some() {
-            println!(
-                "  configuration from {}",
-                args.config.as_ref().unwrap().display()
-            );
+        if let Some(c) = &args.config {
+            println!("  configuration from {}", c.display());
         } else {
             println!(
                 "  target {} {} {}",
