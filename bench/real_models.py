@@ -126,6 +126,7 @@ def main():
     ap.add_argument("--time", action="store_true", help="also time int8/f32 against ONNX Runtime")
     ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per figure")
     ap.add_argument("--profile", action="store_true", help="print the engine profile (batch 1, 1 thread)")
+    ap.add_argument("--method", default=None, help="calibration method (default: quantize's)")
     a = ap.parse_args()
     base = os.path.join(a.shared, "models")
     d = tempfile.mkdtemp()
@@ -139,7 +140,8 @@ def main():
         np.save(calib, x[0::2])
         q = os.path.join(d, f"{name}.int8.onnx")
         summary = json.loads(subprocess.run(
-            [a.quantkit, "quantize", model, "--calib", calib, "-o", q, "--json"],
+            [a.quantkit, "quantize", model, "--calib", calib, "-o", q, "--json"]
+            + (["--method", a.method] if a.method else []),
             check=True, capture_output=True, text=True).stdout)
         out_dir = os.path.join(d, f"{name}_out")
         run = json.loads(subprocess.run(

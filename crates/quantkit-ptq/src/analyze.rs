@@ -28,7 +28,7 @@
 //! depend on how data are loaded.
 
 use crate::error::{core, graph as graph_err, PtqError, Result};
-use crate::qdq::{insert_qdq, plan, Plan, QdqOptions};
+use crate::qdq::{insert_qdq_mixed, plan, Plan, QdqOptions};
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
@@ -274,11 +274,11 @@ fn node_acts(n: &Node) -> Vec<&str> {
 
 /// A layer of the plan: its nodes (a producer and its fused activation, or one node).
 #[derive(Debug, Clone)]
-struct Layer {
-    nodes: Vec<String>,
-    op: String,
+pub(crate) struct Layer {
+    pub(crate) nodes: Vec<String>,
+    pub(crate) op: String,
     /// Output activation (float graph name) with Q/DQ.
-    output: Option<String>,
+    pub(crate) output: Option<String>,
 }
 
 impl Setup {
@@ -336,7 +336,23 @@ impl Setup {
         }
         let scheme = config.qdq.activation_scheme();
         let mut act = BTreeMap::new();
+        if config.method == quantkit_core::CalibrationMethod::Auto {
+            let mut n = 0;
+            let kept: Vec<Feed> = calib
+                .iter()
+                .take_while(|f| {
+                    let take = n < crate::auto::AUTO_SAMPLES;
+                    n += batch_of(f);
+                    take
+                })
+                .cloned()
+                .collect();
+            act = crate::auto::choose(&graph, &plan.activations, &observers, &scheme, &kept)?.0;
+        }
         for t in &plan.activations {
+            if act.contains_key(t) {
+                continue;
+            }
             if let Some(obs) = observers.get(t) {
                 let p = obs
                     .qparams(&scheme)
@@ -364,7 +380,21 @@ impl Setup {
 
     /// The QDQ graph with only the nodes `keep` accepts quantized (weights and the
     /// activations they read and write), except the activations in `drop`.
-    fn variant(&self, keep: &dyn Fn(&str) -> bool, drop: &HashSet<&str>) -> Result<Graph> {
+    pub(crate) fn variant(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        drop: &HashSet<&str>,
+    ) -> Result<Graph> {
+        self.variant_bits(keep, drop, &HashMap::new())
+    }
+
+    /// [`Setup::variant`] with per-node weight bit widths ([`crate::mixed`]).
+    pub(crate) fn variant_bits(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        drop: &HashSet<&str>,
+        weight_bits: &HashMap<String, u8>,
+    ) -> Result<Graph> {
         let mut p = self.plan.clone();
         p.quantized.retain(|n| keep(n));
         let kept: HashSet<&str> = p.quantized.iter().map(String::as_str).collect();
@@ -381,11 +411,11 @@ impl Setup {
             .iter()
             .map(|t| (t.clone(), self.act[t]))
             .collect();
-        insert_qdq(self.float.clone(), &p, &act, &self.options)
+        insert_qdq_mixed(self.float.clone(), &p, &act, &self.options, weight_bits)
     }
 
     /// The plan's layers in graph order.
-    fn layers(&self) -> Vec<Layer> {
+    pub(crate) fn layers(&self) -> Vec<Layer> {
         let fused: HashMap<&str, &str> = self
             .plan
             .fused

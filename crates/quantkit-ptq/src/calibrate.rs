@@ -24,6 +24,9 @@ pub struct Calibration {
     pub samples: usize,
     /// Batches run.
     pub batches: usize,
+    /// The first feeds run, up to [`crate::auto::AUTO_SAMPLES`] samples, kept for
+    /// `--method auto` (empty for the other methods).
+    pub kept: Vec<Vec<(String, Tensor)>>,
 }
 
 /// Options of [`calibrate`].
@@ -143,6 +146,8 @@ pub fn calibrate(
         observers: HashMap::new(),
         ranks: HashMap::new(),
         non_float: HashSet::new(),
+        kept: Vec::new(),
+        kept_samples: 0,
     };
     if let DataSource::Named(feeds) = data {
         return calibrate_named(g, feeds, state, progress);
@@ -201,11 +206,21 @@ struct Observing<'a> {
     observers: HashMap<String, Box<dyn Observer>>,
     ranks: HashMap<String, usize>,
     non_float: HashSet<String>,
+    kept: Vec<Vec<(String, Tensor)>>,
+    kept_samples: usize,
 }
 
 impl Observing<'_> {
     /// Runs the float executor once and feeds every wanted float value to its observer.
     fn run(&mut self, g: &Graph, inputs: Vec<(String, Tensor)>, what: &str) -> Result<()> {
+        if self.opts.method == CalibrationMethod::Auto
+            && self.kept_samples < crate::auto::AUTO_SAMPLES
+        {
+            self.kept_samples += inputs
+                .first()
+                .map_or(1, |(_, t)| t.shape.first().copied().unwrap_or(1));
+            self.kept.push(inputs.clone());
+        }
         let mut err: Option<PtqError> = None;
         let (tensors, opts) = (self.tensors, self.opts);
         let (observers, ranks, non_float) =
@@ -243,6 +258,7 @@ impl Observing<'_> {
             non_float: self.non_float,
             samples,
             batches,
+            kept: self.kept,
         })
     }
 }

@@ -24,11 +24,13 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod analyze;
+pub mod auto;
 pub mod calibrate;
 pub mod check;
 pub mod dynamic;
 pub mod error;
 pub mod feed;
+pub mod mixed;
 pub mod prepare;
 pub mod qdq;
 pub mod qoperator;
@@ -38,7 +40,7 @@ pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
 pub use feed::{input_specs, open_data_for_graph, run_tensors, to_tensor};
 pub use prepare::{fold_batch_norms, localize_constants, prepare, upgrade_opset_13, PrepareReport};
-pub use qdq::{initializer_bytes, insert_qdq, plan, FloatNode, Plan, QdqOptions};
+pub use qdq::{initializer_bytes, insert_qdq, insert_qdq_mixed, plan, FloatNode, Plan, QdqOptions};
 pub use qoperator::{to_qoperator, QopReport};
 
 use quantkit_core::CalibrationMethod;
@@ -178,17 +180,28 @@ pub fn quantize_static(
         },
         progress,
     )?;
-    let calibration_seconds = t0.elapsed().as_secs_f64();
     let scheme = config.qdq.activation_scheme();
     let mut act = BTreeMap::new();
-    for t in &plan.activations {
-        if let Some(obs) = cal.observers.get(t) {
-            let p = obs.qparams(&scheme).map_err(error::core(format!(
-                "choosing parameters of activation `{t}`"
-            )))?;
-            act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
+    if config.method == CalibrationMethod::Auto {
+        act = auto::choose(
+            &graph,
+            &plan.activations,
+            &cal.observers,
+            &scheme,
+            &cal.kept,
+        )?
+        .0;
+    } else {
+        for t in &plan.activations {
+            if let Some(obs) = cal.observers.get(t) {
+                let p = obs.qparams(&scheme).map_err(error::core(format!(
+                    "choosing parameters of activation `{t}`"
+                )))?;
+                act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
+            }
         }
     }
+    let calibration_seconds = t0.elapsed().as_secs_f64();
     plan.activations.retain(|t| act.contains_key(t));
     // A planned node without a weight whose tensors are all integer (token ids or bytes
     // going through Unsqueeze/Reshape/...) got no observer and so no Q/DQ: it stays as it

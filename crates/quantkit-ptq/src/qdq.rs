@@ -233,11 +233,29 @@ struct ActNames {
 /// generated name is unique in the graph; names of the original tensors read by other nodes
 /// and of graph inputs and outputs do not change.
 pub fn insert_qdq(
-    mut g: Graph,
+    g: Graph,
     plan: &Plan,
     act: &BTreeMap<String, (f32, i32)>,
     opts: &QdqOptions,
 ) -> Result<Graph> {
+    insert_qdq_mixed(g, plan, act, opts, &HashMap::new())
+}
+
+/// [`insert_qdq`] with a weight bit width per node: the weights of a node named in
+/// `weight_bits` get that width (2..=8) instead of `opts.weight_bits` (mixed precision,
+/// [`crate::mixed`]).
+pub fn insert_qdq_mixed(
+    mut g: Graph,
+    plan: &Plan,
+    act: &BTreeMap<String, (f32, i32)>,
+    opts: &QdqOptions,
+    weight_bits: &HashMap<String, u8>,
+) -> Result<Graph> {
+    if let Some((n, b)) = weight_bits.iter().find(|(_, b)| !(2..=8).contains(*b)) {
+        return Err(PtqError::InvalidOption(format!(
+            "weight bits {b} for node `{n}`: supported are 2 to 8 (stored as int8)"
+        )));
+    }
     if !(2..=8).contains(&opts.weight_bits) {
         return Err(PtqError::InvalidOption(format!(
             "--weight-bits {}: supported are 2 to 8 (stored as int8)",
@@ -267,7 +285,15 @@ pub fn insert_qdq(
             (t.as_str(), names)
         })
         .collect();
-    rewrite_graph(&mut g, &names, &quantized, act, opts, &mut namer)?;
+    rewrite_graph(
+        &mut g,
+        &names,
+        &quantized,
+        act,
+        opts,
+        weight_bits,
+        &mut namer,
+    )?;
     Ok(g)
 }
 
@@ -291,6 +317,7 @@ fn rewrite_graph(
     quantized: &HashSet<&str>,
     act: &BTreeMap<String, (f32, i32)>,
     opts: &QdqOptions,
+    weight_bits: &HashMap<String, u8>,
     namer: &mut Namer,
 ) -> Result<()> {
     let act_signed = opts.signed_activations;
@@ -330,10 +357,19 @@ fn rewrite_graph(
             }
         }
         if quantized.contains(n.name.as_str()) && is_weighted(&n) {
-            quantize_weights(g, namer, &mut n, &in0, act, opts, &mut new_nodes)?;
+            match weight_bits.get(&n.name) {
+                Some(&b) => {
+                    let o = QdqOptions {
+                        weight_bits: b,
+                        ..opts.clone()
+                    };
+                    quantize_weights(g, namer, &mut n, &in0, act, &o, &mut new_nodes)?;
+                }
+                None => quantize_weights(g, namer, &mut n, &in0, act, opts, &mut new_nodes)?,
+            }
         }
         for sub in n.subgraphs_mut() {
-            rewrite_graph(sub, names, quantized, act, opts, namer)?;
+            rewrite_graph(sub, names, quantized, act, opts, weight_bits, namer)?;
         }
         let mut pending = Vec::new();
         for o in n.outputs.iter_mut() {

@@ -57,7 +57,7 @@ pub struct Args {
     /// against it.
     #[arg(long, default_value_t = 30.0)]
     pub budget: f64,
-    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse.
+    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, auto.
     #[arg(long, default_value = "minmax")]
     pub method: String,
     /// One weight scale per tensor instead of per output channel.

@@ -12,5 +12,6 @@ pub mod inspect;
 pub mod qat;
 pub mod quantize;
 pub mod run;
+pub mod target;
 pub mod tensor;
 pub mod train;

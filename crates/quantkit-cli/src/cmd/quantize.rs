@@ -32,8 +32,9 @@ pub struct Args {
     /// float ops) or qoperator (QLinearConv, QLinearMatMul, QGemm, QLinearAdd...).
     #[arg(long, default_value = "qdq")]
     pub format: String,
-    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse (not used by
-    /// --dynamic).
+    /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, or auto (per
+    /// activation the best of minmax, percentile=99.99, mse and entropy for the nodes that
+    /// read it; docs/quantization.md §6). Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
     /// One weight scale per tensor instead of per output channel.
@@ -65,6 +66,45 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Automatic mixed precision: METRIC=VALUE with METRIC agreement (top-1 vs float,
+    /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
+    /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
+    /// layers are left in float in the order of `quantkit analyze`'s sensitivity ranking until
+    /// the target holds, then every fallback the target does not need is undone; with
+    /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
+    /// holds. Measured on --data, else on the last quarter of the calibration batches (never
+    /// on samples calibrated with, unless there is one batch only: then a warning). Holds
+    /// --calib-samples (default 1000) and --eval-samples in memory. The chosen configuration
+    /// is written to --save-config (default OUT.mixed.json).
+    #[arg(long, value_name = "METRIC=VALUE")]
+    pub target: Option<String>,
+    /// Re-apply a configuration written by --target (JSON: {"layers": {"LAYER": "float" |
+    /// "int8" | "int8-w4"}}); layers are named by their first node as `quantkit analyze`
+    /// prints them.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where --target writes the chosen configuration (atomically; default: next to the
+    /// output, OUT_STEM.mixed.json).
+    #[arg(long, value_name = "FILE")]
+    pub save_config: Option<PathBuf>,
+    /// Evaluation data for --target (IDX folder: test split).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Labels (.npy of integers, one per sample of the evaluation data; of the calibration
+    /// file when the evaluation samples are its held-out part) for --target accuracy=...;
+    /// an IDX folder brings its own.
+    #[arg(long)]
+    pub labels: Option<PathBuf>,
+    /// Evaluation samples for --target.
+    #[arg(long, default_value_t = 1000)]
+    pub eval_samples: usize,
+    /// Leave at most K layers in float with --target.
+    #[arg(long, value_name = "K")]
+    pub max_float: Option<usize>,
+    /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`); layers
+    /// beyond it are ranked by local SQNR.
+    #[arg(long, default_value_t = 60.0)]
+    pub budget: f64,
 }
 
 /// Runs `quantkit quantize`.
@@ -86,18 +126,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.model.display()))?
         .len();
     let graph = quantkit_graph::load_model(&args.model)?;
+    let mixed = args.target.is_some() || args.config.is_some();
     let config = PtqConfig {
         format,
         method,
         qdq: QdqOptions {
             per_channel: !args.per_tensor,
-            weight_bits: args.weight_bits,
+            // With --target, --weight-bits 4 allows 4-bit weights where the target holds;
+            // the other layers keep int8.
+            weight_bits: if mixed { 8 } else { args.weight_bits },
             signed_activations,
         },
         exclude: args.exclude.clone(),
         calib_samples: args.calib_samples,
         batch_size: args.batch_size,
     };
+    if mixed {
+        if !(2..=8).contains(&args.weight_bits) {
+            anyhow::bail!("--weight-bits {}: supported are 2 to 8", args.weight_bits);
+        }
+        return super::target::run(&args, graph, config, size_before);
+    }
     if args.dynamic {
         if format != Format::Qdq {
             anyhow::bail!("--dynamic writes its own layout; --format does not apply");

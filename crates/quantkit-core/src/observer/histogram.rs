@@ -202,14 +202,24 @@ impl Histogram {
     /// are merged by powers of two, exactly, until `[0, max|x|]` fits in `nbins` — sizing
     /// the result from the grid's index alone asked for terabytes.
     pub fn abs_counts(&self) -> (Vec<u64>, f64) {
+        self.folded(|_| true)
+    }
+
+    /// The histogram of `|x|` for the values of one sign only (`positive`: `x ≥ 0`, else
+    /// `x < 0`), on the grid of [`Histogram::abs_counts`]. Empty when no value has that
+    /// sign. Entropy calibration of an affine range searches each side on its own.
+    pub fn side_counts(&self, positive: bool) -> (Vec<u64>, f64) {
+        self.folded(|k| (k >= 0) == positive)
+    }
+
+    /// `|x|` counts of the signed bins `k` that `keep` accepts.
+    fn folded(&self, keep: impl Fn(i64) -> bool) -> (Vec<u64>, f64) {
         let fold = |j: usize| {
             let k = self.k0 + j as i64;
             (if k >= 0 { k } else { -k - 1 }) as u64
         };
-        let top = (0..self.counts.len())
-            .filter(|&j| self.counts[j] != 0)
-            .map(fold)
-            .max();
+        let kept = |j: usize| self.counts[j] != 0 && keep(self.k0 + j as i64);
+        let top = (0..self.counts.len()).filter(|&j| kept(j)).map(fold).max();
         let Some(top) = top else {
             return (Vec::new(), self.bin_width());
         };
@@ -219,7 +229,7 @@ impl Histogram {
         }
         let mut out = vec![0u64; (top >> d) as usize + 1];
         for (j, &c) in self.counts.iter().enumerate() {
-            if c != 0 {
+            if kept(j) {
                 out[(fold(j) >> d) as usize] += c;
             }
         }
@@ -271,6 +281,27 @@ mod tests {
         h.add([-3e38f32].into_iter());
         assert_eq!(h.total(), 4);
         assert_eq!(h.abs_counts().0.iter().sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn side_counts_split_abs_counts_by_sign() {
+        let mut h = Histogram::new(64);
+        h.add([-3.0f32, -1.0, -1.0, 0.0, 0.5, 2.0, 2.0, 2.0].into_iter());
+        let (all, w) = h.abs_counts();
+        let (pos, wp) = h.side_counts(true);
+        let (neg, wn) = h.side_counts(false);
+        assert_eq!((w, wp, wn), (w, w, w));
+        assert_eq!(pos.iter().sum::<u64>(), 5);
+        assert_eq!(neg.iter().sum::<u64>(), 3);
+        for (i, &c) in all.iter().enumerate() {
+            assert_eq!(
+                c,
+                pos.get(i).copied().unwrap_or(0) + neg.get(i).copied().unwrap_or(0)
+            );
+        }
+        let mut p = Histogram::new(64);
+        p.add([1.0f32, 2.0].into_iter());
+        assert!(p.side_counts(false).0.is_empty());
     }
 
     /// Regression: a constant far from zero sits on a grid of width 2^-38; its `|x|`

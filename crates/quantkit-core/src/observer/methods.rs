@@ -35,21 +35,103 @@ pub(super) fn clip_range(
             }
         }
         HistogramMethod::Entropy => {
-            // TensorRT works on |x| with 128 levels for int8: half the codes per sign. For
-            // data of one sign under an affine scheme all codes serve that sign.
             let codes = (scheme.qmax() - scheme.qmin() + 1) as usize;
-            let one_sign = mn >= 0.0 || mx <= 0.0;
-            let levels = if scheme.symmetric || !one_sign {
-                codes / 2
-            } else {
-                codes
-            };
-            let (counts, w) = h.abs_counts();
-            let t = entropy_threshold(&counts, w, levels.max(2)) as f32;
-            Ok(((-t).max(mn.min(0.0)), t.min(mx.max(0.0))))
+            if scheme.symmetric {
+                // TensorRT: one threshold on |x|, 128 levels for int8 (half the codes per
+                // sign), the range ±t.
+                let (counts, w) = h.abs_counts();
+                let t = entropy_threshold(&counts, w, (codes / 2).max(2)) as f32;
+                return Ok(((-t).max(mn.min(0.0)), t.min(mx.max(0.0))));
+            }
+            // Affine: each sign is searched on its own histogram with the codes that side
+            // of the range gets. Folding both signs onto |x| (TensorRT's symmetric recipe)
+            // collapsed MobileNet: the normalised input's background spike at −0.81 sat on
+            // the |x| axis amid the foreground, and the threshold landed on it, clipping
+            // every pixel above 0.81 of a range reaching 2.02 (issue 18); after HardSwish
+            // the negative values [−0.375, 0] piled onto the positive bulk and half the
+            // codes were counted for a side that has almost no range.
+            Ok(entropy_affine(h, codes))
         }
         HistogramMethod::Mse => mse_range(h, scheme),
+        HistogramMethod::Auto => {
+            let mut best = (f64::INFINITY, (mn.min(0.0), mx.max(0.0)));
+            for (_, r) in candidates(h, scheme)? {
+                let e = histogram_error(h, r, scheme)?;
+                if e < best.0 {
+                    best = (e, r);
+                }
+            }
+            Ok(best.1)
+        }
     }
+}
+
+/// The ranges `auto` chooses from: minmax, percentile, mse, entropy.
+pub(super) fn candidates(
+    h: &Histogram,
+    scheme: &QuantScheme,
+) -> Result<Vec<(&'static str, (f32, f32))>> {
+    Ok(vec![
+        ("minmax", (h.min(), h.max())),
+        (
+            "percentile",
+            clip_range(
+                h,
+                HistogramMethod::Percentile(super::AUTO_PERCENTILE),
+                scheme,
+            )?,
+        ),
+        ("mse", clip_range(h, HistogramMethod::Mse, scheme)?),
+        ("entropy", clip_range(h, HistogramMethod::Entropy, scheme)?),
+    ])
+}
+
+/// `Σ count·(c − fq(c))²` over the bin centres `c` for the range `r`.
+fn histogram_error(h: &Histogram, r: (f32, f32), scheme: &QuantScheme) -> Result<f64> {
+    let (s, z) = choose_qparams("", r.0, r.1, scheme)?;
+    let (qmin, qmax) = (scheme.qmin(), scheme.qmax());
+    let mut err = 0f64;
+    for (lo, hi, c) in h.bins() {
+        let x = ((lo + hi) / 2.0) as f32;
+        let q = quantize_value(x, s, z, qmin, qmax, RoundingMode::HalfToEven);
+        let d = f64::from(x) - f64::from(dequantize_value(q, s, z));
+        err += c as f64 * d * d;
+    }
+    Ok(err)
+}
+
+/// Entropy range of an affine scheme with `codes` levels: `hi` from the positive values'
+/// histogram and `lo` from the negative values' (as `|x|`), each with the share of `codes`
+/// its side of the range holds; the shares start from the observed range and are
+/// recomputed once from the first thresholds. A side without values stays at 0.
+fn entropy_affine(h: &Histogram, codes: usize) -> (f32, f32) {
+    let (mn, mx) = (h.min().min(0.0), h.max().max(0.0));
+    let (pos, wp) = h.side_counts(true);
+    let (neg, wn) = h.side_counts(false);
+    let side = |counts: &[u64], w: f64, share: f64, amax: f32| -> f32 {
+        if counts.is_empty() || amax <= 0.0 {
+            return 0.0;
+        }
+        // At most half the codes, as TensorRT's recipe (128 for 8 bits, 2048 bins): the KL
+        // search starts at `levels` bins, where Q equals P and the divergence is near 0, so
+        // more levels on the same bins bias it towards clipping (measured: 252 levels on
+        // a HardSwish output clipped at 5.6 of 8.5, 25× the error of 128).
+        let levels = ((codes as f64 * share).round() as usize).clamp(2, (codes / 2).max(2));
+        (entropy_threshold(counts, w, levels) as f32).min(amax)
+    };
+    let (mut lo, mut hi) = (mn, mx);
+    for _ in 0..2 {
+        let width = f64::from(hi) - f64::from(lo);
+        if width <= 0.0 {
+            break;
+        }
+        let hs = f64::from(hi) / width;
+        let new_hi = side(&pos, wp, hs, mx);
+        let new_lo = -side(&neg, wn, 1.0 - hs, -mn);
+        lo = new_lo;
+        hi = new_hi;
+    }
+    (lo, hi)
 }
 
 /// `q`-quantile of `|x|`, interpolated inside its bin.
@@ -76,11 +158,38 @@ fn abs_quantile(h: &Histogram, q: f64) -> f32 {
 /// candidate `i ≥ levels` bins, `P` is the first `i` bins with all outliers added to bin
 /// `i − 1`; `Q` quantizes the first `i` bins into `levels` groups and spreads each group's
 /// count uniformly over its non-empty bins. The threshold is `i·w` for the `i` minimising
-/// `KL(P‖Q)` (the smallest such `i` on ties). Both distributions are normalised and smoothed
+/// `KL(P‖Q)` (the largest such `i` on ties). Both distributions are normalised and smoothed
 /// as in the TensorRT/MXNet reference (`_smooth_distribution`, ε = 1e−4: empty bins get ε,
 /// taken proportionally from the non-empty ones) so an empty `Q` bin under `P > 0` gives a
 /// finite penalty.
 pub(crate) fn entropy_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f64 {
+    kl_threshold(abs_counts, w, levels).max(count_quantile(abs_counts, w, ENTROPY_KEEP))
+}
+
+/// The share of one side's values the entropy threshold never clips. KL's `Q` spreads a
+/// group's count over its non-empty bins, so a spike (an image background through the first
+/// convolution: one value for 60 % of the outputs) costs a large divergence whenever its
+/// group is wider than one bin, and the search stops right at the spike, clipping all the
+/// range above it (issue 18: MobileNet's first conv output cut at 1.6 of 13.5). Real tails
+/// KL is meant to clip are sparse; 99.9 % bounds the search to them.
+const ENTROPY_KEEP: f64 = 0.999;
+
+/// The `q`-quantile of `|x|` counts on bins of width `w` (upper edge of its bin).
+fn count_quantile(counts: &[u64], w: f64, q: f64) -> f64 {
+    let total: u64 = counts.iter().sum();
+    let target = q * total as f64;
+    let mut cum = 0f64;
+    for (i, &c) in counts.iter().enumerate() {
+        cum += c as f64;
+        if cum >= target && c > 0 {
+            return (i + 1) as f64 * w;
+        }
+    }
+    counts.len() as f64 * w
+}
+
+/// [`entropy_threshold`] without the [`ENTROPY_KEEP`] bound: TensorRT's search as such.
+fn kl_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f64 {
     let mut counts: Vec<u64> = abs_counts.to_vec();
     let mut w = w;
     while counts.len() > ENTROPY_MAX_BINS {
@@ -110,8 +219,10 @@ pub(crate) fn entropy_threshold(abs_counts: &[u64], w: f64, levels: usize) -> f6
         let mut pd: Vec<f64> = counts[..i].iter().map(|&c| c as f64).collect();
         pd[i - 1] += outliers;
         let kl = smoothed_kl(&mut pd, &mut q[..i]);
-        if kl < best.0 {
-            best = (kl, i);
+        // Ties keep the wider threshold: equal divergence is no evidence for clipping (a
+        // side that is one spike, e.g. an image background, gives KL 0 at every `i`).
+        if kl <= best.0 + 1e-12 * best.0.abs().max(1e-300) || best.0.is_infinite() {
+            best = (kl.min(best.0), i);
         }
     }
     best.1 as f64 * w
@@ -300,6 +411,94 @@ mod tests {
             // Not a blown-up range either: within one |x| bin (2048 bins over [0, |v|]).
             assert!(r.1 - r.0 <= v.abs() * 1.01 + 1e-6, "{v}: {r:?}");
         }
+    }
+
+    /// Regression (issue 18, MobileNet's −14 pt with `--method entropy`): a normalised
+    /// Fashion-MNIST input is a spike at −0.811 (the background, 60 % of the pixels) plus
+    /// the foreground spread up to 2.02. Folded onto |x| the spike sat amid the foreground
+    /// and the threshold landed on it: range [−0.81, 0.81], every bright pixel clipped.
+    #[test]
+    fn entropy_keeps_an_image_foreground_beyond_its_background_spike() {
+        let n = 50_000;
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 5 < 3 {
+                    -0.811
+                } else {
+                    -0.8 + 2.822 * ((i * 7919) % n) as f32 / n as f32
+                }
+            })
+            .collect();
+        let mut o = HistogramObserver::new("in", Granularity::PerTensor, HistogramMethod::Entropy);
+        o.observe(&x, &[n]).unwrap();
+        let r = o.ranges(&QuantScheme::u8_affine()).unwrap()[0];
+        assert!(r.0 <= -0.8, "{r:?}");
+        assert!(r.1 > 1.9, "the foreground is clipped: {r:?}");
+    }
+
+    /// Regression (issue 18): the first conv of an image model maps the uniform background
+    /// to one value — a spike (here 60 % of the values, bin 200) inside an exponentially
+    /// decaying spread that reaches bin 2047. KL alone stops right above the spike and clips
+    /// everything beyond it (MobileNet's first conv output was cut at 1.6 of 13.5); the
+    /// threshold keeps at least 99.9 % of the values.
+    #[test]
+    fn entropy_does_not_stop_at_a_spike_in_the_bulk() {
+        let total = 100_000f64;
+        let mut c = vec![0u64; 2048];
+        c[200] = (total * 0.6) as u64;
+        let decay = |i: usize| (-(i as f64) / 512.0).exp();
+        let norm: f64 = (0..2048).map(decay).sum();
+        for (i, v) in c.iter_mut().enumerate() {
+            *v += (total * 0.4 * decay(i) / norm).round() as u64;
+        }
+        let kl_alone = kl_threshold(&c, 1.0, 128);
+        let t = entropy_threshold(&c, 1.0, 128);
+        let q = count_quantile(&c, 1.0, ENTROPY_KEEP);
+        eprintln!("KL alone {kl_alone}, with the bound {t}, 99.9 % quantile {q}");
+        assert!(kl_alone < 250.0, "the trap this guards against: {kl_alone}");
+        assert!(t >= q && t > 1900.0, "{t}");
+    }
+
+    /// Guard for the per-side search (issue 18): after HardSwish the values are in
+    /// [−0.375, ∞) with a long positive tail. The positive side must keep most of the tail
+    /// and stay within 3× the MSE-optimal error; with 252 levels on 2048 bins (all the codes
+    /// of that side) the search clipped at 5.6 of 8.5, 25× the error.
+    #[test]
+    fn entropy_after_hardswish_keeps_the_positive_tail() {
+        let pre: Vec<f32> = lcg_normalish(60_000, 3).iter().map(|v| v * 2.5).collect();
+        let x: Vec<f32> = pre
+            .iter()
+            .map(|&v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0)
+            .collect();
+        let mut sorted = x.clone();
+        sorted.sort_by(f32::total_cmp);
+        let p999 = sorted[(sorted.len() as f64 * 0.999) as usize];
+        let mut o = HistogramObserver::new("hs", Granularity::PerTensor, HistogramMethod::Entropy);
+        o.observe(&x, &[x.len()]).unwrap();
+        let r = o.ranges(&QuantScheme::u8_affine()).unwrap()[0];
+        let s = QuantScheme::u8_affine();
+        let mse_of = |lo: f32, hi: f32| {
+            let p = crate::QParams::from_ranges("hs", &[(lo, hi)], &s).unwrap();
+            let fq = p
+                .fake_quantize(&x, &[x.len()], RoundingMode::HalfToEven)
+                .unwrap();
+            crate::ErrorMetrics::compute(&x, &fq).unwrap().mse
+        };
+        // The folded recipe this replaces: one |x| threshold with half the codes.
+        let (counts, w) = o.histograms()[0].abs_counts();
+        let folded = entropy_threshold(&counts, w, 128) as f32;
+        let mut m = HistogramObserver::new("hs", Granularity::PerTensor, HistogramMethod::Mse);
+        m.observe(&x, &[x.len()]).unwrap();
+        let best = m.ranges(&s).unwrap()[0];
+        eprintln!(
+            "entropy {r:?} mse {:.3e}; folded hi {folded} mse {:.3e}; mse-optimal {best:?} {:.3e}; p99.9 {p999}",
+            mse_of(r.0, r.1),
+            mse_of(-0.375, folded),
+            mse_of(best.0, best.1)
+        );
+        assert!(r.0 < -0.3 && r.0 >= -0.376, "{r:?}");
+        assert!(r.1 > 0.75 * p999, "{r:?}, 99.9th percentile {p999}");
+        assert!(mse_of(r.0, r.1) < 3.0 * mse_of(best.0, best.1));
     }
 
     #[test]

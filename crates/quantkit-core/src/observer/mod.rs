@@ -64,6 +64,11 @@ pub enum CalibrationMethod {
     Entropy,
     /// `mse`
     Mse,
+    /// `auto`: per tensor, the best of the minmax, percentile=99.99, mse and entropy ranges.
+    /// On its own (this crate) "best" is the smallest quantization MSE of the tensor
+    /// itself; quantkit-ptq judges the candidates ([`HistogramObserver::candidates`]) by
+    /// the error of the tensor's consumers instead.
+    Auto,
 }
 
 impl FromStr for CalibrationMethod {
@@ -84,6 +89,7 @@ impl FromStr for CalibrationMethod {
             ("minmax", None) => Ok(CalibrationMethod::MinMax),
             ("entropy", None) | ("kl", None) => Ok(CalibrationMethod::Entropy),
             ("mse", None) => Ok(CalibrationMethod::Mse),
+            ("auto", None) => Ok(CalibrationMethod::Auto),
             ("ema", None) => Ok(CalibrationMethod::MovingAverage { momentum: 0.01 }),
             ("ema", Some(_)) => {
                 let m = num(&arg)?;
@@ -104,7 +110,7 @@ impl FromStr for CalibrationMethod {
                 Ok(CalibrationMethod::Percentile(p))
             }
             _ => Err(CoreError::InvalidScheme(format!(
-                "unknown calibration method '{s}' (minmax, ema[=M], percentile=P, entropy, mse)"
+                "unknown calibration method '{s}' (minmax, ema[=M], percentile=P, entropy, mse, auto)"
             ))),
         }
     }
@@ -132,6 +138,11 @@ impl CalibrationMethod {
                 tensor,
                 granularity,
                 HistogramMethod::Mse,
+            )),
+            CalibrationMethod::Auto => Box::new(HistogramObserver::new(
+                tensor,
+                granularity,
+                HistogramMethod::Auto,
             )),
         }
     }
@@ -329,7 +340,16 @@ pub enum HistogramMethod {
     Entropy,
     /// The clip range minimising the quantization MSE over the histogram.
     Mse,
+    /// The candidate of [`HistogramObserver::candidates`] with the smallest quantization
+    /// MSE over the histogram.
+    Auto,
 }
+
+/// A named candidate range of `auto`: `(method, (lo, hi))`.
+pub type Candidate = (&'static str, (f32, f32));
+
+/// The percentile `auto` tries (the issue-18 measurement's best percentile on the zoo).
+pub const AUTO_PERCENTILE: f64 = 99.99;
 
 /// Histogram-based observer: one [`Histogram`] per slot (bounded memory: `bins` counters
 /// per slot), exact merge.
@@ -367,6 +387,19 @@ impl HistogramObserver {
     /// The per-slot histograms.
     pub fn histograms(&self) -> &[Histogram] {
         &self.hists
+    }
+
+    /// The candidate ranges `auto` chooses from, per slot: `minmax` (the observed range),
+    /// `percentile` ([`AUTO_PERCENTILE`]), `mse` and `entropy`, in that order, each under
+    /// `scheme` as its own method would give it.
+    pub fn candidates(&self, scheme: &QuantScheme) -> Result<Vec<Vec<Candidate>>> {
+        if self.hists.is_empty() {
+            return Err(empty(&self.tensor));
+        }
+        self.hists
+            .iter()
+            .map(|h| methods::candidates(h, scheme))
+            .collect()
     }
 }
 

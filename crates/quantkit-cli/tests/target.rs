@@ -1,0 +1,135 @@
+//! `quantkit quantize --target` and `--config` on the committed LeNet and sample: the chosen
+//! configuration is written, re-applying it gives the same model byte for byte, the
+//! accuracy metric reads the sample's labels, and an unreachable target fails with the best
+//! configuration written.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quantkit-cli-target-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn quantize(args: &[&str]) -> (bool, String, String) {
+    let calib = repo().join("data/fashion-mnist-sample");
+    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("quantize")
+        .arg(repo().join("models/lenet.onnx"))
+        .args(["--calib", calib.to_str().unwrap(), "--calib-samples", "256"])
+        .args(["--batch-size", "32", "--budget", "5"])
+        .args(args)
+        .output()
+        .expect("run quantkit");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn target_writes_a_configuration_that_config_reapplies_exactly() {
+    let out = tmp("lenet.target.onnx");
+    let cfg = tmp("lenet.cfg.json");
+    let (ok, stdout, err) = quantize(&[
+        "--target",
+        "cosine=0.9999",
+        "-o",
+        out.to_str().unwrap(),
+        "--save-config",
+        cfg.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["met"], true, "{v}");
+    assert!(v["measured"]["cosine"].as_f64().unwrap() >= 0.9999);
+    // Evaluated on the held-out quarter of the 256 calibration samples (8 batches of 32).
+    assert_eq!(v["samples"], 64, "{v}");
+    assert_eq!(v["calibration_samples"], 192);
+    assert!(v["evaluation"].as_str().unwrap().contains("held out"));
+    assert!(v["cost"]["weight_bytes"].as_u64().unwrap() > 0);
+    assert!(v["layers"].as_array().unwrap().len() >= 4);
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    assert_eq!(saved["config"], v["config"]);
+    // Re-applied: the same model, byte for byte.
+    let again = tmp("lenet.again.onnx");
+    let (ok, stdout, err) = quantize(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let w: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(w["config"], v["config"]);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
+    // A hand-written configuration that leaves conv1 float is applied as written.
+    std::fs::write(&cfg, r#"{"layers": {"conv1": "float"}}"#).unwrap();
+    let (ok, stdout, err) = quantize(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let w: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let conv1 = w["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "conv1")
+        .unwrap();
+    assert_eq!(conv1["precision"], "float");
+    let g = quantkit_graph::load_model(&again).unwrap();
+    let c = g.nodes.iter().find(|n| n.name == "conv1").unwrap();
+    assert!(g.initializers[&c.inputs[1]].dtype.is_float());
+    // An unknown layer is an error naming it.
+    std::fs::write(&cfg, r#"{"layers": {"conv9": "float"}}"#).unwrap();
+    let (ok, _, err) = quantize(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("conv9"), "{err}");
+}
+
+#[test]
+fn accuracy_target_reads_the_labels_and_unreachable_targets_fail_clearly() {
+    let out = tmp("lenet.acc.onnx");
+    let (ok, stdout, err) = quantize(&[
+        "--target",
+        "accuracy=100",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(v["measured"]["accuracy"].is_number(), "{v}");
+    assert!(v["measured"]["float_accuracy"].is_number(), "{v}");
+    // 300 dB at the output cannot be reached with any layer in integer.
+    let out = tmp("lenet.unreachable.onnx");
+    let (ok, _, err) = quantize(&["--target", "sqnr=300", "-o", out.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("not reached") && err.contains("best configuration"),
+        "{err}"
+    );
+    assert!(out.exists(), "the best configuration found is written");
+    assert!(tmp("lenet.unreachable.mixed.json").exists());
+    let (ok, _, err) = quantize(&["--target", "speed=2", "-o", out.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("unknown metric"), "{err}");
+}

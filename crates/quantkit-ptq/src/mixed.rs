@@ -1,0 +1,643 @@
+//! Automatic mixed precision (issue 18, `quantkit quantize --target METRIC=VALUE`): choose,
+//! per layer, int8, int8 activations with 4-bit weights, or float, so that the model output
+//! meets a target measured against the float model, with as much of the model in integer as
+//! possible.
+//!
+//! The search ([`search`]) starts from the fully quantized model and uses the sensitivity
+//! ranking of [`crate::analyze`] (the share of the output error that goes away when one
+//! layer is left in float):
+//!
+//! 1. **Greedy fallback**: leave layers in float one by one in ranking order until the
+//!    target is met (each step is one pass of the evaluation data).
+//! 2. **Pruning**: try putting every fallen-back layer back in int8, the last one added
+//!    first; keep it in int8 whenever the target still holds. Errors of different layers
+//!    interact, so a layer the greedy pass needed early can become unnecessary once later
+//!    ones are float.
+//! 3. **4-bit weights** (when allowed): the int8 layers with weights, least sensitive first,
+//!    get 4-bit weights where the target still holds.
+//!
+//! A layer is what [`crate::analyze`] calls one: a quantized node with its fused Relu/Clip.
+//! Leaving it float removes its weight quantization and its output Q/DQ (as the
+//! sensitivity passes do); its input stays quantized when another quantized node reads it.
+//!
+//! A [`MixedConfig`] is the choice per layer; [`Setup::mixed`] writes its QDQ graph, so a
+//! saved choice can be re-applied to the same model (`quantkit quantize --config FILE`).
+
+use crate::analyze::{analyze, AnalyzeOptions, Feed, Setup, Stage};
+use crate::error::{graph as graph_err, PtqError, Result};
+use quantkit_graph::{execute, Graph, Tensor};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// The precision of one layer.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Precision {
+    /// The setup's weights (int8 unless `--weight-bits` says otherwise) and 8-bit activations.
+    #[serde(rename = "int8")]
+    Int8,
+    /// 4-bit symmetric weights (stored as int8), 8-bit activations.
+    #[serde(rename = "int8-w4")]
+    Weight4,
+    /// Left in float: float weights, no Q/DQ on its output.
+    #[serde(rename = "float")]
+    Float,
+}
+
+impl Precision {
+    /// `int8`, `int8-w4` or `float`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Int8 => "int8",
+            Precision::Weight4 => "int8-w4",
+            Precision::Float => "float",
+        }
+    }
+}
+
+/// A choice of precision per layer (by the layer's first node name). Layers not named are
+/// int8.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MixedConfig {
+    /// Layer → precision.
+    pub layers: BTreeMap<String, Precision>,
+}
+
+impl MixedConfig {
+    /// The precision of `layer` (int8 when not named).
+    pub fn get(&self, layer: &str) -> Precision {
+        self.layers.get(layer).copied().unwrap_or(Precision::Int8)
+    }
+    /// Sets the precision of `layer`; int8 removes the entry.
+    pub fn set(&mut self, layer: &str, p: Precision) {
+        if p == Precision::Int8 {
+            self.layers.remove(layer);
+        } else {
+            self.layers.insert(layer.to_string(), p);
+        }
+    }
+    /// Layers with precision `p`, in name order.
+    pub fn with(&self, p: Precision) -> Vec<String> {
+        self.layers
+            .iter()
+            .filter(|(_, &q)| q == p)
+            .map(|(l, _)| l.clone())
+            .collect()
+    }
+}
+
+/// What a target measures, against the float model's outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Share of samples whose top-1 class (argmax over the last axis of the first output)
+    /// agrees with the float model's; the target is a minimum in `[0, 1]`.
+    Agreement,
+    /// Cosine of all outputs (flattened) against the float outputs; a minimum.
+    Cosine,
+    /// Output SQNR in dB; a minimum.
+    Sqnr,
+    /// Top-1 accuracy drop against the labels, in percentage points (float accuracy minus
+    /// quantized accuracy); a maximum. Needs labels.
+    Accuracy,
+}
+
+/// A target: `METRIC=VALUE`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Target {
+    /// What is measured.
+    pub metric: Metric,
+    /// The bound (a minimum, or for [`Metric::Accuracy`] the largest drop in points).
+    pub value: f64,
+}
+
+impl std::str::FromStr for Target {
+    type Err = PtqError;
+    fn from_str(s: &str) -> Result<Target> {
+        let bad = |why: &str| PtqError::InvalidOption(format!("--target {s}: {why}"));
+        let (m, v) = s
+            .split_once('=')
+            .ok_or_else(|| bad("expected METRIC=VALUE, e.g. agreement=0.99"))?;
+        let metric = match m.trim().to_ascii_lowercase().as_str() {
+            "agreement" | "top1" => Metric::Agreement,
+            "cosine" => Metric::Cosine,
+            "sqnr" => Metric::Sqnr,
+            "accuracy" => Metric::Accuracy,
+            other => {
+                return Err(bad(&format!(
+                    "unknown metric `{other}` (agreement, cosine, sqnr, accuracy)"
+                )))
+            }
+        };
+        let value: f64 = v
+            .trim()
+            .trim_end_matches("dB")
+            .trim_end_matches("pt")
+            .trim()
+            .parse()
+            .map_err(|_| bad("the value is not a number"))?;
+        if !value.is_finite() {
+            return Err(bad("the value must be finite"));
+        }
+        match metric {
+            Metric::Agreement | Metric::Cosine if !(0.0..=1.0).contains(&value) => {
+                Err(bad("agreement and cosine are between 0 and 1"))
+            }
+            Metric::Accuracy if value < 0.0 => Err(bad(
+                "accuracy is the largest drop in points allowed, 0 or more",
+            )),
+            _ => Ok(Target { metric, value }),
+        }
+    }
+}
+
+impl Target {
+    /// Whether `m` meets the target.
+    pub fn met(&self, m: &Measured) -> bool {
+        match self.value_of(m) {
+            Some(v) if self.metric == Metric::Accuracy => v <= self.value + 1e-9,
+            Some(v) => v >= self.value - 1e-12,
+            None => false,
+        }
+    }
+    /// The measured value of the target's metric (`None`: not measurable, e.g. no class
+    /// axis or no labels).
+    pub fn value_of(&self, m: &Measured) -> Option<f64> {
+        match self.metric {
+            Metric::Agreement => m.agreement,
+            Metric::Cosine => Some(m.cosine),
+            Metric::Sqnr => Some(m.sqnr_db),
+            Metric::Accuracy => m.accuracy_drop_pt,
+        }
+    }
+    /// How far `m` is from meeting the target, larger is better (for "best found").
+    fn score(&self, m: &Measured) -> f64 {
+        match (self.metric, self.value_of(m)) {
+            (_, None) => f64::NEG_INFINITY,
+            (Metric::Accuracy, Some(v)) => -v,
+            (_, Some(v)) => v,
+        }
+    }
+}
+
+/// The model-output figures of one configuration against the float model.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Measured {
+    /// Top-1 agreement with the float model (`null` without a class axis).
+    pub agreement: Option<f64>,
+    /// Cosine of all outputs against the float outputs.
+    pub cosine: f64,
+    /// Output SQNR in dB (`null` in JSON when exact).
+    pub sqnr_db: f64,
+    /// Quantized top-1 accuracy against the labels, when given.
+    pub accuracy: Option<f64>,
+    /// Float top-1 accuracy against the labels, when given.
+    pub float_accuracy: Option<f64>,
+    /// `100 · (float_accuracy − accuracy)`, percentage points.
+    pub accuracy_drop_pt: Option<f64>,
+}
+
+/// Evaluation data with the float model's outputs, computed once.
+pub struct Evaluation<'a> {
+    data: &'a [Feed],
+    labels: Option<&'a [i64]>,
+    float_outputs: Vec<Vec<(String, Tensor)>>,
+    float_correct: Option<usize>,
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |m, (i, &x)| if x > m.1 { (i, x) } else { m },
+        )
+        .0
+}
+
+/// Rows of the first output's class axis (`None` when it has none).
+fn rows(t: &Tensor) -> Option<(&[f32], usize)> {
+    let c = t.shape.last().copied().unwrap_or(0);
+    let v = t.as_f32()?;
+    (t.rank() >= 2 && c > 1).then_some((v, c))
+}
+
+impl<'a> Evaluation<'a> {
+    /// Runs the float graph of `setup` on `data` (one feed per batch). `labels`, when given,
+    /// hold one class per sample of the feeds in order.
+    pub fn new(setup: &Setup, data: &'a [Feed], labels: Option<&'a [i64]>) -> Result<Self> {
+        if data.is_empty() {
+            return Err(PtqError::InvalidOption(
+                "the target needs at least one evaluation batch".into(),
+            ));
+        }
+        let mut float_outputs = Vec::with_capacity(data.len());
+        for (bi, feed) in data.iter().enumerate() {
+            float_outputs.push(
+                execute(&setup.float, feed.clone())
+                    .map_err(graph_err(format!("running the float model on batch {bi}")))?,
+            );
+        }
+        let mut e = Evaluation {
+            data,
+            labels,
+            float_outputs,
+            float_correct: None,
+        };
+        if let Some(l) = labels {
+            let mut correct = 0;
+            let mut n = 0;
+            for outs in &e.float_outputs {
+                let Some((v, c)) = outs.first().and_then(|(_, t)| rows(t)) else {
+                    return Err(PtqError::InvalidOption(
+                        "accuracy needs a first output with a class axis".into(),
+                    ));
+                };
+                for row in v.chunks(c) {
+                    let Some(&y) = l.get(n) else {
+                        return Err(PtqError::InvalidOption(format!(
+                            "{} labels for more evaluation samples",
+                            l.len()
+                        )));
+                    };
+                    correct += usize::from(argmax(row) as i64 == y);
+                    n += 1;
+                }
+            }
+            if n != l.len() {
+                return Err(PtqError::InvalidOption(format!(
+                    "{} labels for {n} evaluation samples",
+                    l.len()
+                )));
+            }
+            e.float_correct = Some(correct);
+        }
+        Ok(e)
+    }
+
+    /// Samples in the evaluation data (rows of the first float output's class axis, or
+    /// batch entries).
+    pub fn samples(&self) -> usize {
+        self.data
+            .iter()
+            .map(|f| {
+                f.first()
+                    .map_or(0, |(_, t)| t.shape.first().copied().unwrap_or(1))
+            })
+            .sum()
+    }
+
+    /// Measures `graph` (a quantized variant of the setup's float graph) on the data.
+    pub fn measure(&self, graph: &Graph) -> Result<Measured> {
+        let (mut rr, mut aa, mut ra, mut noise) = (0f64, 0f64, 0f64, 0f64);
+        let (mut agree, mut nrows, mut correct, mut classes) = (0usize, 0usize, 0usize, true);
+        let mut label_i = 0;
+        for (bi, (feed, reference)) in self.data.iter().zip(&self.float_outputs).enumerate() {
+            let outs = execute(graph, feed.clone()).map_err(graph_err(format!(
+                "running the quantized model on batch {bi}"
+            )))?;
+            for (k, ((_, r), (_, a))) in reference.iter().zip(&outs).enumerate() {
+                let (Some(rv), Some(av)) = (r.as_f32(), a.as_f32()) else {
+                    continue;
+                };
+                for (&x, &y) in rv.iter().zip(av) {
+                    let (x, y) = (f64::from(x), f64::from(y));
+                    rr += x * x;
+                    aa += y * y;
+                    ra += x * y;
+                    noise += (x - y) * (x - y);
+                }
+                if k == 0 {
+                    match (rows(r), rows(a)) {
+                        (Some((rv, c)), Some((av, _))) => {
+                            for (x, y) in rv.chunks(c).zip(av.chunks(c)) {
+                                let (px, py) = (argmax(x), argmax(y));
+                                agree += usize::from(px == py);
+                                nrows += 1;
+                                if let Some(l) = self.labels {
+                                    correct += usize::from(l.get(label_i) == Some(&(py as i64)));
+                                    label_i += 1;
+                                }
+                            }
+                        }
+                        _ => classes = false,
+                    }
+                }
+            }
+        }
+        let cosine = if rr == 0.0 && aa == 0.0 {
+            1.0
+        } else if rr == 0.0 || aa == 0.0 {
+            0.0
+        } else {
+            ra / (rr.sqrt() * aa.sqrt())
+        };
+        let sqnr_db = match (rr == 0.0, noise == 0.0) {
+            (_, true) => f64::INFINITY,
+            (true, false) => f64::NEG_INFINITY,
+            _ => 10.0 * (rr / noise).log10(),
+        };
+        let n = self.labels.map_or(0, <[i64]>::len).max(1) as f64;
+        let accuracy = self.labels.map(|_| correct as f64 / n);
+        let float_accuracy = self.float_correct.map(|c| c as f64 / n);
+        Ok(Measured {
+            agreement: (classes && nrows > 0).then(|| agree as f64 / nrows as f64),
+            cosine,
+            sqnr_db,
+            accuracy,
+            float_accuracy,
+            accuracy_drop_pt: accuracy.zip(float_accuracy).map(|(q, f)| 100.0 * (f - q)),
+        })
+    }
+}
+
+impl Setup {
+    /// The QDQ graph of `config`: float layers without their weight and output
+    /// quantization, 4-bit layers with 4-bit weights. Errors on a layer name the plan does
+    /// not have, or when every weighted layer is float (nothing left to quantize).
+    pub fn mixed(&self, config: &MixedConfig) -> Result<Graph> {
+        let layers = self.layers();
+        let known: HashMap<&str, &crate::analyze::Layer> =
+            layers.iter().map(|l| (l.nodes[0].as_str(), l)).collect();
+        for name in config.layers.keys() {
+            if !known.contains_key(name.as_str()) {
+                let some: Vec<&str> = layers.iter().take(6).map(|l| l.nodes[0].as_str()).collect();
+                return Err(PtqError::InvalidOption(format!(
+                    "mixed-precision configuration: `{name}` is not a quantized layer of this model \
+                     (layers are named by their first node, e.g. {})",
+                    some.join(", ")
+                )));
+            }
+        }
+        let mut float_nodes: HashSet<&str> = HashSet::new();
+        let mut drop: HashSet<&str> = HashSet::new();
+        let mut bits: HashMap<String, u8> = HashMap::new();
+        for (name, p) in &config.layers {
+            let l = known[name.as_str()];
+            match p {
+                Precision::Int8 => {}
+                Precision::Float => {
+                    float_nodes.extend(l.nodes.iter().map(String::as_str));
+                    drop.extend(l.output.iter().map(String::as_str));
+                }
+                Precision::Weight4 => {
+                    for n in &l.nodes {
+                        bits.insert(n.clone(), 4.min(self.options.weight_bits));
+                    }
+                }
+            }
+        }
+        let weighted: Vec<&str> = self
+            .float
+            .nodes
+            .iter()
+            .filter(|n| n.facts().weight.is_some() && self.plan.quantized.contains(&n.name))
+            .map(|n| n.name.as_str())
+            .collect();
+        if !weighted.is_empty() && weighted.iter().all(|n| float_nodes.contains(n)) {
+            return Err(PtqError::NothingToQuantize(
+                " (the mixed-precision configuration leaves every weighted layer in float)".into(),
+            ));
+        }
+        self.variant_bits(&|n| !float_nodes.contains(n), &drop, &bits)
+    }
+
+    /// Names of the plan's layers (first node of each) in graph order, with their operators.
+    pub fn layer_names(&self) -> Vec<(String, String)> {
+        self.layers()
+            .into_iter()
+            .map(|l| (l.nodes[0].clone(), l.op))
+            .collect()
+    }
+}
+
+/// Options of [`search`].
+#[derive(Debug, Clone, Default)]
+pub struct SearchOptions {
+    /// Try 4-bit weights on the least sensitive int8 layers.
+    pub allow_weight4: bool,
+    /// Leave at most this many layers in float (`None`: no limit other than keeping at
+    /// least one weighted layer in integer).
+    pub max_float: Option<usize>,
+    /// Time for the sensitivity ranking ([`AnalyzeOptions::budget`]); `None`: every layer.
+    pub ranking_budget: Option<std::time::Duration>,
+}
+
+/// One configuration the search measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Step {
+    /// What was tried, e.g. `float conv2` or `int8 conv2 (prune)`.
+    pub action: String,
+    /// The target's metric after it.
+    pub value: Option<f64>,
+    /// Whether the target held.
+    pub met: bool,
+    /// Whether the step was kept.
+    pub kept: bool,
+}
+
+/// The result of [`search`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SearchResult {
+    /// The target.
+    pub target: Target,
+    /// Whether the chosen configuration meets it.
+    pub met: bool,
+    /// The chosen configuration (when the target is not met: the best one found).
+    pub config: MixedConfig,
+    /// Its figures.
+    pub measured: Measured,
+    /// The fully quantized (int8) model's figures.
+    pub int8: Measured,
+    /// Layers in the order the ranking put them (most to blame first), with their
+    /// `recovered` share where sensitivity ran.
+    pub ranking: Vec<(String, Option<f64>)>,
+    /// Every configuration measured, in order.
+    pub steps: Vec<Step>,
+    /// Evaluation samples.
+    pub samples: usize,
+}
+
+/// What [`search`] reports progress on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchStage {
+    /// The analysis (passes and sensitivity).
+    Ranking(Stage),
+    /// Configurations measured so far (`done`, `total` is an upper bound).
+    Search,
+}
+
+/// Chooses a precision per layer so that `target` holds on `eval` (see the module docs).
+/// When the target cannot be met the result has `met = false` and the best configuration
+/// found (the highest metric among those measured, fewer float layers on ties).
+pub fn search(
+    setup: &Setup,
+    eval: &Evaluation,
+    target: Target,
+    opts: &SearchOptions,
+    progress: &mut dyn FnMut(SearchStage, usize, usize),
+) -> Result<SearchResult> {
+    if target.metric == Metric::Accuracy && eval.labels.is_none() {
+        return Err(PtqError::InvalidOption(
+            "--target accuracy=... needs labels for the evaluation data".into(),
+        ));
+    }
+    let mut steps = Vec::new();
+    let mut config = MixedConfig::default();
+    let int8 = eval.measure(&setup.mixed(&config)?)?;
+    if target.metric == Metric::Agreement && int8.agreement.is_none() {
+        return Err(PtqError::InvalidOption(
+            "--target agreement=...: the model's first output has no class axis (use cosine or sqnr)"
+                .into(),
+        ));
+    }
+    let mut best = (config.clone(), int8);
+    let mut current = int8;
+    steps.push(Step {
+        action: "all int8".into(),
+        value: target.value_of(&int8),
+        met: target.met(&int8),
+        kept: true,
+    });
+    let layers = setup.layers();
+    let weighted: HashSet<&str> = layers
+        .iter()
+        .filter(|l| {
+            l.nodes.iter().any(|n| {
+                setup
+                    .float
+                    .nodes
+                    .iter()
+                    .any(|x| &x.name == n && x.facts().weight.is_some())
+            })
+        })
+        .map(|l| l.nodes[0].as_str())
+        .collect();
+    // The ranking: needed for the fallback when int8 misses, and for the 4-bit order.
+    let need_ranking = !target.met(&int8) || opts.allow_weight4;
+    let mut ranking: Vec<(String, Option<f64>)> = Vec::new();
+    if need_ranking {
+        let report = analyze(
+            setup,
+            eval.data,
+            &AnalyzeOptions {
+                top_k: None,
+                budget: opts.ranking_budget,
+            },
+            &mut |s, d, t| progress(SearchStage::Ranking(s), d, t),
+        )?;
+        ranking = report
+            .layers
+            .iter()
+            .map(|l| (l.name.clone(), l.sensitivity.map(|s| s.recovered)))
+            .collect();
+    }
+    let mut measured_n = 0usize;
+    let mut measure = |c: &MixedConfig| -> Result<Measured> {
+        measured_n += 1;
+        progress(SearchStage::Search, measured_n, 2 * ranking.len() + 1);
+        eval.measure(&setup.mixed(c)?)
+    };
+    let better = |a: &Measured, ca: &MixedConfig, b: &Measured, cb: &MixedConfig| {
+        let (sa, sb) = (target.score(a), target.score(b));
+        sa > sb || (sa == sb && ca.layers.len() < cb.layers.len())
+    };
+    // 1. Greedy fallback in ranking order.
+    let mut added: Vec<String> = Vec::new();
+    if !target.met(&current) {
+        let max_float = opts.max_float.unwrap_or(usize::MAX);
+        let weighted_total = weighted.len();
+        for (name, _) in &ranking {
+            if added.len() >= max_float {
+                break;
+            }
+            let float_weighted = added
+                .iter()
+                .filter(|n| weighted.contains(n.as_str()))
+                .count();
+            if weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total {
+                continue; // keep one weighted layer in integer
+            }
+            let mut c = config.clone();
+            c.set(name, Precision::Float);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("float {name}"),
+                value: target.value_of(&m),
+                met,
+                kept: true,
+            });
+            config = c;
+            current = m;
+            added.push(name.clone());
+            if better(&m, &config, &best.1, &best.0) {
+                best = (config.clone(), m);
+            }
+            if met {
+                break;
+            }
+        }
+    }
+    if !target.met(&current) {
+        return Ok(SearchResult {
+            target,
+            met: false,
+            config: best.0,
+            measured: best.1,
+            int8,
+            ranking,
+            steps,
+            samples: eval.samples(),
+        });
+    }
+    // 2. Prune: put fallen-back layers back in int8, the last added first.
+    for name in added.iter().rev() {
+        let mut c = config.clone();
+        c.set(name, Precision::Int8);
+        let m = measure(&c)?;
+        let met = target.met(&m);
+        steps.push(Step {
+            action: format!("int8 {name} (prune)"),
+            value: target.value_of(&m),
+            met,
+            kept: met,
+        });
+        if met {
+            config = c;
+            current = m;
+        }
+    }
+    // 3. 4-bit weights, least sensitive first (the end of the ranking).
+    if opts.allow_weight4 && setup.options.weight_bits > 4 {
+        for (name, _) in ranking.iter().rev() {
+            if !weighted.contains(name.as_str()) || config.get(name) != Precision::Int8 {
+                continue;
+            }
+            let mut c = config.clone();
+            c.set(name, Precision::Weight4);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("4-bit weights {name}"),
+                value: target.value_of(&m),
+                met,
+                kept: met,
+            });
+            if met {
+                config = c;
+                current = m;
+            }
+        }
+    }
+    Ok(SearchResult {
+        target,
+        met: true,
+        config,
+        measured: current,
+        int8,
+        ranking,
+        steps,
+        samples: eval.samples(),
+    })
+}

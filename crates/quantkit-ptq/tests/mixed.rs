@@ -1,0 +1,291 @@
+//! `quantkit_ptq::mixed`: automatic mixed precision. On a model with one deliberately
+//! destroyed layer, plain int8 misses `agreement=0.99` and the search reaches it with exactly
+//! that layer in float; the chosen model runs in ONNX Runtime and on the integer engine; an
+//! unreachable target reports the best configuration found.
+
+mod common;
+
+use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
+use quantkit_ptq::analyze::{Feed, Setup};
+use quantkit_ptq::mixed::{search, Evaluation, MixedConfig, Precision, SearchOptions, Target};
+use quantkit_ptq::{PtqConfig, QdqOptions};
+
+/// Deterministic pseudo-random values in [-a, a] (the LCG of tests/analyze.rs).
+fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+        })
+        .collect()
+}
+
+fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
+    g.initializers
+        .insert(name.into(), Tensor::from_f32(shape, v));
+}
+
+fn feeds(batches: usize, n: usize, seed: u64) -> Vec<Feed> {
+    (0..batches)
+        .map(|b| {
+            let v: Vec<f32> = rand_vec(n * 100, 1.0, seed + b as u64)
+                .iter()
+                .map(|x| x.abs())
+                .collect();
+            vec![("x".to_string(), Tensor::from_f32(&[n, 1, 10, 10], v))]
+        })
+        .collect()
+}
+
+/// A model with one destroyed layer (as tests/analyze.rs's): x[N,1,10,10] → conv1 → relu1 →
+/// conv2 → relu2 → rescale (Mul by [1e-3, 1, …, 1] per channel) → conv3 → relu3 → maxpool →
+/// flatten → fc(→10), with conv2's channel-0 weights ×1000: per-tensor weights and a 1000×
+/// activation range flatten every other channel of conv2 to zero. The compensation is a
+/// separate Mul (not conv3's weights, as in tests/analyze.rs, whose ÷1000 weights int8 also
+/// zeroes), so exactly one layer is destroyed.
+fn destroyed() -> Graph {
+    let mut g = Graph {
+        name: "convnet".into(),
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    g.meta.ir_version = 8;
+    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 10, 10]);
+    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
+    g.inputs.push(vi);
+    g.outputs.push(ValueInfo {
+        name: "logits".into(),
+        dtype: Some(DType::F32),
+        onnx_elem_type: DType::F32.onnx_code(),
+        shape: None,
+    });
+    init(&mut g, "w1", &[8, 1, 3, 3], rand_vec(72, 0.6, 11));
+    init(&mut g, "b1", &[8], rand_vec(8, 0.05, 12));
+    let mut w2 = rand_vec(576, 0.25, 13);
+    let w3 = rand_vec(576, 0.25, 14);
+    for v in &mut w2[..72] {
+        *v *= 1000.0;
+    }
+    init(&mut g, "w2", &[8, 8, 3, 3], w2);
+    init(&mut g, "b2", &[8], vec![0.0; 8]);
+    init(&mut g, "w3", &[8, 8, 3, 3], w3);
+    let mut k = vec![1.0f32; 8];
+    k[0] = 1e-3;
+    init(&mut g, "k", &[1, 8, 1, 1], k);
+    init(&mut g, "b3", &[8], rand_vec(8, 0.05, 15));
+    init(&mut g, "wf", &[72, 10], rand_vec(720, 0.15, 16));
+    init(&mut g, "bf", &[10], rand_vec(10, 0.1, 17));
+    let pad = |n: Node| n.with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+    g.nodes = vec![
+        pad(Node::new("conv1", "Conv", &["x", "w1", "b1"], &["c1"])),
+        Node::new("relu1", "Relu", &["c1"], &["r1"]),
+        Node::new("conv2", "Conv", &["r1", "w2", "b2"], &["c2"]),
+        Node::new("relu2", "Relu", &["c2"], &["r2"]),
+        Node::new("rescale", "Mul", &["r2", "k"], &["m2"]),
+        Node::new("conv3", "Conv", &["m2", "w3", "b3"], &["c3"]),
+        Node::new("relu3", "Relu", &["c3"], &["r3"]),
+        Node::new("pool", "MaxPool", &["r3"], &["p"])
+            .with_attr("kernel_shape", AttrValue::Ints(vec![2, 2]))
+            .with_attr("strides", AttrValue::Ints(vec![2, 2])),
+        Node::new("flat", "Flatten", &["p"], &["f"]),
+        Node::new("fc", "Gemm", &["f", "wf", "bf"], &["logits"]),
+    ];
+    g
+}
+
+fn per_tensor() -> PtqConfig {
+    PtqConfig {
+        qdq: QdqOptions {
+            per_channel: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn target_agreement_leaves_exactly_the_destroyed_layer_float() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 400);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    let target: Target = "agreement=0.99".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    for s in &r.steps {
+        eprintln!(
+            "{:30} {:?} met {} kept {}",
+            s.action, s.value, s.met, s.kept
+        );
+    }
+    // Plain int8 misses the target ...
+    let int8 = r.int8.agreement.unwrap();
+    assert!(int8 < 0.99, "int8 agreement {int8}");
+    // ... the search reaches it with conv2 (the destroyed layer, fused with relu2) float
+    // and nothing else.
+    assert!(r.met);
+    let mut want = MixedConfig::default();
+    want.set("conv2", Precision::Float);
+    assert_eq!(r.config, want, "{:?}", r.config);
+    assert!(r.measured.agreement.unwrap() >= 0.99, "{:?}", r.measured);
+    assert_eq!(r.ranking[0].0, "conv2");
+    assert_eq!(r.samples, 128);
+
+    // The chosen model: conv2 and relu2 float (float weight, no Q/DQ after relu2), the rest
+    // quantized; it runs in ONNX Runtime and on the integer engine, and both agree with the
+    // executor's reading of the QDQ graph.
+    let q = setup.mixed(&r.config).unwrap();
+    let conv2 = q.nodes.iter().find(|n| n.name == "conv2").unwrap();
+    assert_eq!(conv2.inputs[1], "w2", "conv2 keeps its float weight");
+    assert!(q.initializers.contains_key("conv1.w_q"));
+    assert!(q.initializers.contains_key("conv3.w_q"));
+    assert!(
+        !q.nodes.iter().any(|n| n.name == "r2_Q"),
+        "no Q/DQ after relu2"
+    );
+    let x = data[0][0].1.clone();
+    let reference = quantkit_graph::execute(&q, vec![("x".to_string(), x.clone())]).unwrap();
+    let reference = reference[0].1.to_f32_vec();
+    let plan = quantkit_engine::compile(&q, &quantkit_engine::EngineOptions::default()).unwrap();
+    let engine = plan.run(vec![("x", x.clone())]).unwrap()[0].1.to_f32_vec();
+    let classes = 10;
+    let top = |v: &[f32]| common::argmax_rows(v, classes);
+    assert!(
+        common::agreement(&top(&engine), &top(&reference)) >= 0.99,
+        "engine vs executor"
+    );
+    assert!(common::cosine(&engine, &reference) > 0.999);
+    if common::have_ort() {
+        let dir = common::scratch("mixed-destroyed");
+        let path = dir.join("mixed.onnx");
+        quantkit_graph::save_model(&q, &path).unwrap();
+        let ort = common::run_ort(&path, "x", &x);
+        assert!(
+            common::agreement(&top(&ort), &top(&reference)) >= 0.99,
+            "ORT vs executor"
+        );
+        assert!(common::cosine(&ort, &reference) > 0.999);
+    }
+}
+
+#[test]
+fn an_unreachable_target_reports_the_best_configuration_found() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(4, 16, 400);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    // 200 dB at the output is out of reach while one weighted layer stays quantized.
+    let target: Target = "sqnr=200".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(!r.met);
+    let best = r.measured.sqnr_db;
+    let all = r.steps.iter().filter_map(|s| s.value);
+    assert!(
+        all.clone().all(|v| v <= best + 1e-12),
+        "best is the highest measured"
+    );
+    assert!(best > r.int8.sqnr_db + 10.0, "{best} vs {}", r.int8.sqnr_db);
+    // The destroyed layer is among the float ones of the best configuration.
+    assert!(r.config.get("conv2") == Precision::Float);
+    // At least one weighted layer stays in integer: the graph is still a quantized one.
+    let q = setup.mixed(&r.config).unwrap();
+    assert!(q.initializers.keys().any(|k| k.ends_with(".w_q")));
+    // With no float layer allowed, the best is plain int8.
+    let r0 = search(
+        &setup,
+        &eval,
+        "agreement=0.99".parse().unwrap(),
+        &SearchOptions {
+            max_float: Some(0),
+            ..Default::default()
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(!r0.met);
+    assert!(r0.config.layers.is_empty());
+}
+
+#[test]
+fn four_bit_weights_go_to_layers_the_target_tolerates() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(4, 16, 400);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    let target: Target = "agreement=0.9".parse().unwrap();
+    let opts = SearchOptions {
+        allow_weight4: true,
+        ..Default::default()
+    };
+    let r = search(&setup, &eval, target, &opts, &mut |_, _, _| {}).unwrap();
+    assert!(r.met);
+    // Every 4-bit layer the search kept keeps the target, and the written graph has 4-bit
+    // codes in [-8, 7] for exactly those layers.
+    let q = setup.mixed(&r.config).unwrap();
+    let check = eval.measure(&q).unwrap();
+    assert!(target.met(&check));
+    for l in r.config.with(Precision::Weight4) {
+        let w = &q.initializers[&format!("{l}.w_q")];
+        let quantkit_graph::Data::I8(v) = &w.data else {
+            panic!("{l}: int8 storage")
+        };
+        assert!(v.iter().all(|&c| (-8..=7).contains(&c)), "{l}");
+        assert!(
+            v.iter().any(|&c| c == 7 || c == -8 || c == -7),
+            "{l} uses the 4-bit range"
+        );
+    }
+}
+
+#[test]
+fn configurations_round_trip_and_unknown_layers_are_errors() {
+    let calib = feeds(2, 8, 300);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let mut c = MixedConfig::default();
+    c.set("conv2", Precision::Float);
+    c.set("fc", Precision::Weight4);
+    let json = serde_json::to_string(&c).unwrap();
+    assert_eq!(json, r#"{"layers":{"conv2":"float","fc":"int8-w4"}}"#);
+    let back: MixedConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, c);
+    assert!(setup.mixed(&back).is_ok());
+    c.set("nope", Precision::Float);
+    let e = setup.mixed(&c).unwrap_err().to_string();
+    assert!(e.contains("`nope`") && e.contains("conv1"), "{e}");
+    // Every weighted layer float is no quantized model.
+    let mut all = MixedConfig::default();
+    for l in ["conv1", "conv2", "conv3", "fc"] {
+        all.set(l, Precision::Float);
+    }
+    assert!(setup.mixed(&all).is_err());
+    for bad in [
+        "agreement",
+        "agreement=1.5",
+        "speed=3",
+        "accuracy=-1",
+        "sqnr=abc",
+        "cosine=nan",
+    ] {
+        assert!(bad.parse::<Target>().is_err(), "{bad}");
+    }
+    let t: Target = "sqnr=30dB".parse().unwrap();
+    assert_eq!(t.value, 30.0);
+}
