@@ -326,6 +326,7 @@ fn decode(path: &Path) -> Result<image::DynamicImage> {
             .map_err(|e| DataError::io(path, e))
     };
     let bad = |e: image::ImageError| DataError::format(path, format!("cannot decode image: {e}"));
+    check_png_palette(path)?;
     let (w, h) = open()?.into_dimensions().map_err(bad)?;
     let limits = quantkit_core::limits::Limits::current();
     quantkit_core::limits::Limits::check(
@@ -341,6 +342,45 @@ fn decode(path: &Path) -> Result<image::DynamicImage> {
     caps.max_alloc = Some(limits.image_pixels.saturating_mul(8));
     reader.limits(caps);
     reader.decode().map_err(bad)
+}
+
+/// Refuses a PNG whose `PLTE` chunk is not 1–256 RGB triples, as the PNG specification
+/// requires: the `png` crate (0.18.1) indexes past the palette and panics on a length
+/// that is not a multiple of 3 (found by the `image` fuzz target). Walks the chunk headers
+/// before the first `IDAT` (where `PLTE` must be); other files pass through untouched.
+fn check_png_palette(path: &Path) -> Result<()> {
+    use std::io::{BufReader, Read};
+    const SIGNATURE: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut r = BufReader::new(file);
+    let mut head = [0u8; 8];
+    if r.read_exact(&mut head).is_err() || &head != SIGNATURE {
+        return Ok(()); // not a PNG (or too short to be one): the decoder reports it
+    }
+    loop {
+        if r.read_exact(&mut head).is_err() {
+            return Ok(()); // truncated: the decoder reports it
+        }
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        match &head[4..8] {
+            b"PLTE" if len == 0 || len % 3 != 0 || len > 768 => {
+                return Err(DataError::format(
+                    path,
+                    format!(
+                        "cannot decode image: PNG palette (PLTE) of {len} bytes; \
+                         it must hold 1 to 256 RGB triples"
+                    ),
+                ));
+            }
+            b"IDAT" | b"IEND" => return Ok(()),
+            _ => {
+                // Skip the chunk's data and its CRC.
+                if r.seek_relative(i64::from(len) + 4).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
 }
 
 impl Dataset for ImageFolder {
@@ -556,6 +596,49 @@ mod tests {
             ImageFolder::open(dir.path().join("nope"), &ImageOptions::default()),
             Err(DataError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn png_with_a_ragged_palette_is_an_error_not_a_panic() {
+        // The `image` fuzz target's crash (fuzz/seeds/image/regress-plte-53.png, CRCs
+        // re-sealed: fuzz builds of `png` skip the CRC check): a 5 × 4 4-bit palette PNG
+        // whose PLTE holds 53 bytes (17 triples and 2 bytes).
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = include_bytes!("../../../fuzz/seeds/image/regress-plte-53.png");
+        std::fs::write(dir.path().join("a.png"), bytes).unwrap();
+        // `open` probes the first image's size, so the error comes from there.
+        let err = ImageFolder::open(dir.path(), &ImageOptions::default())
+            .and_then(|mut f| f.read_sample(0, &mut Vec::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a.png") && err.contains("PLTE"), "{err}");
+        // The same picture with its palette cut to 51 bytes decodes.
+        let mut fixed = bytes.to_vec();
+        fixed[33..37].copy_from_slice(&51u32.to_be_bytes());
+        fixed.drain(41 + 51..41 + 53);
+        let crc = crc32(&fixed[37..41 + 51]);
+        fixed[41 + 51..41 + 55].copy_from_slice(&crc.to_be_bytes());
+        std::fs::write(dir.path().join("a.png"), &fixed).unwrap();
+        let mut folder = ImageFolder::open(dir.path(), &ImageOptions::default()).unwrap();
+        let mut out = Vec::new();
+        folder.read_sample(0, &mut out).unwrap();
+        assert_eq!(out.len(), 5 * 4);
+    }
+
+    /// CRC-32 (PNG's polynomial), bit by bit: for re-sealing an edited test chunk.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
     }
 
     #[test]
