@@ -99,7 +99,11 @@ def ort_best(model, x, threads, seconds, repeat=5):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantkit", default=os.path.join(ROOT, "target/release/quantkit"))
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument(
+        "--shared",
+        default=os.environ.get("QUANTKIT_SHARED", os.path.join(ROOT, "..", "shared")),
+        help="the shared folder (models/); default $QUANTKIT_SHARED, else ../shared",
+    )
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/quantkit-bench"))
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--json", action="store_true")

@@ -30,7 +30,11 @@ def main():
     ap.add_argument("--methods", nargs="*", default=METHODS)
     ap.add_argument("--zoo", nargs="*", default=["lenet", "resnet8", "mobilenet", "mlp"])
     ap.add_argument("--no-real", action="store_true")
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument(
+        "--shared",
+        default=os.environ.get("QUANTKIT_SHARED", os.path.join(ROOT, "..", "shared")),
+        help="the shared folder (models/); default $QUANTKIT_SHARED, else ../shared",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     res = {}

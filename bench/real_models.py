@@ -121,7 +121,11 @@ def cosine(a, b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantkit", default=os.path.join(ROOT, "target/release/quantkit"))
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument(
+        "--shared",
+        default=os.environ.get("QUANTKIT_SHARED", os.path.join(ROOT, "..", "shared")),
+        help="the shared folder (models/); default $QUANTKIT_SHARED, else ../shared",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--time", action="store_true", help="also time int8/f32 against ONNX Runtime")
     ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per figure")
