@@ -74,6 +74,74 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
     Ok(p)
 }
 
+/// Values that must stay float because they reach a divisor, mapped to the node that
+/// divides by them: the input of `Reciprocal` and `Log`, `Div`'s divisor, `Pow`'s base when
+/// the exponent is not a constant ≥ 0, and, walking back through operators that keep 0 at 0
+/// (`Sqrt`, `Abs`, `Relu`, `Identity`, `Cast`, the layout ops), the values these are
+/// computed from. Quantizing such a value rounds a small positive number to exactly 0 and
+/// the model divides by zero: a LayerNorm written as `Reciprocal(Sqrt(var + eps))` (JAX and
+/// TF exports, e.g. Magika's) gave `inf` logits on a file whose variance was small, because
+/// the quantized `var + eps` undid the epsilon. ONNX Runtime's quantizer does the same.
+fn divisor_values(g: &Graph, uses: &Uses) -> HashMap<String, String> {
+    let mut out: HashMap<String, String> = HashMap::new();
+    let mut stack: Vec<(String, String)> = Vec::new();
+    for n in &g.nodes {
+        let divisor = if n.is(OpKind::Reciprocal) || n.is(OpKind::Log) {
+            n.inputs.first()
+        } else if n.is(OpKind::Div) {
+            n.inputs.get(1)
+        } else if n.is(OpKind::Pow) {
+            let non_negative = n
+                .inputs
+                .get(1)
+                .and_then(|e| g.initializers.get(e))
+                .is_some_and(|e| e.to_f32_vec().iter().all(|&v| v >= 0.0));
+            if non_negative {
+                None
+            } else {
+                n.inputs.first()
+            }
+        } else {
+            None
+        };
+        if let Some(v) = divisor.filter(|v| !v.is_empty() && !g.initializers.contains_key(*v)) {
+            stack.push((v.clone(), n.name.clone()));
+        }
+    }
+    let keeps_zero = [
+        OpKind::Sqrt,
+        OpKind::Abs,
+        OpKind::Relu,
+        OpKind::Identity,
+        OpKind::Cast,
+        OpKind::Reshape,
+        OpKind::Flatten,
+        OpKind::Squeeze,
+        OpKind::Unsqueeze,
+        OpKind::Transpose,
+        OpKind::Expand,
+    ];
+    while let Some((v, divider)) = stack.pop() {
+        if out.contains_key(&v) {
+            continue;
+        }
+        if let Some(p) = uses.producer(&v) {
+            let p = &g.nodes[p];
+            if keeps_zero.iter().any(|&k| p.is(k)) {
+                if let Some(x) = p
+                    .inputs
+                    .first()
+                    .filter(|x| !g.initializers.contains_key(*x))
+                {
+                    stack.push((x.clone(), divider.clone()));
+                }
+            }
+        }
+        out.insert(v, divider);
+    }
+    out
+}
+
 /// Plans the nodes of one graph, then of its subgraphs; `weighted` is set when a weighted
 /// node is quantized.
 fn plan_graph(
@@ -84,10 +152,27 @@ fn plan_graph(
     weighted: &mut bool,
 ) {
     let uses = Uses::new(g);
+    let divisors = divisor_values(g, &uses);
     let mut quant = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
+        let quant_inputs: &[String] = match n.facts().quant_inputs {
+            QuantInputs::First => &n.inputs[..n.inputs.len().min(1)],
+            QuantInputs::All => &n.inputs,
+            QuantInputs::None => &[],
+        };
+        let divisor = n
+            .outputs
+            .first()
+            .into_iter()
+            .chain(quant_inputs)
+            .find_map(|v| divisors.get(v).map(|d| (v, d)));
         let reason = if exclude.contains(&n.name) {
             Some("excluded by --exclude".to_string())
+        } else if let Some((v, d)) = divisor {
+            Some(format!(
+                "`{v}` reaches the divisor of node `{d}`: quantized, a small value would \
+                 round to 0 and divide by zero"
+            ))
         } else if !n.is_onnx_domain() {
             Some(format!("operator of domain {}", n.domain))
         } else if n.facts().quant_inputs == QuantInputs::None {
@@ -128,6 +213,7 @@ fn plan_graph(
     let mut add = |v: &str, acts: &mut Vec<String>| {
         if !v.is_empty()
             && !g.initializers.contains_key(v)
+            && !divisors.contains_key(v)
             && !fused_out.contains(v)
             && seen.insert(v.to_string())
         {
