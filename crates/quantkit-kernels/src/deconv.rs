@@ -60,7 +60,8 @@ impl DeconvWeights {
             reason,
         };
         let g = params.groups;
-        if g == 0 || c_in % g != 0 || c_out % g != 0 || c_in == 0 || c_out == 0 {
+        if g == 0 || !c_in.is_multiple_of(g) || !c_out.is_multiple_of(g) || c_in == 0 || c_out == 0
+        {
             return Err(bad(
                 "groups",
                 format!("groups = {g} must divide c_in = {c_in} and c_out = {c_out}"),

@@ -89,10 +89,13 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
     }
 }
 
+/// The output channel of a weight element, by flat index.
+type ChannelOf = Box<dyn Fn(usize) -> usize>;
+
 /// The output channels of a Conv (`[O, I/g, k...]`) or ConvTranspose (`[I, O/g, k...]`,
 /// `group` from the node) with constant float weight `w`, and the output channel of each
 /// weight element; `None` for other nodes or inconsistent shapes.
-fn conv_channels(p: &Node, w: &Tensor) -> Option<(usize, Box<dyn Fn(usize) -> usize>)> {
+fn conv_channels(p: &Node, w: &Tensor) -> Option<(usize, ChannelOf)> {
     if w.rank() < 3 || !w.dtype.is_float() {
         return None;
     }
@@ -105,7 +108,7 @@ fn conv_channels(p: &Node, w: &Tensor) -> Option<(usize, Box<dyn Fn(usize) -> us
         OpKind::ConvTranspose => {
             let group = usize::try_from(p.attr_int("group", 1).ok()?).ok()?;
             let (c_in, cog) = (w.shape[0], w.shape[1]);
-            if group == 0 || c_in % group != 0 {
+            if group == 0 || !c_in.is_multiple_of(group) {
                 return None;
             }
             let cig = c_in / group;
@@ -259,7 +262,7 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
             continue;
         };
         // The output channel of each weight element.
-        let chan: Box<dyn Fn(usize) -> usize> = match p.kind() {
+        let chan: ChannelOf = match p.kind() {
             Some(OpKind::Conv | OpKind::ConvTranspose) => match conv_channels(p, w) {
                 Some((wc, f)) if wc == c => f,
                 _ => {
