@@ -655,6 +655,34 @@ fn max_pool_with_and_without_requantization_equals_the_qdq_graph() {
     check_codes_vs_float_executor(vec![pool("pool")], "p", vec![], 0.021, 7);
 }
 
+/// MaxPool with `auto_pad = SAME_UPPER | SAME_LOWER` (MTCNN's first pools) on codes: the
+/// pads follow from the input size (6×5, stride 2: one row and two columns of padding,
+/// split differently by the two rules) and padded taps are ignored (−∞), not the zero
+/// point; the input has negative values (codes below the zero point 120), so a pool that
+/// padded with zero (or the zero point) would differ at the borders.
+#[test]
+fn max_pool_auto_pad_same_on_codes_equals_the_qdq_graph() {
+    for (rule, k) in [
+        ("SAME_UPPER", [3, 3]),
+        ("SAME_LOWER", [3, 3]),
+        ("SAME_UPPER", [2, 2]),
+    ] {
+        let pool = Node::new("pool", "MaxPool", &["cf"], &["p"])
+            .with_attr("kernel_shape", AttrValue::Ints(vec![k[0], k[1]]))
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]))
+            .with_attr("auto_pad", AttrValue::String(rule.into()));
+        for (ys, yz) in [(0.015, 120), (0.021, 7)] {
+            let g = check_codes_vs_float_executor(vec![pool.clone()], "p", vec![], ys, yz);
+            let plan = compile(&g, &EngineOptions::default()).unwrap();
+            let r = plan.report().iter().find(|r| r.node == "pool").unwrap();
+            assert!(
+                matches!(&r.placement, Placement::Integer { kernel } if kernel.contains(rule)),
+                "{r:?}"
+            );
+        }
+    }
+}
+
 /// `DQ → Conv 3×3 (C_in 16, bias) → Relu → Q → DQ → MaxPool 2×2/2 → Q`: with one set of
 /// parameters around the pool the conv step pools its own output (the Winograd path reduces
 /// each tile's sums before the output stage); with different ones the pool stays a step of

@@ -4,12 +4,21 @@
 //! Computed as one int8 GEMM `[N·H·W, C_in] × [C_in, kh·kw·C_out]` (weights packed once,
 //! zero points per output channel handled by the GEMM's (K1)), then an exact i32 scatter-add
 //! ("col2im") and the per-channel output stage — so per-output-channel weight scales work
-//! as in conv. One group only for now.
+//! as in conv. With `groups = g`, each group is its own GEMM `[N·H·W, C_in/g] ×
+//! [C_in/g, kh·kw·C_out/g]` on its slice of input channels, scattered into its slice of
+//! output channels (ONNX: input channel `ci` of group `ci / (C_in/g)` feeds output channels
+//! `g·C_out/g + co`, `co < C_out/g`, through `w[ci, co, ·, ·]`).
+//!
+//! # Exactness
+//! Every output sums at most `(C_in/g)·kh·kw` products `(x − zx)(w − zw)`; the constructor
+//! requires that to be at most the GEMM's [`MAX_K`], so the i32 sums (wrapping, exact modulo
+//! 2^32) are the exact values. The scatter is plain integer addition, the same on every
+//! ISA; only the GEMM is dispatched, and it is bit-exact across ISAs.
 
 use crate::conv::{ActElem, ConvParams, NhwcInput};
 use crate::dispatch::{self, Isa};
 use crate::error::{KernelError, Result};
-use crate::gemm::{gemm_i32_with, PackedWeights};
+use crate::gemm::{gemm_i32_with, PackedWeights, MAX_K};
 use crate::output::{OutputStage, QuantType};
 
 /// Transposed-conv weights packed once.
@@ -18,12 +27,24 @@ pub struct DeconvWeights {
     output_padding: [usize; 2],
     c_in: usize,
     c_out: usize,
-    packed: PackedWeights,
+    /// One packed `[C_in/g, kh·kw·C_out/g]` matrix per group (columns tap-major).
+    packed: Vec<PackedWeights>,
 }
 
 impl DeconvWeights {
-    /// Packs ONNX-ordered i8 weights `[c_in, c_out, kh, kw]` with zero point(s) (1 or `c_out`).
-    /// `params.groups` must be 1; `output_padding` as ONNX's attribute.
+    /// Output channels.
+    pub fn c_out(&self) -> usize {
+        self.c_out
+    }
+
+    /// The parameters the weights were packed with.
+    pub fn params(&self) -> &ConvParams {
+        &self.params
+    }
+
+    /// Packs ONNX-ordered i8 weights `[c_in, c_out/groups, kh, kw]` with zero point(s) (1
+    /// or `c_out`); `c_in` and `c_out` are the whole tensor's channel counts, both
+    /// multiples of `params.groups`; `output_padding` as ONNX's attribute.
     pub fn new(
         weights: &[i8],
         c_in: usize,
@@ -33,22 +54,46 @@ impl DeconvWeights {
         zero_points: &[i32],
     ) -> Result<Self> {
         const OP: &str = "deconv2d";
-        if params.groups != 1 {
-            return Err(KernelError::InvalidArgument {
-                op: OP,
-                arg: "groups",
-                reason: format!("groups = {} not supported yet (only 1)", params.groups),
-            });
+        let bad = |arg: &'static str, reason: String| KernelError::InvalidArgument {
+            op: OP,
+            arg,
+            reason,
+        };
+        let g = params.groups;
+        if g == 0 || !c_in.is_multiple_of(g) || !c_out.is_multiple_of(g) || c_in == 0 || c_out == 0
+        {
+            return Err(bad(
+                "groups",
+                format!("groups = {g} must divide c_in = {c_in} and c_out = {c_out}"),
+            ));
         }
         let [kh, kw] = params.kernel;
         if kh == 0 || kw == 0 || params.stride.contains(&0) || params.dilation.contains(&0) {
-            return Err(KernelError::InvalidArgument {
-                op: OP,
-                arg: "params",
-                reason: "zero kernel, stride or dilation".into(),
-            });
+            return Err(bad("params", "zero kernel, stride or dilation".into()));
         }
-        let expected = c_in * c_out * kh * kw;
+        // ONNX: output_padding must be smaller than the stride or the dilation.
+        for i in 0..2 {
+            if output_padding[i] >= params.stride[i].max(params.dilation[i]) {
+                return Err(bad(
+                    "output_padding",
+                    format!(
+                        "output_padding {output_padding:?} must be smaller than stride {:?} or dilation {:?}",
+                        params.stride, params.dilation
+                    ),
+                ));
+            }
+        }
+        let (cig, cog) = (c_in / g, c_out / g);
+        let taps = kh.checked_mul(kw).and_then(|t| t.checked_mul(cig));
+        if taps.is_none_or(|t| t > MAX_K) {
+            return Err(bad(
+                "weights",
+                format!(
+                    "{cig} input channels per group × {kh}×{kw} taps exceed {MAX_K}, beyond which i32 accumulation is not exact"
+                ),
+            ));
+        }
+        let expected = c_in * cog * kh * kw;
         if weights.len() != expected {
             return Err(KernelError::BufferLength {
                 op: OP,
@@ -65,21 +110,25 @@ impl DeconvWeights {
                 got: zero_points.len(),
             });
         }
-        let n = kh * kw * c_out;
-        let zps: Vec<i32> = (0..n)
-            .map(|j| {
-                if zero_points.len() == 1 {
-                    zero_points[0]
-                } else {
-                    zero_points[j % c_out]
-                }
-            })
-            .collect();
+        let n = kh * kw * cog;
         let geom = crate::dispatch::kernels().geometry();
-        let packed = PackedWeights::from_fn(geom, c_in, n, &zps, |ci, j| {
-            let (tap, co) = (j / c_out, j % c_out);
-            weights[((ci * c_out + co) * kh + tap / kw) * kw + tap % kw]
-        })?;
+        let packed = (0..g)
+            .map(|gi| {
+                let zps: Vec<i32> = (0..n)
+                    .map(|j| {
+                        if zero_points.len() == 1 {
+                            zero_points[0]
+                        } else {
+                            zero_points[gi * cog + j % cog]
+                        }
+                    })
+                    .collect();
+                PackedWeights::from_fn(geom, cig, n, &zps, |ci, j| {
+                    let (tap, co) = (j / cog, j % cog);
+                    weights[(((gi * cig + ci) * cog + co) * kh + tap / kw) * kw + tap % kw]
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(DeconvWeights {
             params,
             output_padding,
@@ -92,14 +141,32 @@ impl DeconvWeights {
     /// Output `[n, oh, ow, c_out]` for an NHWC input shape:
     /// `o = (i − 1)·s − pad_begin − pad_end + d·(k − 1) + 1 + output_padding`.
     pub fn output_shape(&self, input: [usize; 4]) -> Result<[usize; 4]> {
-        let p = &self.params;
+        self.output_shape_padded(input, self.params.pads)
+    }
+
+    /// [`DeconvWeights::output_shape`] with `pads` (`[top, left, bottom, right]`) instead
+    /// of the ones the weights were packed with (`auto_pad` and `output_shape` make the
+    /// pads depend on the input's size).
+    pub fn output_shape_padded(&self, input: [usize; 4], pads: [usize; 4]) -> Result<[usize; 4]> {
+        let p = &ConvParams {
+            pads,
+            ..self.params
+        };
         let mut o = [0usize; 2];
         for i in 0..2 {
-            let full = (input[1 + i].max(1) - 1) * p.stride[i]
-                + p.dilation[i] * (p.kernel[i] - 1)
-                + 1
-                + self.output_padding[i];
-            let pads = p.pads[i] + p.pads[i + 2];
+            // Checked: the geometry comes from a model file.
+            let full = (input[1 + i].max(1) - 1)
+                .checked_mul(p.stride[i])
+                .and_then(|v| v.checked_add(p.dilation[i].checked_mul(p.kernel[i] - 1)?))
+                .and_then(|v| v.checked_add(1 + self.output_padding[i]));
+            let pads = p.pads[i].checked_add(p.pads[i + 2]);
+            let (Some(full), Some(pads)) = (full, pads) else {
+                return Err(KernelError::InvalidArgument {
+                    op: "deconv2d",
+                    arg: "params",
+                    reason: format!("output size of input {input:?} overflows"),
+                });
+            };
             if input[1 + i] == 0 || full <= pads {
                 return Err(KernelError::InvalidArgument {
                     op: "deconv2d",
@@ -117,6 +184,7 @@ fn accumulate<T: ActElem>(
     isa: Isa,
     x: &NhwcInput<'_, T>,
     w: &DeconvWeights,
+    pads: [usize; 4],
 ) -> Result<(Vec<i32>, [usize; 4])> {
     let [n, h, wd, c] = x.shape;
     if c != w.c_in || x.data.len() != n * h * wd * c {
@@ -127,20 +195,64 @@ fn accumulate<T: ActElem>(
             got: x.data.len(),
         });
     }
-    let os = w.output_shape(x.shape)?;
+    let os = w.output_shape_padded(x.shape, pads)?;
     let [_, oh, ow, c_out] = os;
-    let p = &w.params;
+    let p = &ConvParams { pads, ..w.params };
     let [kh, kw] = p.kernel;
     let m = n * h * wd;
-    let cols_n = kh * kw * c_out;
+    let g = p.groups;
+    let (cig, cog) = (c / g, c_out / g);
+    let cols_n = kh * kw * cog;
     let mut cols = vec![0i32; m * cols_n];
-    gemm_i32_with(
-        isa,
-        &T::activations(x.data, m, c, x.zero_point),
-        &w.packed,
-        &mut cols,
-    )?;
     let mut acc = vec![0i32; n * oh * ow * c_out];
+    // A group's input channels, gathered contiguous (groups > 1 only).
+    let mut slice: Vec<T> = Vec::new();
+    for (gi, packed) in w.packed.iter().enumerate() {
+        let data = if g == 1 {
+            x.data
+        } else {
+            slice.clear();
+            slice.extend(
+                x.data
+                    .chunks_exact(c)
+                    .flat_map(|px| px[gi * cig..][..cig].iter().copied()),
+            );
+            &slice[..]
+        };
+        gemm_i32_with(
+            isa,
+            &T::activations(data, m, cig, x.zero_point),
+            packed,
+            &mut cols,
+        )?;
+        col2im(
+            &cols,
+            &mut acc,
+            [n, h, wd],
+            [oh, ow, c_out],
+            p,
+            gi * cog,
+            cog,
+        );
+    }
+    Ok((acc, os))
+}
+
+/// The exact scatter ("col2im") of one group's GEMM rows `cols` (`[n·h·w, kh·kw·cog]`, tap
+/// major) into `acc` (`[n, oh, ow, c_out]`) at output channels `c0..c0 + cog`:
+/// `acc[b, iy·s + ky·d − pad, ix·s + kx·d − pad, c0 + co] += cols[(b, iy, ix), (ky, kx, co)]`,
+/// taps landing outside the output dropped (that is what the pads crop).
+fn col2im(
+    cols: &[i32],
+    acc: &mut [i32],
+    [n, h, wd]: [usize; 3],
+    [oh, ow, c_out]: [usize; 3],
+    p: &ConvParams,
+    c0: usize,
+    cog: usize,
+) {
+    let [kh, kw] = p.kernel;
+    let cols_n = kh * kw * cog;
     for b in 0..n {
         for iy in 0..h {
             for ix in 0..wd {
@@ -156,9 +268,9 @@ fn accumulate<T: ActElem>(
                         if ox < 0 || ox >= ow as isize {
                             continue;
                         }
-                        let dst = &mut acc[((b * oh + oy as usize) * ow + ox as usize) * c_out..]
-                            [..c_out];
-                        let src = &row[(ky * kw + kx) * c_out..][..c_out];
+                        let dst = &mut acc
+                            [((b * oh + oy as usize) * ow + ox as usize) * c_out + c0..][..cog];
+                        let src = &row[(ky * kw + kx) * cog..][..cog];
                         for (d, &s) in dst.iter_mut().zip(src) {
                             *d = d.wrapping_add(s);
                         }
@@ -167,7 +279,6 @@ fn accumulate<T: ActElem>(
             }
         }
     }
-    Ok((acc, os))
 }
 
 /// ConvTranspose with i32 output (no bias), NHWC; returns the output shape.
@@ -177,7 +288,7 @@ pub fn deconv2d_i32_with<T: ActElem>(
     w: &DeconvWeights,
     out: &mut [i32],
 ) -> Result<[usize; 4]> {
-    let (acc, os) = accumulate(isa, x, w)?;
+    let (acc, os) = accumulate(isa, x, w, w.params.pads)?;
     if out.len() != acc.len() {
         return Err(KernelError::BufferLength {
             op: "deconv2d",
@@ -198,8 +309,21 @@ pub fn deconv2d_quant_with<T: ActElem, O: QuantType>(
     stage: &OutputStage,
     out: &mut [O],
 ) -> Result<[usize; 4]> {
+    deconv2d_quant_padded_with(isa, x, w, w.params.pads, stage, out)
+}
+
+/// [`deconv2d_quant_with`] with `pads` (`[top, left, bottom, right]`) instead of the
+/// packed ones (see [`DeconvWeights::output_shape_padded`]).
+pub fn deconv2d_quant_padded_with<T: ActElem, O: QuantType>(
+    isa: Isa,
+    x: &NhwcInput<'_, T>,
+    w: &DeconvWeights,
+    pads: [usize; 4],
+    stage: &OutputStage,
+    out: &mut [O],
+) -> Result<[usize; 4]> {
     stage.validate("deconv2d", w.c_out)?;
-    let (acc, os) = accumulate(isa, x, w)?;
+    let (acc, os) = accumulate(isa, x, w, pads)?;
     if out.len() != acc.len() {
         return Err(KernelError::BufferLength {
             op: "deconv2d",
@@ -212,6 +336,17 @@ pub fn deconv2d_quant_with<T: ActElem, O: QuantType>(
         *o = stage.apply(a, i % w.c_out);
     }
     Ok(os)
+}
+
+/// [`deconv2d_quant_padded_with`] on the dispatched ISA.
+pub fn deconv2d_quant_padded<T: ActElem, O: QuantType>(
+    x: &NhwcInput<'_, T>,
+    w: &DeconvWeights,
+    pads: [usize; 4],
+    stage: &OutputStage,
+    out: &mut [O],
+) -> Result<[usize; 4]> {
+    deconv2d_quant_padded_with(dispatch::isa(), x, w, pads, stage, out)
 }
 
 /// [`deconv2d_quant_with`] on the dispatched ISA.

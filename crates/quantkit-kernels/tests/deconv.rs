@@ -50,13 +50,46 @@ fn deconv_matches_references() {
             },
             [0, 0],
         ),
+        // Groups: 2 groups of 3 → 2 channels; depthwise (4 groups of 1 → 1).
+        (
+            [1, 4, 3, 6],
+            4,
+            ConvParams {
+                stride: [2, 2],
+                pads: [1, 0, 0, 1],
+                groups: 2,
+                ..ConvParams::new(3, 2)
+            },
+            [1, 0],
+        ),
+        (
+            [2, 5, 5, 4],
+            4,
+            ConvParams {
+                stride: [2, 2],
+                groups: 4,
+                ..ConvParams::new(2, 2)
+            },
+            [0, 0],
+        ),
+        // K large enough to stress int32: 2000 channels × 4 taps (sums near 2^28).
+        (
+            [1, 2, 2, 2000],
+            3,
+            ConvParams {
+                stride: [1, 1],
+                ..ConvParams::new(2, 2)
+            },
+            [0, 0],
+        ),
     ];
     for (shape, c_out, p, opad) in cases {
         let [n, h, w, c_in] = shape;
         let [kh, kw] = p.kernel;
+        let (cig, cog) = (c_in / p.groups, c_out / p.groups);
         let x: Vec<u8> = (0..n * h * w * c_in).map(|_| rng.next() as u8).collect();
         let zx = (rng.next() % 256) as i32;
-        let wt: Vec<i8> = (0..c_in * c_out * kh * kw)
+        let wt: Vec<i8> = (0..c_in * cog * kh * kw)
             .map(|_| rng.next() as i8)
             .collect();
         let zw: Vec<i32> = (0..c_out)
@@ -77,7 +110,7 @@ fn deconv_matches_references() {
             for iy in 0..h {
                 for ix in 0..w {
                     for ci in 0..c_in {
-                        for co in 0..c_out {
+                        for co in (ci / cig) * cog..(ci / cig + 1) * cog {
                             for ky in 0..kh {
                                 for kx in 0..kw {
                                     let oy = (iy * p.stride[0] + ky * p.dilation[0]) as i64
@@ -89,7 +122,7 @@ fn deconv_matches_references() {
                                     }
                                     let xv =
                                         x[((b * h + iy) * w + ix) * c_in + ci] as i64 - zx as i64;
-                                    let wv = wt[((ci * c_out + co) * kh + ky) * kw + kx] as i64
+                                    let wv = wt[((ci * cog + co % cog) * kh + ky) * kw + kx] as i64
                                         - zw[co] as i64;
                                     want[((b * oh + oy as usize) * ow + ox as usize) * c_out
                                         + co] += xv * wv;
@@ -144,16 +177,16 @@ fn deconv_matches_references() {
             }
         }
     }
-    assert!(DeconvWeights::new(
-        &[0i8; 8],
-        2,
-        2,
-        ConvParams {
-            groups: 2,
-            ..ConvParams::new(1, 2)
-        },
-        [0, 0],
-        &[0]
-    )
-    .is_err());
+    // Groups must divide both channel counts; output_padding must be below stride or
+    // dilation; K·taps beyond the exact i32 range is refused.
+    let bad = |w: &[i8], c_in, c_out, p, opad| DeconvWeights::new(w, c_in, c_out, p, opad, &[0]);
+    let grouped = ConvParams {
+        groups: 2,
+        ..ConvParams::new(1, 2)
+    };
+    assert!(bad(&[0i8; 6], 3, 2, grouped, [0, 0]).is_err());
+    assert!(bad(&[0i8; 4], 2, 2, grouped, [0, 0]).is_ok());
+    assert!(bad(&[0i8; 4], 2, 2, grouped, [1, 0]).is_err());
+    let big = ConvParams::new(2, 2);
+    assert!(bad(&vec![0i8; 8300 * 4], 8300, 1, big, [0, 0]).is_err());
 }

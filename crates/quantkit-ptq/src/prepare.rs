@@ -11,7 +11,11 @@ use std::collections::{HashMap, HashSet};
 pub struct PrepareReport {
     /// Nodes removed by constant folding (including `Constant` nodes turned into initializers).
     pub constants_folded: usize,
-    /// `(batch_norm, conv)` pairs: the BatchNormalization node folded into the Conv/Gemm.
+    /// `(add, conv)` pairs: an `Add` of a per-channel constant folded into the bias of the
+    /// Conv/ConvTranspose before it ([`fold_bias_adds`]).
+    pub bias_adds_folded: Vec<(String, String)>,
+    /// `(batch_norm, conv)` pairs: the BatchNormalization node folded into the
+    /// Conv/ConvTranspose/Gemm.
     pub batch_norms_folded: Vec<(String, String)>,
     /// Float initializers of an enclosing graph read only inside subgraphs, moved (copied
     /// into each subgraph that reads them) so the quantizer sees them as the subgraph's
@@ -19,18 +23,20 @@ pub struct PrepareReport {
     pub constants_localized: Vec<String>,
 }
 
-/// Runs the preparation passes in place: topological sort, constant folding, then
-/// BatchNormalization folding ([`fold_batch_norms`]).
+/// Runs the preparation passes in place: topological sort, constant folding, bias-Add
+/// folding ([`fold_bias_adds`]), then BatchNormalization folding ([`fold_batch_norms`]).
 pub fn prepare(g: &mut Graph) -> Result<PrepareReport> {
     passes::topo_sort(g).map_err(graph("sorting the graph"))?;
     let before = g.nodes.len();
     passes::fold_constants(g).map_err(graph("folding constants"))?;
     let constants_folded = before - g.nodes.len();
+    let bias_adds_folded = fold_bias_adds(g);
     let batch_norms_folded = fold_batch_norms(g)?;
     let mut constants_localized = Vec::new();
     localize_constants(g, &mut constants_localized);
     Ok(PrepareReport {
         constants_folded,
+        bias_adds_folded,
         batch_norms_folded,
         constants_localized,
     })
@@ -83,8 +89,129 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
     }
 }
 
-/// Folds every inference-mode `BatchNormalization` whose input is produced by a `Conv` (or a
-/// `Gemm` with `alpha = beta = 1`) used by nothing else, with all parameters constant.
+/// The output channel of a weight element, by flat index.
+type ChannelOf = Box<dyn Fn(usize) -> usize>;
+
+/// The output channels of a Conv (`[O, I/g, k...]`) or ConvTranspose (`[I, O/g, k...]`,
+/// `group` from the node) with constant float weight `w`, and the output channel of each
+/// weight element; `None` for other nodes or inconsistent shapes.
+fn conv_channels(p: &Node, w: &Tensor) -> Option<(usize, ChannelOf)> {
+    if w.rank() < 3 || !w.dtype.is_float() {
+        return None;
+    }
+    let inner: usize = w.shape[2..].iter().product();
+    match p.kind()? {
+        OpKind::Conv => {
+            let per = w.shape[1] * inner;
+            Some((w.shape[0], Box::new(move |i| i / per.max(1))))
+        }
+        OpKind::ConvTranspose => {
+            let group = usize::try_from(p.attr_int("group", 1).ok()?).ok()?;
+            let (c_in, cog) = (w.shape[0], w.shape[1]);
+            if group == 0 || !c_in.is_multiple_of(group) {
+                return None;
+            }
+            let cig = c_in / group;
+            let c = cog.checked_mul(group)?;
+            Some((
+                c,
+                Box::new(move |i| {
+                    let (ci, co) = (i / (cog * inner).max(1), (i / inner.max(1)) % cog.max(1));
+                    (ci / cig) * cog + co
+                }),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Folds `Add(conv(x), b)` (either operand order) into the bias of a Conv or ConvTranspose
+/// whose output only that Add reads, when `b` is a float constant that adds one value per
+/// output channel (shape `[C, 1, ..]` or `[1, C, 1, ..]` right-aligned to the output, or
+/// one value): exporters that keep the bias apart (PaddlePaddle's `conv2d_transpose` →
+/// `Add`) would otherwise leave a quantized Add, and a BatchNormalization after it
+/// unfoldable. The new bias is `b_conv + b` in f64, rounded once to f32. Returns the
+/// `(add, conv)` name pairs.
+pub fn fold_bias_adds(g: &mut Graph) -> Vec<(String, String)> {
+    let outputs: HashSet<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+    let mut folded = Vec::new();
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let add = &g.nodes[i];
+        let found = (|| {
+            if !add.is(OpKind::Add) || add.inputs.len() != 2 || add.outputs.len() != 1 {
+                return None;
+            }
+            (0..2).find_map(|k| {
+                let (x, b) = (&add.inputs[k], &add.inputs[1 - k]);
+                let bt = g.initializers.get(b).filter(|t| t.dtype.is_float())?;
+                let pi = g.producer(x)?;
+                let p = &g.nodes[pi];
+                if outputs.contains(x) || g.readers(x).len() != 1 || p.outputs.len() != 1 {
+                    return None;
+                }
+                let w = g.initializers.get(p.inputs.get(1)?)?;
+                let (c, _) = conv_channels(p, w)?;
+                // `b` broadcast against [N, C, spatial...] adds one value per channel.
+                let rank = w.rank();
+                if bt.rank() > rank {
+                    return None;
+                }
+                let off = rank - bt.rank();
+                let per_channel = bt
+                    .shape
+                    .iter()
+                    .enumerate()
+                    .all(|(d, &n)| n == 1 || (d + off == 1 && n == c));
+                if !per_channel || bt.is_empty() {
+                    return None;
+                }
+                let old = match p.inputs.get(2).filter(|s| !s.is_empty()) {
+                    None => vec![0.0; c],
+                    Some(name) => {
+                        let t = g.initializers.get(name).filter(|t| t.dtype.is_float())?;
+                        if t.len() != c {
+                            return None;
+                        }
+                        t.to_f64_vec()
+                    }
+                };
+                let bv = bt.to_f64_vec();
+                let nb: Vec<f32> = (0..c)
+                    .map(|j| (old[j] + bv[if bv.len() == 1 { 0 } else { j }]) as f32)
+                    .collect();
+                Some((pi, nb))
+            })
+        })();
+        let Some((pi, nb)) = found else {
+            i += 1;
+            continue;
+        };
+        let (add_name, y) = (g.nodes[i].name.clone(), g.nodes[i].outputs[0].clone());
+        let pname = g.nodes[pi].name.clone();
+        let b_name = g.unique_name(&format!("{pname}_bias_folded"));
+        g.initializers
+            .insert(b_name.clone(), Tensor::from_f32(&[nb.len()], nb));
+        let p = &mut g.nodes[pi];
+        if p.inputs.len() < 3 {
+            p.inputs.resize(2, String::new());
+            p.inputs.push(b_name);
+        } else {
+            p.inputs[2] = b_name;
+        }
+        p.outputs[0] = y;
+        g.nodes.remove(i);
+        folded.push((add_name, pname));
+    }
+    if !folded.is_empty() {
+        g.prune_initializers();
+    }
+    folded
+}
+
+/// Folds every inference-mode `BatchNormalization` whose input is produced by a `Conv`, a
+/// `ConvTranspose` (any group: weight `[I, O/g, k...]`, output channel `(i / (I/g))·(O/g) + o`)
+/// or a `Gemm` with `alpha = beta = 1`, used by nothing else, with all parameters constant.
 ///
 /// With `k_c = γ_c / √(var_c + ε)` (ONNX BatchNormalization:
 /// `y = (x − μ)·γ/√(var + ε) + β`), the folded layer computes the same function with
@@ -130,36 +257,39 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
             continue;
         }
         let kk: Vec<f64> = (0..c).map(|j| gamma[j] / (var[j] + eps).sqrt()).collect();
-        // Weight layout: which axis holds the output channel.
-        let (w_axis, is_gemm) = match p.kind() {
-            Some(OpKind::Conv) => (0usize, false),
+        let Some(w) = p.inputs.get(1).and_then(|n| g.initializers.get(n)) else {
+            i += 1;
+            continue;
+        };
+        // The output channel of each weight element.
+        let chan: ChannelOf = match p.kind() {
+            Some(OpKind::Conv | OpKind::ConvTranspose) => match conv_channels(p, w) {
+                Some((wc, f)) if wc == c => f,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            },
             Some(OpKind::Gemm)
                 if p.attr_float("alpha", 1.0).unwrap_or(0.0) == 1.0
                     && p.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0
-                    && p.attr_int("transA", 0).unwrap_or(1) == 0 =>
+                    && p.attr_int("transA", 0).unwrap_or(1) == 0
+                    && w.rank() == 2
+                    && w.dtype.is_float() =>
             {
-                (
-                    if p.attr_int("transB", 0).unwrap_or(0) != 0 {
-                        0
-                    } else {
-                        1
-                    },
-                    true,
-                )
+                let trans_b = p.attr_int("transB", 0).unwrap_or(0) != 0;
+                let (w_axis, inner) = if trans_b { (0, w.shape[1]) } else { (1, 1) };
+                if w.shape[w_axis] != c {
+                    i += 1;
+                    continue;
+                }
+                Box::new(move |idx| (idx / inner) % c)
             }
             _ => {
                 i += 1;
                 continue;
             }
         };
-        let Some(w) = p.inputs.get(1).and_then(|n| g.initializers.get(n)) else {
-            i += 1;
-            continue;
-        };
-        if w.rank() < 2 || w.shape[w_axis] != c || !w.dtype.is_float() {
-            i += 1;
-            continue;
-        }
         let bias_name = p.inputs.get(2).filter(|s| !s.is_empty()).cloned();
         let bias = match &bias_name {
             Some(b) => match g.initializers.get(b) {
@@ -171,22 +301,13 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
             },
             None => vec![0.0; c],
         };
-        if is_gemm && bias_name.is_none() {
-            // Adding a C input is fine for Gemm (broadcast over rows).
-        }
         // New weight.
         let wv = w.to_f64_vec();
-        let outer: usize = w.shape[..w_axis].iter().product();
-        let inner: usize = w.shape[w_axis + 1..].iter().product();
-        let mut nw = vec![0f32; wv.len()];
-        for o in 0..outer {
-            for ch in 0..c {
-                for j in 0..inner {
-                    let idx = (o * c + ch) * inner + j;
-                    nw[idx] = (wv[idx] * kk[ch]) as f32;
-                }
-            }
-        }
+        let nw: Vec<f32> = wv
+            .iter()
+            .enumerate()
+            .map(|(idx, &v)| (v * kk[chan(idx)]) as f32)
+            .collect();
         let nb: Vec<f32> = (0..c)
             .map(|ch| ((bias[ch] - mean[ch]) * kk[ch] + beta[ch]) as f32)
             .collect();
@@ -194,6 +315,7 @@ pub fn fold_batch_norms(g: &mut Graph) -> Result<Vec<(String, String)>> {
         let w_name = g.unique_name(&format!("{}_bnfolded_weight", pname));
         let b_name = g.unique_name(&format!("{}_bnfolded_bias", pname));
         let w_shape = w.shape.clone();
+        drop(chan);
         g.initializers
             .insert(w_name.clone(), Tensor::from_f32(&w_shape, nw));
         g.initializers

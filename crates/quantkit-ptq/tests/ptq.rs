@@ -645,3 +645,178 @@ fn ppocr_cls_keeps_accuracy() {
     eprintln!("ppocr-cls: QDQ accuracy {acc:.4} (float {facc:.4}), probability cosine {cos:.5}");
     assert!(acc >= facc - 0.01, "accuracy {acc} vs float {facc}");
 }
+
+/// Conv(1→6, 3×3/2) → Relu → ConvTranspose(6→4, 2×2/2) → Add(bias [1,4,1,1]) → BN → Relu →
+/// ConvTranspose(4→4, group 2, 2×2/2) → Add(bias) → BN, on [N, 1, 28, 28]: the PP-OCR
+/// detector head's shape (PaddlePaddle writes the transposed conv's bias as an Add).
+fn deconv_model() -> Graph {
+    let mut g = Graph {
+        name: "deconv".into(),
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    g.meta.ir_version = 8;
+    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
+    vi.shape.as_mut().unwrap()[0] = quantkit_graph::Dim::Symbolic("N".into());
+    g.inputs.push(vi);
+    g.outputs.push(ValueInfo {
+        name: "y".into(),
+        dtype: Some(DType::F32),
+        onnx_elem_type: DType::F32.onnx_code(),
+        shape: None,
+    });
+    let init = |g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>| {
+        g.initializers
+            .insert(name.into(), Tensor::from_f32(shape, v));
+    };
+    init(&mut g, "w0", &[6, 1, 3, 3], rand_vec(54, 0.6, 11));
+    init(&mut g, "b0", &[6], rand_vec(6, 0.1, 12));
+    init(&mut g, "wt1", &[6, 4, 2, 2], rand_vec(96, 0.5, 13));
+    init(&mut g, "bt1", &[1, 4, 1, 1], rand_vec(4, 0.3, 14));
+    init(&mut g, "wt2", &[4, 2, 2, 2], rand_vec(32, 0.5, 15));
+    init(&mut g, "bt2", &[1, 4, 1, 1], rand_vec(4, 0.3, 16));
+    for (k, seed) in [("1", 20), ("2", 30)] {
+        let gamma: Vec<f32> = rand_vec(4, 0.5, seed).iter().map(|v| 1.0 + v).collect();
+        init(&mut g, &format!("gamma{k}"), &[4], gamma);
+        init(
+            &mut g,
+            &format!("beta{k}"),
+            &[4],
+            rand_vec(4, 0.2, seed + 1),
+        );
+        init(
+            &mut g,
+            &format!("mean{k}"),
+            &[4],
+            rand_vec(4, 0.2, seed + 2),
+        );
+        let var: Vec<f32> = rand_vec(4, 0.3, seed + 3)
+            .iter()
+            .map(|v| 0.5 + v.abs())
+            .collect();
+        init(&mut g, &format!("var{k}"), &[4], var);
+    }
+    let bn = |k: &str, x: &str, y: &str| {
+        Node::new(
+            &format!("bn{k}"),
+            "BatchNormalization",
+            &[
+                x,
+                &format!("gamma{k}"),
+                &format!("beta{k}"),
+                &format!("mean{k}"),
+                &format!("var{k}"),
+            ],
+            &[y],
+        )
+    };
+    g.nodes = vec![
+        Node::new("conv0", "Conv", &["x", "w0", "b0"], &["c0"])
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]))
+            .with_attr("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
+        Node::new("relu0", "Relu", &["c0"], &["r0"]),
+        Node::new("deconv1", "ConvTranspose", &["r0", "wt1"], &["d1"])
+            .with_attr("strides", AttrValue::Ints(vec![2, 2])),
+        Node::new("add1", "Add", &["d1", "bt1"], &["a1"]),
+        bn("1", "a1", "n1"),
+        Node::new("relu1", "Relu", &["n1"], &["r1"]),
+        Node::new("deconv2", "ConvTranspose", &["r1", "wt2"], &["d2"])
+            .with_attr("strides", AttrValue::Ints(vec![2, 2]))
+            .with_attr("group", AttrValue::Int(2)),
+        Node::new("add2", "Add", &["bt2", "d2"], &["a2"]),
+        bn("2", "a2", "y"),
+    ];
+    g
+}
+
+/// The PP-OCR detector head (issue 19): the bias Adds and BatchNormalizations fold into
+/// the ConvTransposes (the float function unchanged), the weights are quantized per output
+/// channel on axis 1 (group 1; per tensor with groups, where ONNX's axis-1 parameters would
+/// be shared by the groups), the quantized file runs in ONNX Runtime, and the integer
+/// engine runs every ConvTranspose as an integer step and agrees with ONNX Runtime.
+#[test]
+fn conv_transpose_bias_and_batch_norm_fold_and_quantize() {
+    let g = deconv_model();
+    let x = sample_batch(32);
+    let want = run(&g, "x", &x, 0);
+    let mut h = g.clone();
+    quantkit_ptq::prepare(&mut h).unwrap();
+    let kinds: Vec<&str> = h.nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["Conv", "Relu", "ConvTranspose", "Relu", "ConvTranspose"],
+        "{kinds:?}"
+    );
+    let got = run(&h, "x", &x, 0);
+    let (a, b) = (want.to_f32_vec(), got.to_f32_vec());
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let max = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max <= 1e-5 * scale.max(1.0),
+        "folded vs unfolded max |diff| {max} (scale {scale})"
+    );
+
+    let mut data = sample_data();
+    let (q, _) = quantize_static(
+        g,
+        &mut data,
+        &PtqConfig {
+            calib_samples: Some(128),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(!q
+        .nodes
+        .iter()
+        .any(|n| n.op_type == "BatchNormalization" || n.op_type == "Add"));
+    let axis_of = |deconv: &str| {
+        let n = q.nodes.iter().find(|n| n.name == deconv).unwrap();
+        let dq = q
+            .nodes
+            .iter()
+            .find(|d| d.outputs[0] == n.inputs[1])
+            .unwrap();
+        (
+            dq.attr_int("axis", 1).unwrap(),
+            q.initializers[&dq.inputs[1]].len(),
+        )
+    };
+    assert_eq!(axis_of("deconv1"), (1, 4));
+    assert_eq!(axis_of("deconv2").1, 1);
+
+    let plan = quantkit_engine::compile(&q, &quantkit_engine::EngineOptions::default()).unwrap();
+    for name in ["deconv1", "deconv2"] {
+        let r = plan.report().iter().find(|r| r.node == name).unwrap();
+        assert!(r.is_integer(), "{name}: {:?}", r.placement);
+    }
+    let engine = plan.run(vec![("x", x.clone())]).unwrap()[0].1.clone();
+    let qdq = run(&q, "x", &x, 0);
+    let cos_qdq = cosine(&engine.to_f32_vec(), &qdq.to_f32_vec());
+    let cos_float = cosine(&engine.to_f32_vec(), &want.to_f32_vec());
+    eprintln!("deconv head: engine vs QDQ graph cosine {cos_qdq:.6}, vs float {cos_float:.6}");
+    assert!(cos_qdq > 0.9999, "engine vs QDQ graph cosine {cos_qdq}");
+    assert!(cos_float > 0.99, "engine vs float cosine {cos_float}");
+
+    let dir = std::env::temp_dir().join(format!("quantkit-ptq-deconv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("deconv.qdq.onnx");
+    quantkit_graph::save_model(&q, &path).unwrap();
+    for optimize in [false, true] {
+        let Some(o) = run_ort(&path, "x", &x, 0, optimize) else {
+            return;
+        };
+        let cos = cosine(&engine.to_f32_vec(), &o);
+        eprintln!("deconv head: engine vs ONNX Runtime (optimize {optimize}) cosine {cos:.6}");
+        assert!(
+            cos > 0.999,
+            "engine vs ONNX Runtime (optimize {optimize}) cosine {cos}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | com.microsoft `QGemm` | `gemm.rs` `qgemm` | `gemm.rs` `GemmStep` |
 //! | `Conv` | `conv.rs` `conv` (+ a following MaxPool: `max_pool_after`) | `conv.rs` `ConvStep` |
+//! | `ConvTranspose` | `conv_transpose.rs` `conv_transpose` | `conv_transpose.rs` `ConvTransposeStep` |
 //! | `Gemm`, `MatMul` | `gemm.rs` `gemm` (+ a Flatten in front: `flatten_gemm.rs`) | `gemm.rs` `GemmStep` (+ `flatten_gemm.rs` `FlatInput`) |
 //! | `QLinearConv` | `conv.rs` `qlinear_conv` | `conv.rs` `ConvStep` |
 //! | `QLinearMatMul` | `gemm.rs` `qlinear_matmul` | `gemm.rs` `GemmStep` |
@@ -55,6 +56,7 @@ mod binary;
 mod codes;
 mod concat;
 mod conv;
+mod conv_transpose;
 mod dynamic;
 mod flatten_gemm;
 mod gemm;
@@ -88,6 +90,7 @@ impl<'g> Matcher<'g> {
         let m = match n.kind()? {
             OpKind::QGemm => self.qgemm(ni),
             OpKind::Conv => self.conv(ni),
+            OpKind::ConvTranspose => self.conv_transpose(ni),
             OpKind::Gemm | OpKind::MatMul => self.gemm(ni),
             OpKind::QLinearConv => self.qlinear_conv(ni),
             OpKind::QLinearMatMul => self.qlinear_matmul(ni),

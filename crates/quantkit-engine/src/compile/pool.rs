@@ -17,14 +17,22 @@ impl<'g> Matcher<'g> {
     /// table when the output's parameters differ.
     pub(super) fn max_pool(&self, ni: usize) -> Why<Matched> {
         let n = &self.g.nodes[ni];
-        let params = pool_params(n)?;
+        let (params, same) = max_pool_params(n)?;
         let k = params.kernel;
         let (dqx, xq, qx, qi, qy) = self.sandwich(n)?;
         let table = self.table(&self.g.nodes[dqx], None, &self.g.nodes[qi])?;
-        let desc = format!("max_pool {}→{} {}x{}", qx.dtype, qy.dtype, k[0], k[1]);
+        let desc = format!(
+            "max_pool {}→{} {}x{}{}",
+            qx.dtype,
+            qy.dtype,
+            k[0],
+            k[1],
+            same_desc(&same)
+        );
         Ok(Matched {
             kernel: Box::new(MaxPoolStep {
                 params,
+                same,
                 x_dtype: qx.dtype,
                 table,
             }),
@@ -40,7 +48,7 @@ impl<'g> Matcher<'g> {
     /// quantized tensor): the integer max pool, no requantization.
     pub(super) fn max_pool_codes(&self, ni: usize, dtype: DType) -> Why<Matched> {
         let n = &self.g.nodes[ni];
-        let params = pool_params(n)?;
+        let (params, same) = max_pool_params(n)?;
         let x = Self::codes_input(n)?;
         let output = n
             .outputs
@@ -49,12 +57,15 @@ impl<'g> Matcher<'g> {
             .cloned()
             .ok_or("no output")?;
         let desc = format!(
-            "max_pool {dtype} {}x{} on codes",
-            params.kernel[0], params.kernel[1]
+            "max_pool {dtype} {}x{}{} on codes",
+            params.kernel[0],
+            params.kernel[1],
+            same_desc(&same)
         );
         Ok(Matched {
             kernel: Box::new(MaxPoolStep {
                 params,
+                same,
                 x_dtype: dtype,
                 table: None,
             }),
@@ -64,6 +75,48 @@ impl<'g> Matcher<'g> {
             through: Vec::new(),
             kernel_desc: desc,
         })
+    }
+}
+
+/// [`pool_params`], or for `auto_pad = SAME_UPPER | SAME_LOWER` the parameters with zero
+/// pads and the rule the step resolves the pads by at run time, from the input's size
+/// ([`PadSpec::resolve`], the executor's own rule). The pool kernel ignores padded taps,
+/// so the padding acts as −∞ whichever pads the rule gives.
+pub(super) fn max_pool_params(n: &Node) -> Why<(ConvParams, Option<PadSpec>)> {
+    let a = PoolAttrs::parse(n).map_err(|e| e.to_string())?;
+    match a.pads {
+        PadSpec::SameUpper | PadSpec::SameLower => {
+            if n.outputs.len() > 1 && !n.outputs[1].is_empty() {
+                return Err("the Indices output is used".into());
+            }
+            // The executor's SAME output size with ceil_mode can exceed ceil(in / stride)
+            // when the window is shorter than the stride; not worth a second rule here.
+            if a.ceil_mode {
+                return Err("ceil_mode = 1 with auto_pad SAME".into());
+            }
+            let k = &a.kernel_shape;
+            if k.len() != 2 {
+                return Err(format!("kernel_shape {k:?}: the kernel is 2-D"));
+            }
+            let (stride, dilation, _) = plane_params(&a.strides, &a.dilations, &PadSpec::Valid)?;
+            let params = ConvParams {
+                kernel: [k[0], k[1]],
+                stride,
+                dilation,
+                pads: [0; 4],
+                groups: 1,
+            };
+            Ok((params, Some(a.pads)))
+        }
+        _ => Ok((pool_params(n)?, None)),
+    }
+}
+
+fn same_desc(same: &Option<PadSpec>) -> &'static str {
+    match same {
+        Some(PadSpec::SameLower) => " SAME_LOWER",
+        Some(_) => " SAME_UPPER",
+        None => "",
     }
 }
 

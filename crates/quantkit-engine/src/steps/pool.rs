@@ -5,6 +5,7 @@ use super::{alloc_len, bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
+use quantkit_graph::ops::PadSpec;
 use quantkit_graph::{DType, Data};
 use quantkit_kernels::conv::ConvParams;
 use quantkit_kernels::pool::max_pool;
@@ -12,7 +13,10 @@ use quantkit_kernels::pool::max_pool;
 /// Max pool on codes (max commutes with the monotone DQ → Q map), then the table when the
 /// output's parameters differ from the input's.
 pub(crate) struct MaxPoolStep {
+    /// The window; its pads are replaced per run when `same` is set.
     pub params: ConvParams,
+    /// `auto_pad = SAME_UPPER | SAME_LOWER`: the pads follow from the input's size.
+    pub same: Option<PadSpec>,
     pub x_dtype: DType,
     pub table: Option<Table>,
 }
@@ -24,21 +28,31 @@ impl Kernel for MaxPoolStep {
         let x = nhwc_input(step, x)?;
         let s = &x.shape;
         let shape = [s[0], s[1], s[2], s[3]];
-        let [oh, ow] = self
-            .params
-            .output_size(s[1], s[2])
-            .map_err(kernel_err(step))?;
+        let params = match &self.same {
+            None => self.params,
+            Some(rule) => {
+                let p = &self.params;
+                let (b, e) = rule
+                    .resolve(&[s[1], s[2]], &p.kernel, &p.stride, &p.dilation)
+                    .map_err(|e| bad(step, "input 0", e.to_string()))?;
+                ConvParams {
+                    pads: [b[0], b[1], e[0], e[1]],
+                    ..*p
+                }
+            }
+        };
+        let [oh, ow] = params.output_size(s[1], s[2]).map_err(kernel_err(step))?;
         let out_shape = vec![s[0], oh, ow, s[3]];
         let len = alloc_len(step, "output", &out_shape)?;
         let t = match &x.data {
             Data::U8(d) => {
                 let mut out = vec![0u8; len];
-                max_pool(d, shape, &self.params, &mut out).map_err(kernel_err(step))?;
+                max_pool(d, shape, &params, &mut out).map_err(kernel_err(step))?;
                 tensor_u8(out_shape, out)
             }
             Data::I8(d) => {
                 let mut out = vec![0i8; len];
-                max_pool(d, shape, &self.params, &mut out).map_err(kernel_err(step))?;
+                max_pool(d, shape, &params, &mut out).map_err(kernel_err(step))?;
                 tensor_i8(out_shape, out)
             }
             _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
@@ -54,10 +68,15 @@ impl Kernel for MaxPoolStep {
     }
     fn describe(&self) -> String {
         format!(
-            "max_pool {} {}x{}{}",
+            "max_pool {} {}x{}{}{}",
             self.x_dtype,
             self.params.kernel[0],
             self.params.kernel[1],
+            match self.same {
+                Some(PadSpec::SameLower) => " SAME_LOWER",
+                Some(_) => " SAME_UPPER",
+                None => "",
+            },
             if self.table.is_some() {
                 " + requant table"
             } else {

@@ -8,7 +8,170 @@
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::linalg::{sgemm, MatRef};
+use crate::ir::Node;
 use crate::tensor::{DType, Data, Tensor};
+
+/// `auto_pad` of ConvTranspose (an unknown value reads as `NOTSET`, as before).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeconvAutoPad {
+    /// Explicit `pads` (default zeros).
+    NotSet,
+    /// No padding.
+    Valid,
+    /// Output `in·stride`, the smaller half of the total padding at the beginning.
+    SameUpper,
+    /// Output `in·stride`, the larger half at the beginning.
+    SameLower,
+}
+
+/// The attributes of ConvTranspose for `nd` spatial axes, parsed once without input shapes
+/// (the executor and the integer engine both resolve the pads through
+/// [`ConvTransposeAttrs::resolve`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvTransposeAttrs {
+    /// `group` (≥ 1).
+    pub group: usize,
+    /// `kernel_shape`, when given (negative values read as 0).
+    pub kernel_shape: Option<Vec<usize>>,
+    /// `strides` (positive), one per spatial axis.
+    pub strides: Vec<usize>,
+    /// `dilations` (positive), one per spatial axis.
+    pub dilations: Vec<usize>,
+    /// `output_padding`, one per spatial axis.
+    pub output_padding: Vec<usize>,
+    /// `auto_pad`.
+    pub auto_pad: DeconvAutoPad,
+    /// `pads` as given (`2·nd` values, begins then ends), when present.
+    pub pads: Option<Vec<i64>>,
+    /// The last `nd` values of `output_shape`, when present.
+    pub output_shape: Option<Vec<usize>>,
+}
+
+impl ConvTransposeAttrs {
+    /// Reads the attributes of `node` for `nd` spatial axes.
+    pub fn parse(node: &Node, nd: usize) -> Result<ConvTransposeAttrs, OpError> {
+        let group = match node.attr_int("group", 1)? {
+            g if g >= 1 => g as usize,
+            g => return Err(OpError::attr("group", format!("expected ≥ 1, got {g}"))),
+        };
+        let ints = |name: &str, d: usize| -> Result<Vec<usize>, OpError> {
+            Ok(match node.attr_ints(name)? {
+                Some(v) => v.iter().map(|&x| x.max(0) as usize).collect(),
+                None => vec![d; nd],
+            })
+        };
+        let strides = ints("strides", 1)?;
+        let dilations = ints("dilations", 1)?;
+        let output_padding = ints("output_padding", 0)?;
+        if strides.len() != nd || dilations.len() != nd || output_padding.len() != nd {
+            return Err(OpError::attr(
+                "strides",
+                "strides, dilations and output_padding need one value per spatial axis",
+            ));
+        }
+        if strides.iter().chain(&dilations).any(|&v| v == 0) {
+            return Err(OpError::attr(
+                "strides",
+                "strides and dilations must be positive",
+            ));
+        }
+        let auto_pad = match node.attr_string("auto_pad", "NOTSET")?.as_str() {
+            "SAME_UPPER" => DeconvAutoPad::SameUpper,
+            "SAME_LOWER" => DeconvAutoPad::SameLower,
+            "VALID" => DeconvAutoPad::Valid,
+            _ => DeconvAutoPad::NotSet,
+        };
+        let output_shape = match node.attr_ints("output_shape")? {
+            None => None,
+            Some(os) if os.len() < nd => {
+                return Err(OpError::attr(
+                    "output_shape",
+                    format!("expected {nd} spatial values, got {os:?}"),
+                ))
+            }
+            Some(os) => Some(os[os.len() - nd..].iter().map(|&v| v as usize).collect()),
+        };
+        let pads = node.attr_ints("pads")?;
+        if output_shape.is_none() && auto_pad == DeconvAutoPad::NotSet {
+            if let Some(p) = &pads {
+                if p.len() != 2 * nd {
+                    return Err(OpError::attr("pads", format!("expected {} values", 2 * nd)));
+                }
+            }
+        }
+        let kernel_shape = node
+            .attr_ints("kernel_shape")?
+            .map(|k| k.iter().map(|&v| v.max(0) as usize).collect());
+        Ok(ConvTransposeAttrs {
+            group,
+            kernel_shape,
+            strides,
+            dilations,
+            output_padding,
+            auto_pad,
+            pads: pads.filter(|_| auto_pad == DeconvAutoPad::NotSet),
+            output_shape,
+        })
+    }
+
+    /// The unpadded output size per axis, `s·(in−1) + output_padding + d·(k−1) + 1`
+    /// (checked: the attributes come from the file).
+    pub fn full(&self, in_sp: &[usize], k: &[usize]) -> Result<Vec<usize>, OpError> {
+        (0..in_sp.len())
+            .map(|i| {
+                self.strides[i]
+                    .checked_mul(in_sp[i].saturating_sub(1))
+                    .and_then(|v| v.checked_add(self.output_padding[i]))
+                    .and_then(|v| v.checked_add(self.dilations[i].checked_mul(k[i].saturating_sub(1))?))
+                    .and_then(|v| v.checked_add(1))
+                    .filter(|&v| v <= i64::MAX as usize)
+                    .ok_or_else(|| OpError::attr("strides", "output size overflows"))
+            })
+            .collect()
+    }
+
+    /// The begin pads and the output size per spatial axis for input size `in_sp` and
+    /// kernel `k` (ONNX ConvTranspose): explicit pads, or with `output_shape` or
+    /// `SAME_*` the total padding `full − out` split as the spec says (SAME_UPPER puts the
+    /// smaller half first).
+    pub fn resolve(&self, in_sp: &[usize], k: &[usize]) -> Result<(Vec<usize>, Vec<usize>), OpError> {
+        let nd = in_sp.len();
+        let full = self.full(in_sp, k)?;
+        let split = |os: Vec<usize>| -> (Vec<usize>, Vec<usize>) {
+            let pb = (0..nd)
+                .map(|i| {
+                    let total = full[i].saturating_sub(os[i]);
+                    if self.auto_pad == DeconvAutoPad::SameUpper {
+                        total / 2
+                    } else {
+                        total - total / 2
+                    }
+                })
+                .collect();
+            (pb, os)
+        };
+        if let Some(os) = &self.output_shape {
+            return Ok(split(os.clone()));
+        }
+        if matches!(self.auto_pad, DeconvAutoPad::SameUpper | DeconvAutoPad::SameLower) {
+            return Ok(split(
+                (0..nd).map(|i| in_sp[i].saturating_mul(self.strides[i])).collect(),
+            ));
+        }
+        let pads = self.pads.clone().unwrap_or_else(|| vec![0; 2 * nd]);
+        let pb: Vec<usize> = pads[..nd].iter().map(|&p| p.max(0) as usize).collect();
+        let os = (0..nd)
+            .map(|i| {
+                (full[i] as i64)
+                    .checked_sub(pads[i])
+                    .and_then(|v| v.checked_sub(pads[i + nd]))
+                    .map(|v| v.max(0) as usize)
+                    .ok_or_else(|| OpError::attr("pads", format!("{pads:?} overflow")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((pb, os))
+    }
+}
 
 /// Evaluates `ConvTranspose`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -22,10 +185,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         ));
     }
     let nd = x.rank() - 2;
-    let group = match node.attr_int("group", 1)? {
-        g if g >= 1 => g as usize,
-        g => return Err(OpError::attr("group", format!("expected ≥ 1, got {g}"))),
-    };
+    let a = ConvTransposeAttrs::parse(node, nd)?;
+    let group = a.group;
     let (n, c) = (x.shape[0], x.shape[1]);
     if w.shape[0] != c || c % group != 0 {
         return Err(OpError::shape(
@@ -38,27 +199,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .checked_mul(group)
         .ok_or_else(|| OpError::attr("group", format!("{group} × {mg} output channels overflows")))?;
     let k: Vec<usize> = w.shape[2..].to_vec();
-    let ints = |name: &str, d: usize| -> Result<Vec<usize>, OpError> {
-        Ok(match node.attr_ints(name)? {
-            Some(v) => v.iter().map(|&x| x.max(0) as usize).collect(),
-            None => vec![d; nd],
-        })
-    };
-    let strides = ints("strides", 1)?;
-    let dil = ints("dilations", 1)?;
-    let opad = ints("output_padding", 0)?;
-    if strides.len() != nd || dil.len() != nd || opad.len() != nd {
-        return Err(OpError::attr(
-            "strides",
-            "strides, dilations and output_padding need one value per spatial axis",
-        ));
-    }
-    if strides.iter().chain(&dil).any(|&v| v == 0) {
-        return Err(OpError::attr(
-            "strides",
-            "strides and dilations must be positive",
-        ));
-    }
+    let (strides, dil) = (&a.strides, &a.dilations);
     let in_sp = x.shape[2..].to_vec();
     if in_sp.iter().chain(&k).any(|&v| v == 0) {
         return Err(OpError::shape(
@@ -66,75 +207,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             (&x.shape, &w.shape),
         ));
     }
-    // Checked: the attributes come from the file (a stride of 2^40 must not wrap into a
-    // plausible size).
-    let full: Vec<usize> = (0..nd)
-        .map(|i| {
-            strides[i]
-                .checked_mul(in_sp[i] - 1)
-                .and_then(|v| v.checked_add(opad[i]))
-                .and_then(|v| v.checked_add(dil[i].checked_mul(k[i] - 1)?))
-                .and_then(|v| v.checked_add(1))
-                .filter(|&v| v <= i64::MAX as usize)
-                .ok_or_else(|| OpError::attr("strides", "output size overflows"))
-        })
-        .collect::<Result<_, _>>()?;
-    let auto_pad = node.attr_string("auto_pad", "NOTSET")?;
-    let out_shape_attr = node.attr_ints("output_shape")?;
-    let (pb, out_sp): (Vec<usize>, Vec<usize>) = if let Some(os) = out_shape_attr {
-        if os.len() < nd {
-            return Err(OpError::attr(
-                "output_shape",
-                format!("expected {nd} spatial values, got {os:?}"),
-            ));
-        }
-        let os: Vec<usize> = os[os.len() - nd..]
-            .iter()
-            .map(|&v| v as usize)
-            .collect();
-        let mut pb = vec![0; nd];
-        for i in 0..nd {
-            let total = full[i].saturating_sub(os[i]);
-            pb[i] = if auto_pad == "SAME_UPPER" {
-                total / 2
-            } else {
-                total - total / 2
-            };
-        }
-        (pb, os)
-    } else if auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" {
-        let os: Vec<usize> = (0..nd).map(|i| in_sp[i].saturating_mul(strides[i])).collect();
-        let mut pb = vec![0; nd];
-        for i in 0..nd {
-            let total = full[i].saturating_sub(os[i]);
-            pb[i] = if auto_pad == "SAME_UPPER" {
-                total / 2
-            } else {
-                total - total / 2
-            };
-        }
-        (pb, os)
-    } else {
-        let pads = if auto_pad == "VALID" {
-            vec![0; 2 * nd]
-        } else {
-            node.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * nd])
-        };
-        if pads.len() != 2 * nd {
-            return Err(OpError::attr("pads", format!("expected {} values", 2 * nd)));
-        }
-        let pb: Vec<usize> = pads[..nd].iter().map(|&p| p.max(0) as usize).collect();
-        let os = (0..nd)
-            .map(|i| {
-                (full[i] as i64)
-                    .checked_sub(pads[i])
-                    .and_then(|v| v.checked_sub(pads[i + nd]))
-                    .map(|v| v.max(0) as usize)
-                    .ok_or_else(|| OpError::attr("pads", format!("{pads:?} overflow")))
-            })
-            .collect::<Result<_, _>>()?;
-        (pb, os)
-    };
+    let (pb, out_sp) = a.resolve(&in_sp, &k)?;
     let mut y_shape = vec![n, m];
     y_shape.extend_from_slice(&out_sp);
     super::alloc_len("ConvTranspose output", &y_shape)?;
