@@ -7,8 +7,8 @@
 //! (the other workers must be woken, and the caller waits for the slowest task), so a call
 //! runs on one thread unless its estimated work gives every task at least
 //! [`min_task_ns`] nanoseconds. The estimate comes from the conv cost model (`conv::algo`,
-//! nanoseconds per output pixel on one core) or from a per-element cost for the simple
-//! loops (pools, tables, element-wise steps).
+//! nanoseconds per output pixel on one core) or from a per-element cost (max pooling).
+//! Element-wise loops (tables, Add, Concat) are not split yet.
 //!
 //! [`MIN_TASK_NS`] was chosen from `examples/fork_join.rs` (docs/kernels.md, "Threads at
 //! batch 1"); `QUANTKIT_MIN_TASK_NS` or [`set_min_task_ns`] overrides it (0 splits every
@@ -50,11 +50,9 @@ pub enum SplitKind {
     Depthwise,
     /// Max pooling: output rows.
     Pool,
-    /// Element-wise loops (tables, Add/Mul, quantize): runs of elements.
-    Elementwise,
 }
 
-const KINDS: usize = 7;
+const KINDS: usize = 6;
 
 impl SplitKind {
     /// Every kind, in [`split_calls`] order.
@@ -65,7 +63,6 @@ impl SplitKind {
         SplitKind::PooledRows,
         SplitKind::Depthwise,
         SplitKind::Pool,
-        SplitKind::Elementwise,
     ];
 }
 
