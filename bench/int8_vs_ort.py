@@ -6,7 +6,9 @@ bench/float_conv_net.py (channels 32-64-128-256, 64x64x3 input) with a symbolic 
 Each float model is quantized once by `quantkit quantize` (QDQ, per-channel int8 weights,
 u8 activations, min/max); ONNX Runtime and quantkit then run the SAME QDQ file (ONNX
 Runtime fuses the Q/DQ pairs into its int8 kernels, quantkit compiles them into its
-integer engine). Batch 1 and 64, one thread for everyone. ONNX Runtime: best of at least
+integer engine). Batch 1 and 64, one thread for everyone unless --threads (e.g. `--threads 1,2`:
+each model and batch at every count, ONNX Runtime with intra_op_num_threads and quantkit with
+`--threads` and RAYON_NUM_THREADS set to it, side by side). ONNX Runtime: best of at least
 --repeat runs filling at least --seconds after a warm-up; quantkit: `quantkit bench FLOAT
 --int8 QDQ --json` (best of runs filling --seconds after a warm-up).
 
@@ -17,7 +19,8 @@ are added with mode "dynamic" (target: dynamic Conv faster than f32 on the convn
 
 Usage:
     cargo build --release -p quantkit-cli
-    python3 bench/int8_vs_ort.py [--quantkit target/release/quantkit] [--repeat 10]
+    python3 bench/int8_vs_ort.py [--quantkit target/release/quantkit] [--repeat 10] [--threads 1,2]
+                                 [--batches 1,64]
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -58,9 +61,9 @@ def build_convnet(path):
     onnx.save(m, path)
 
 
-def ort_best(model, x, repeat, seconds):
+def ort_best(model, x, repeat, seconds, threads=1):
     o = ort.SessionOptions()
-    o.intra_op_num_threads = 1
+    o.intra_op_num_threads = threads
     o.inter_op_num_threads = 1
     o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
@@ -85,6 +88,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dynamic", action="store_true", help="also measure --dynamic quantization")
+    ap.add_argument("--threads", default="1", help="comma-separated thread counts (default 1)")
+    ap.add_argument("--batches", default="1,64", help="comma-separated batch sizes (default 1,64)")
     a = ap.parse_args()
     qk = a.quantkit
     d = tempfile.mkdtemp()
@@ -102,21 +107,24 @@ def main():
     rows = []
     env = dict(os.environ, RAYON_NUM_THREADS="1")
     modes = ["static", "dynamic"] if a.dynamic else ["static"]
+    thread_counts = [int(t) for t in a.threads.split(",")]
+    batches = [int(b) for b in a.batches.split(",")]
     for (name, fmodel, cdata, sample), mode in [(m, mode) for m in models for mode in modes]:
         qmodel = os.path.join(d, f"{name}_{mode}.onnx")
         extra = ["--dynamic"] if mode == "dynamic" else []
         subprocess.run([qk, "quantize", fmodel, "--calib", cdata, "--calib-samples", "256", "-o", qmodel,
                         "--json"] + extra, check=True, capture_output=True, env=env)
-        for batch in (1, 64):
+        for batch, threads in [(b, t) for b in batches for t in thread_counts]:
             x = rng.uniform(0, 1, (batch,) + sample).astype(np.float32)
-            ort_f32 = ort_best(fmodel, x, a.repeat, a.seconds)
-            ort_i8 = ort_best(qmodel, x, a.repeat, a.seconds)
-            out = subprocess.run([qk, "bench", fmodel, "--int8", qmodel, "--batch", str(batch), "--threads", "1",
-                                  "--seconds", str(a.seconds), "--json"],
-                                 check=True, capture_output=True, text=True, env=env).stdout
+            ort_f32 = ort_best(fmodel, x, a.repeat, a.seconds, threads)
+            ort_i8 = ort_best(qmodel, x, a.repeat, a.seconds, threads)
+            tenv = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+            out = subprocess.run([qk, "bench", fmodel, "--int8", qmodel, "--batch", str(batch), "--threads",
+                                  str(threads), "--seconds", str(a.seconds), "--json"],
+                                 check=True, capture_output=True, text=True, env=tenv).stdout
             v = json.loads(out)
             rows.append({
-                "model": name, "mode": mode, "batch": batch,
+                "model": name, "mode": mode, "batch": batch, "threads": threads,
                 "ort_f32_ms": ort_f32, "ort_int8_ms": ort_i8,
                 "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"],
                 "quantkit_int8_runner": v["int8"]["runner"],
@@ -124,13 +132,16 @@ def main():
                 "quantkit_int8_vs_quantkit_f32": v["float"]["best_ms"] / v["int8"]["best_ms"],
             })
     if a.json:
-        print(json.dumps({"onnxruntime": ort.__version__, "threads": 1, "rows": rows}, indent=2))
+        print(json.dumps({"onnxruntime": ort.__version__, "threads": thread_counts, "rows": rows,
+                          "loadavg": os.getloadavg()}, indent=2))
         return
-    print(f"onnxruntime {ort.__version__}, 1 thread, best latency in ms")
-    print(f"{'model':<8} {'mode':<8} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} "
-          f"{'qk8/ORT8':>9} {'qk8/qk32':>9}")
+    print(f"onnxruntime {ort.__version__}, threads {a.threads}, best latency in ms, "
+          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"{'model':<8} {'mode':<8} {'batch':>5} {'thr':>3} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} "
+          f"{'qk int8':>9} {'qk8/ORT8':>9} {'qk8/qk32':>9}")
     for r in rows:
-        print(f"{r['model']:<8} {r['mode']:<8} {r['batch']:>5} {r['ort_f32_ms']:>9.3f} {r['ort_int8_ms']:>9.3f} "
+        print(f"{r['model']:<8} {r['mode']:<8} {r['batch']:>5} {r['threads']:>3} {r['ort_f32_ms']:>9.3f} "
+              f"{r['ort_int8_ms']:>9.3f} "
               f"{r['quantkit_f32_ms']:>9.3f} {r['quantkit_int8_ms']:>9.3f} "
               f"{r['quantkit_int8_vs_ort_int8']:>8.2f}x {r['quantkit_int8_vs_quantkit_f32']:>8.2f}x")
     print(f"quantkit int8 runner: {rows[0]['quantkit_int8_runner']}")

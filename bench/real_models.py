@@ -13,7 +13,8 @@ column; PP-OCR: the softmax output), the largest |p - p_ref|, and the file sizes
 With --time (issue 19) it also times every model on the same QDQ file: quantkit int8 (the
 integer engine) vs ONNX Runtime int8, and both f32, at 1 and 2 threads, batch 1 and the
 model's natural batch (the batch its pipeline runs: MTCNN R-Net 32 and O-Net 16 candidate
-boxes per photo, PP-OCR cls 6 = PaddleOCR's `cls_batch_num`). Each figure is the best of
+boxes per photo, PP-OCR cls 6 = PaddleOCR's `cls_batch_num`), and MTCNN P-Net on the fixture's
+96x48 grid image at batch 1 (timing only). Each figure is the best of
 runs filling --seconds after a warm-up; ONNX Runtime runs the fixture's real inputs,
 `quantkit bench FLOAT --int8 QDQ` a synthetic batch of the same shape (integer kernels do
 not depend on the values). With --profile it prints `quantkit bench --profile` (time per
@@ -43,7 +44,7 @@ MODELS = [
 
 
 # Natural batch per model (see the docstring).
-NATURAL_BATCH = {"mtcnn-rnet": 32, "mtcnn-onet": 16, "ppocr-cls": 6}
+NATURAL_BATCH = {"mtcnn-rnet": 32, "mtcnn-onet": 16, "ppocr-cls": 6, "mtcnn-pnet": 1}
 
 
 def ort_best(model, x, threads, seconds, repeat=10):
@@ -110,7 +111,8 @@ def print_timing(rows):
         print(f"{r['model']:<11} {r['threads']:>3} {r['batch']:>5} {r['ort_f32_ms']:>9.3f} {r['ort_int8_ms']:>9.3f} "
               f"{r['quantkit_f32_ms']:>9.3f} {r['quantkit_int8_ms']:>9.3f} {r['qk8_vs_ort8']:>8.2f}x "
               f"{r['qk32_vs_ort32']:>9.2f}x")
-    print("target (issue 19): qk8/ORT8 >= 1.3 on MTCNN O-Net/R-Net and the PP-OCR classifier, 1 thread")
+    print("target (issue 19): qk8/ORT8 >= 1.3 on MTCNN O-Net/R-Net and the PP-OCR classifier, 1 thread; "
+          f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 def cosine(a, b):
@@ -185,6 +187,14 @@ def main():
                                    str(a.seconds)], check=True, capture_output=True, text=True, env=env).stdout
             if not a.json:
                 print(f"--- {name}: quantkit bench --profile (batch 1, 1 thread)\n{prof}")
+    if a.time:
+        # MTCNN P-Net, timing only: the fixture's 96x48 grid image (one pyramid scale; the
+        # pipeline runs P-Net once per scale, so its natural batch is 1), calibrated on it.
+        pm, pin = os.path.join(base, "mtcnn/pnet.onnx"), os.path.join(base, "mtcnn/pnet_input.npy")
+        q = os.path.join(d, "mtcnn-pnet.int8.onnx")
+        subprocess.run([a.quantkit, "quantize", pm, "--calib", pin, "-o", q, "--json"]
+                       + (["--method", a.method] if a.method else []), check=True, capture_output=True)
+        times += timing_rows(a.quantkit, "mtcnn-pnet", pm, q, np.load(pin), a.seconds)
     if a.json:
         print(json.dumps({"accuracy": rows, "timing": times} if a.time else rows, indent=2))
         return

@@ -32,6 +32,7 @@ pub mod gemm;
 pub mod generic;
 pub mod lut;
 pub mod output;
+pub mod par;
 pub mod peak;
 pub mod pool;
 pub mod quantize;

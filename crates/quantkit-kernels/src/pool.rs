@@ -6,6 +6,7 @@ use crate::conv::ConvParams;
 use crate::dispatch::Body;
 use crate::error::{KernelError, Result};
 use crate::output::QuantType;
+use crate::par::{self, SplitKind};
 use rayon::prelude::*;
 
 fn check(op: &'static str, len: usize, shape: [usize; 4], p: &ConvParams) -> Result<[usize; 2]> {
@@ -77,34 +78,70 @@ pub fn max_pool<T: PoolElem>(
     if out.is_empty() || c == 0 {
         return Ok([n, oh, ow, c]);
     }
-    // Images in parallel. The common 2×2 stride-2 window without padding takes the
-    // element-wise maximum of its four taps in one pass; other windows start each output
-    // pixel as a copy of its first valid tap and take the maximum of the others (a select
-    // per channel, which the compiler vectorises), with no per-pixel allocation, in the
-    // table's pooling copy of the loop.
+    // Bands of output rows in parallel when the work pays for it (`par`; at batch > 1
+    // whole images are the bands). The common 2×2 stride-2 window without padding takes
+    // the element-wise maximum of its four taps in one pass; other windows start each
+    // output pixel as a copy of its first valid tap and take the maximum of the others (a
+    // select per channel, which the compiler vectorises), with no per-pixel allocation, in
+    // the table's pooling copy of the loop.
     let pair_window = p.is_pair_window();
     let body = crate::dispatch::kernels().pooling();
-    out.par_chunks_mut(oh * ow * c)
+    let work_ns = (n * oh * ow * c * p.kernel[0] * p.kernel[1]) as f64 * POOL_NS_PER_TAP;
+    let tasks = par::tasks(work_ns, n * oh);
+    // Rows per band: whole images when there are enough of them.
+    let per = if tasks <= n {
+        oh
+    } else {
+        oh.div_ceil(tasks.div_ceil(n))
+    };
+    let bands: Vec<(usize, usize, &mut [T])> = out
+        .chunks_mut(oh * ow * c)
         .enumerate()
-        .for_each(|(b, img)| {
-            let job = MaxPoolImage {
-                src: &x[b * h * w * c..(b + 1) * h * w * c],
-                shape: [h, w, c],
-                out_hw: [oh, ow],
-                p,
-                pair_window,
-            };
-            body.run(&job, img, &mut []);
-        });
+        .flat_map(|(b, img)| {
+            img.chunks_mut(per * ow * c)
+                .enumerate()
+                .map(move |(i, rows)| (b, i * per, rows))
+        })
+        .collect();
+    let job = |(b, oy0, rows): (usize, usize, &mut [T])| {
+        let job = MaxPoolImage {
+            src: &x[b * h * w * c..(b + 1) * h * w * c],
+            shape: [h, w, c],
+            out_hw: [oh, ow],
+            rows: oy0..oy0 + rows.len() / (ow * c),
+            p,
+            pair_window,
+        };
+        body.run(&job, rows, &mut []);
+    };
+    if tasks > 1 {
+        par::note(SplitKind::Pool);
+        bands
+            .into_par_iter()
+            .with_min_len(bands_len_per_task(n * oh.div_ceil(per), tasks))
+            .for_each(job);
+    } else {
+        bands.into_iter().for_each(job);
+    }
     Ok([n, oh, ow, c])
 }
 
-/// One image of [`max_pool`], written to the body's first buffer.
+/// Estimated ns per tap and output value of [`max_pool`] (byte maxima, 32 per AVX2
+/// instruction, plus loads): only the work estimate of [`par::tasks`] reads it.
+const POOL_NS_PER_TAP: f64 = 0.05;
+
+fn bands_len_per_task(bands: usize, tasks: usize) -> usize {
+    bands.div_ceil(tasks).max(1)
+}
+
+/// Output rows `rows` of one image of [`max_pool`], written to the body's first buffer.
 struct MaxPoolImage<'a, T> {
     src: &'a [T],
     /// Input `[h, w, c]`.
     shape: [usize; 3],
     out_hw: [usize; 2],
+    /// The output rows written (the body's buffer holds exactly these).
+    rows: std::ops::Range<usize>,
     p: &'a ConvParams,
     pair_window: bool,
 }
@@ -113,14 +150,15 @@ impl<T: PoolElem> Body<T, u8> for MaxPoolImage<'_, T> {
     #[inline(always)]
     fn run(&self, img: &mut [T], _: &mut [u8]) {
         let [h, w, c] = self.shape;
-        let [oh, ow] = self.out_hw;
+        let [_, ow] = self.out_hw;
         let p = self.p;
+        let y0 = self.rows.start;
         let max = |a: T, b: T| if b.gt(a) { b } else { a };
         if self.pair_window {
-            for oy in 0..oh {
+            for oy in self.rows.clone() {
                 let r0 = &self.src[2 * oy * w * c..][..w * c];
                 let r1 = &self.src[(2 * oy + 1) * w * c..][..w * c];
-                let orow = &mut img[oy * ow * c..][..ow * c];
+                let orow = &mut img[(oy - y0) * ow * c..][..ow * c];
                 for (ox, o) in orow.chunks_exact_mut(c).enumerate() {
                     let (a0, a1) = r0[2 * ox * c..][..2 * c].split_at(c);
                     let (b0, b1) = r1[2 * ox * c..][..2 * c].split_at(c);
@@ -134,9 +172,9 @@ impl<T: PoolElem> Body<T, u8> for MaxPoolImage<'_, T> {
             }
             return;
         }
-        for oy in 0..oh {
+        for oy in self.rows.clone() {
             for ox in 0..ow {
-                let o = &mut img[(oy * ow + ox) * c..][..c];
+                let o = &mut img[((oy - y0) * ow + ox) * c..][..c];
                 let mut first = true;
                 for ky in 0..p.kernel[0] {
                     let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pads[0] as isize;

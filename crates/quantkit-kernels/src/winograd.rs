@@ -225,23 +225,31 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
         self.x.shape[0] * self.th
     }
 
+    /// 16-channel column panels of the output.
+    pub(crate) fn panel_count(&self) -> usize {
+        self.w.n_panels
+    }
+
     /// Tiles per band.
     pub(crate) fn tiles_per_band(&self) -> usize {
         self.tw
     }
 
-    /// Computes the output pixels of `bands` and hands each 2-pixel row of a tile, 16
-    /// channels at a time, to `out` (the GEMM's output stage), with the table's Winograd
-    /// loop copy and input transform (`wino`) and i16 micro-kernel (`i16`).
+    /// Computes the output pixels of `bands`, channels of the 16-channel column `panels`,
+    /// and hands each 2-pixel row of a tile, 16 channels at a time, to `out` (the GEMM's
+    /// output stage), with the table's Winograd loop copy and input transform (`wino`) and
+    /// i16 micro-kernel (`i16`).
     ///
     /// # Safety
     /// `out` must write an output of `n·oh·ow` pixels (pooled: `n·(oh/2)·(ow/2)`) of
-    /// `c_out` channels, and no other thread may be writing the pixels of `bands`.
+    /// `c_out` channels, and no other thread may be writing the channels of `panels` of
+    /// the pixels of `bands`.
     pub(crate) unsafe fn bands<O: QuantType>(
         &self,
         wino: &Winograd,
         i16: &I16,
         bands: Range<usize>,
+        panels: Range<usize>,
         s: &mut Scratch,
         out: &TileWriter<'_, O>,
     ) {
@@ -250,6 +258,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             wino,
             i16,
             bands,
+            panels,
             out,
         };
         wino.body.run(&job, std::slice::from_mut(s), &mut [])
@@ -265,6 +274,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
         wino: &Winograd,
         i16: &I16,
         bands: Range<usize>,
+        panels: Range<usize>,
         s: &mut Scratch,
         out: &TileWriter<'_, O>,
     ) {
@@ -293,7 +303,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
         // tiles of a block that lie in one band give a run of adjacent pixels in each of
         // their two output rows: those runs (up to 12 pixels) go to the stage in one call.
         let mut run = [Tile([0; TILE]), Tile([0; TILE])];
-        for p in 0..w.n_panels {
+        for p in panels {
             let cols = (c_out - p * NR).min(NR);
             for rb in (0..tiles).step_by(MR) {
                 let rows = (tiles - rb).min(MR);
@@ -432,6 +442,7 @@ struct Bands<'a, T, O> {
     wino: &'a Winograd,
     i16: &'a I16,
     bands: Range<usize>,
+    panels: Range<usize>,
     out: &'a TileWriter<'a, O>,
 }
 
@@ -440,8 +451,14 @@ impl<T: ActElem, O: QuantType> Body<Scratch, u8> for Bands<'_, T, O> {
     fn run(&self, s: &mut [Scratch], _: &mut [u8]) {
         // SAFETY: only `WinogradConv::bands` builds a `Bands`, under its own contract.
         unsafe {
-            self.wc
-                .bands_body(self.wino, self.i16, self.bands.clone(), &mut s[0], self.out)
+            self.wc.bands_body(
+                self.wino,
+                self.i16,
+                self.bands.clone(),
+                self.panels.clone(),
+                &mut s[0],
+                self.out,
+            )
         }
     }
 }

@@ -139,6 +139,9 @@ pub(crate) struct Rates {
     r_direct: f64,
     /// ns per output pixel of the direct conv (padded copy, tile set-up).
     p_direct: f64,
+    /// MACs/ns of the depthwise kernel (not a choice: only the work estimate of
+    /// [`crate::par`] reads it).
+    r_dw: f64,
 }
 
 impl Rates {
@@ -159,6 +162,7 @@ impl Rates {
                 p_wino: 0.3,
                 r_direct: 4.0,
                 p_direct: 18.0,
+                r_dw: 1.0,
             },
             // vpmaddwd on ymm: 16 MACs per multiply uop; the direct tile is portable code.
             Isa::Avx2 => Rates {
@@ -171,6 +175,7 @@ impl Rates {
                 p_wino: 0.074,
                 r_direct: 4.0,
                 p_direct: 18.0,
+                r_dw: 3.0,
             },
             // vpdpbusd on zmm (64 MACs; im2col and direct), vpdpwssd for Winograd (32 i16
             // MACs), the pairs family is AVX2's.
@@ -184,6 +189,7 @@ impl Rates {
                 p_wino: 0.087,
                 r_direct: 200.0,
                 p_direct: 18.0,
+                r_dw: 4.0,
             },
         }
     }
@@ -201,6 +207,12 @@ impl Rates {
                 taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
             }
         }
+    }
+
+    /// Estimated nanoseconds per output pixel of a depthwise conv with `taps` taps and
+    /// `c_out` output channels.
+    pub(crate) fn depthwise_cost(&self, taps: usize, c_out: usize) -> f64 {
+        (taps * c_out) as f64 / self.r_dw
     }
 
     /// The cheapest of `eligible` (the first on ties), `Im2col` if empty.

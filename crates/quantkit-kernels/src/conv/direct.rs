@@ -22,6 +22,7 @@ use super::params::{ActElem, ConvParams, NhwcInput};
 use crate::dispatch::Kernels;
 use crate::gemm::{Tile, TileWriter, NR, TILE, VNNI_KGROUP, VNNI_NR};
 use crate::output::QuantType;
+use crate::par::{self, SplitKind};
 
 /// Output pixels per register tile.
 const ROWS: usize = 8;
@@ -78,7 +79,8 @@ impl DirectWeights {
 
 /// Runs the direct conv of `x` (checked against the weights; output `oh × ow`, `c_out`
 /// channels) into `writer`, with the table's direct tile, tasks of up to
-/// [`TILES_PER_TASK`] register tiles in parallel.
+/// [`TILES_PER_TASK`] register tiles, in parallel when `work_ns` (the call's estimated
+/// time on one core) pays for it ([`par::tasks`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_direct<T: ActElem, O: QuantType>(
     k: &Kernels,
@@ -88,6 +90,7 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
     [oh, ow]: [usize; 2],
     c_out: usize,
     pool: bool,
+    work_ns: f64,
     writer: &mut TileWriter<'_, O>,
 ) {
     let [n, h, w, c] = x.shape;
@@ -98,7 +101,7 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
     // The padded image, in the stored (u8) domain.
     let mut img = vec![za as u8; n * hp * wp * c4];
     let src = T::as_bytes(x.data);
-    img.par_chunks_mut(hp * wp * c4)
+    img.par_chunks_mut((hp * wp * c4).max(1))
         .enumerate()
         .for_each(|(b, dst)| {
             for y in 0..h {
@@ -142,6 +145,7 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
             c_out,
             tile_fn,
             &row_at,
+            work_ns,
             writer,
         );
         return;
@@ -152,45 +156,48 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
         row_at(b, r / ow, r % ow)
     };
     let tiles = m.div_ceil(ROWS);
-    // Enough tasks for every worker to get a few (batch 1 on 2 threads), at most
-    // TILES_PER_TASK tiles each.
-    let per_task = (tiles / (4 * rayon::current_num_threads()).max(1)).clamp(1, TILES_PER_TASK);
+    // As many tasks as the work pays for (par::tasks), at most TILES_PER_TASK tiles each.
+    let tasks = par::tasks(work_ns, tiles);
+    let per_task = tiles.div_ceil(tasks).clamp(1, TILES_PER_TASK);
+    let ntasks = tiles.div_ceil(per_task);
     const _: () = assert!(ROWS * NR <= TILE);
-    (0..tiles.div_ceil(per_task))
-        .into_par_iter()
-        .for_each(|task| {
-            let mut out = [Tile([0; TILE]), Tile([0; TILE])];
-            let t_range = task * per_task..((task + 1) * per_task).min(tiles);
-            let rows_of: Vec<([usize; ROWS], usize)> = t_range
-                .clone()
-                .map(|t| {
-                    let px0 = t * ROWS;
-                    let rows_n = ROWS.min(m - px0);
-                    // Rows past the output repeat the first (their sums are dropped).
-                    let rows =
-                        std::array::from_fn(|r| row_of(px0 + if r < rows_n { r } else { 0 }));
-                    (rows, rows_n)
-                })
-                .collect();
-            // Panel outer: one weight panel (kgroups·128 bytes) stays in cache across the
-            // task's tiles, whose image rows are few and shared between taps.
-            for pnl in 0..dw.n_panels {
-                let b = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
-                for (t, (rows, rows_n)) in t_range.clone().zip(&rows_of) {
-                    tile_fn(&img, rows, &koff, b, &mut out);
-                    for (half, tile) in out.iter().enumerate() {
-                        let c0 = pnl * VNNI_NR + half * NR;
-                        if c0 >= c_out {
-                            break;
-                        }
-                        let cols = NR.min(c_out - c0);
-                        // SAFETY: output pixels t·8..t·8+rows_n belong to this task only,
-                        // channels c0..c0+cols exist; the caller sized the output.
-                        unsafe { writer.write(tile, *rows_n, t * ROWS, c0, cols, c_out) };
+    let job = |task: usize| {
+        let mut out = [Tile([0; TILE]), Tile([0; TILE])];
+        let t_range = task * per_task..((task + 1) * per_task).min(tiles);
+        let rows_of: Vec<([usize; ROWS], usize)> = t_range
+            .clone()
+            .map(|t| {
+                let px0 = t * ROWS;
+                let rows_n = ROWS.min(m - px0);
+                // Rows past the output repeat the first (their sums are dropped).
+                let rows = std::array::from_fn(|r| row_of(px0 + if r < rows_n { r } else { 0 }));
+                (rows, rows_n)
+            })
+            .collect();
+        // Panel outer: one weight panel (kgroups·128 bytes) stays in cache across the
+        // task's tiles, whose image rows are few and shared between taps.
+        for pnl in 0..dw.n_panels {
+            let b = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
+            for (t, (rows, rows_n)) in t_range.clone().zip(&rows_of) {
+                tile_fn(&img, rows, &koff, b, &mut out);
+                for (half, tile) in out.iter().enumerate() {
+                    let c0 = pnl * VNNI_NR + half * NR;
+                    if c0 >= c_out {
+                        break;
                     }
+                    let cols = NR.min(c_out - c0);
+                    // SAFETY: output pixels t·8..t·8+rows_n belong to this task only,
+                    // channels c0..c0+cols exist; the caller sized the output.
+                    unsafe { writer.write(tile, *rows_n, t * ROWS, c0, cols, c_out) };
                 }
             }
-        });
+        }
+    };
+    if tasks > 1 {
+        par::for_tasks(SplitKind::Direct, ntasks, job);
+    } else {
+        (0..ntasks).for_each(job);
+    }
 }
 
 /// The direct conv followed by a 2×2 stride-2 max pool (the stage is non-decreasing,
@@ -208,11 +215,13 @@ fn pooled<O: QuantType>(
     c_out: usize,
     tile_fn: crate::dispatch::DirectFn,
     row_at: &(dyn Fn(usize, usize, usize) -> usize + Sync),
+    work_ns: f64,
     writer: &TileWriter<'_, O>,
 ) {
     let (ph, pw) = (oh / 2, ow / 2);
     let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
-    (0..n * ph).into_par_iter().for_each(|task| {
+    let tasks = par::tasks(work_ns, n * ph);
+    let job = |task: usize| {
         let (b, py) = (task / ph, task % ph);
         let mut top = [Tile([0; TILE]), Tile([0; TILE])];
         let mut bottom = [Tile([0; TILE]), Tile([0; TILE])];
@@ -255,5 +264,15 @@ fn pooled<O: QuantType>(
                 }
             }
         }
-    });
+    };
+    // One task per pooled row; split only when the work pays for it.
+    if tasks > 1 {
+        par::note(SplitKind::Direct);
+        (0..n * ph)
+            .into_par_iter()
+            .with_min_len((n * ph).div_ceil(tasks))
+            .for_each(job);
+    } else {
+        (0..n * ph).for_each(job);
+    }
 }

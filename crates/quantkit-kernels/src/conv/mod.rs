@@ -53,6 +53,7 @@ use crate::dispatch::{self, table_for, Isa};
 use crate::error::{KernelError, Result};
 use crate::gemm::{gemm_strided, Activations, TileWriter};
 use crate::output::{OutputStage, QuantType, Requant};
+use crate::par::{self, SplitKind};
 use depthwise::{Depthwise, DwEmit, DwEpilogue, DwRow};
 use im2col::Im2col;
 use rayon::prelude::*;
@@ -149,33 +150,71 @@ fn conv_impl<T: ActElem, O: QuantType>(
                 oh,
                 ow,
             };
-            let row_len = ow * c_out;
+            let row_len = (ow * c_out).max(1);
+            // Output rows in tasks of `per` rows, as many as the work pays for.
+            let rows = n * oh;
+            let tasks = par::tasks(w.ns_per_px * m as f64, rows);
+            let per = rows.div_ceil(tasks).max(1);
+            if tasks > 1 {
+                par::note(SplitKind::Depthwise);
+            }
             if let Some(o) = out_i32.as_deref_mut() {
-                o.par_chunks_mut(row_len.max(1))
-                    .enumerate()
-                    .for_each(|(row, acc)| body.run(&DwRow { dw: &dw, row }, acc, &mut []));
+                let job = |(t, chunk): (usize, &mut [i32])| {
+                    for (i, acc) in chunk.chunks_mut(row_len).enumerate() {
+                        body.run(
+                            &DwRow {
+                                dw: &dw,
+                                row: t * per + i,
+                            },
+                            acc,
+                            &mut [],
+                        );
+                    }
+                };
+                if tasks > 1 {
+                    o.par_chunks_mut(per * row_len).enumerate().for_each(job);
+                } else {
+                    o.chunks_mut(per * row_len).enumerate().for_each(job);
+                }
             } else if let (Some(o), Some(st)) = (out_q.as_deref_mut(), stage) {
                 let epi = DwEpilogue::new(st, c_out, st.range::<O>());
                 let emit = DwEmit { epi: &epi };
-                o.par_chunks_mut(row_len.max(1)).enumerate().for_each_init(
-                    || vec![0i32; row_len],
-                    |acc, (row, out)| {
-                        body.run(&DwRow { dw: &dw, row }, acc, &mut []);
+                let job = |acc: &mut Vec<i32>, (t, chunk): (usize, &mut [O])| {
+                    for (i, out) in chunk.chunks_mut(row_len).enumerate() {
+                        body.run(
+                            &DwRow {
+                                dw: &dw,
+                                row: t * per + i,
+                            },
+                            acc,
+                            &mut [],
+                        );
                         body.run(&emit, acc, out);
-                    },
-                );
+                    }
+                };
+                if tasks > 1 {
+                    o.par_chunks_mut(per * row_len)
+                        .enumerate()
+                        .for_each_init(|| vec![0i32; row_len], job);
+                } else {
+                    let mut acc = vec![0i32; row_len];
+                    o.chunks_mut(per * row_len)
+                        .enumerate()
+                        .for_each(|c| job(&mut acc, c));
+                }
             }
         }
         Kind::Direct(dw) => {
             let k = table_for(isa)?;
             let mut writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
-            direct::run_direct(k, x, dw, p, [oh, ow], c_out, false, &mut writer);
+            let work = w.ns_per_px * m as f64;
+            direct::run_direct(k, x, dw, p, [oh, ow], c_out, false, work, &mut writer);
         }
         Kind::Winograd(ww) => {
             let k = table_for(isa)?;
             let wc = winograd_call(x, ww, p, oh, ow, false)?;
             let writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
-            run_winograd(k, &wc, &writer);
+            run_winograd(k, &wc, &writer, w.ns_per_px * m as f64);
         }
         Kind::SmallCin(pw) => {
             let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());

@@ -17,6 +17,7 @@ use crate::gemm::{
     TILE,
 };
 use crate::output::{OutputStage, QuantType};
+use crate::par::{self, SplitKind};
 use crate::pool::{max_pool, PoolElem};
 
 /// QLinearConv followed by an ONNX MaxPool (NHWC, floor output size; `pool.groups` is
@@ -65,7 +66,7 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                 let k = table_for(isa)?;
                 let wc = winograd_call(x, ww, &w.params, oh, ow, true)?;
                 let writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
-                run_winograd(k, &wc, &writer);
+                run_winograd(k, &wc, &writer, w.ns_per_px * (n * oh * ow) as f64);
                 return Ok(shape);
             }
             Kind::Direct(dw)
@@ -79,7 +80,18 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
                 stage.validate("conv2d", c_out)?;
                 let k = table_for(isa)?;
                 let mut writer = TileWriter::new(k, c_out, Some(stage), None, Some(out));
-                run_direct(k, x, dw, &w.params, [oh, ow], c_out, true, &mut writer);
+                let work = w.ns_per_px * (n * oh * ow) as f64;
+                run_direct(
+                    k,
+                    x,
+                    dw,
+                    &w.params,
+                    [oh, ow],
+                    c_out,
+                    true,
+                    work,
+                    &mut writer,
+                );
                 return Ok(shape);
             }
             Kind::SmallCin(_) | Kind::Gemm(_) => {
@@ -151,7 +163,7 @@ pub(super) fn pooled_small_cin<T: ActElem, O: QuantType>(
         pwid,
         c_out,
     };
-    (0..n * ph).into_par_iter().for_each(|r| {
+    let job = |r: usize| {
         // A row starts no parallel work, so the borrow is never re-entered.
         BUFS.with_borrow_mut(|bufs| {
             body.run(
@@ -160,7 +172,17 @@ pub(super) fn pooled_small_cin<T: ActElem, O: QuantType>(
                 &mut [],
             )
         })
-    });
+    };
+    let tasks = par::tasks(w.ns_per_px * (n * oh * ow) as f64, n * ph);
+    if tasks > 1 {
+        par::note(SplitKind::PooledRows);
+        (0..n * ph)
+            .into_par_iter()
+            .with_min_len((n * ph).div_ceil(tasks))
+            .for_each(job);
+    } else {
+        (0..n * ph).for_each(job);
+    }
     true
 }
 
@@ -333,7 +355,7 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
         static SCRATCH: std::cell::RefCell<(SerialBuf, Vec<i32>, Tile)> =
             std::cell::RefCell::new((SerialBuf::default(), Vec::new(), Tile([0; TILE])));
     }
-    (0..n * blocks).into_par_iter().for_each(|bi| {
+    let job = |bi: usize| {
         // The block starts no parallel work, so the borrow is never re-entered.
         SCRATCH.with_borrow_mut(|(buf, sums, tile)| {
             let (b, py0) = (bi / blocks, bi % blocks * POOLED_ROWS);
@@ -388,7 +410,17 @@ pub(super) fn pooled_gemm<T: ActElem, O: QuantType>(
                 }
             }
         })
-    });
+    };
+    let tasks = par::tasks(w.ns_per_px * (n * oh * ow) as f64, n * blocks);
+    if tasks > 1 {
+        par::note(SplitKind::PooledRows);
+        (0..n * blocks)
+            .into_par_iter()
+            .with_min_len((n * blocks).div_ceil(tasks))
+            .for_each(job);
+    } else {
+        (0..n * blocks).for_each(job);
+    }
 }
 
 /// `tile[i·16 + l]` = the maximum of the 2×2 window of pooled pixel `i < cnt`, channel

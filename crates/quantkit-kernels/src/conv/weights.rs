@@ -31,6 +31,9 @@ pub struct ConvWeights {
     pub(super) c_in: usize,
     pub(super) c_out: usize,
     pub(super) kind: Kind,
+    /// The cost model's estimate of one output pixel on one core, in ns (all groups):
+    /// what [`crate::par`] weighs to split a call across threads.
+    pub(super) ns_per_px: f64,
 }
 
 impl ConvWeights {
@@ -225,11 +228,19 @@ impl ConvWeights {
             }
             Kind::Gemm(packs)
         };
+        let ns_per_px = match &kind {
+            Kind::Depthwise { .. } => rates.depthwise_cost(kh * kw, c_out),
+            Kind::Winograd(_) => rates.cost(&shape, Candidate::Winograd),
+            Kind::Direct(_) => rates.cost(&shape, Candidate::Direct),
+            Kind::SmallCin(_) => rates.cost(&shape, Candidate::Pairs),
+            Kind::Gemm(_) => g as f64 * rates.cost(&shape, Candidate::Im2col),
+        };
         Ok(ConvWeights {
             params,
             c_in,
             c_out,
             kind,
+            ns_per_px,
         })
     }
 

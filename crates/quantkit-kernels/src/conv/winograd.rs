@@ -1,13 +1,12 @@
 //! Running a Winograd conv (`crate::winograd`): the checks of its exactness bound and the
 //! parallel chunks of bands, with the table's Winograd kernels.
 
-use rayon::prelude::*;
-
 use super::params::{ActElem, ConvParams, NhwcInput};
 use crate::dispatch::Kernels;
 use crate::error::{KernelError, Result};
 use crate::gemm::TileWriter;
 use crate::output::QuantType;
+use crate::par::{self, SplitKind};
 use crate::winograd::{self, WinogradConv, WinogradWeights};
 
 /// Tiles per parallel chunk of the Winograd path: enough 6-row blocks to amortise the
@@ -46,28 +45,48 @@ pub(super) fn winograd_call<'a, T: ActElem>(
 }
 
 /// Runs a Winograd call into `writer` with the kernels of `k`: chunks of whole bands,
-/// about [`WINOGRAD_TILES`] tiles each, in parallel.
+/// about [`WINOGRAD_TILES`] tiles each; with several threads and `work_ns` (the call's
+/// estimated time on one core) worth splitting, as many chunks as [`par::tasks`] allows,
+/// and when there are fewer bands than tasks (a small image at batch 1), each band's
+/// column panels split too (each such task redoes its band's input transform, which
+/// costs `C_in/C_out` of its GEMMs' share at most).
 pub(super) fn run_winograd<T: ActElem, O: QuantType>(
     k: &Kernels,
     wc: &WinogradConv<'_, T>,
     writer: &TileWriter<'_, O>,
+    work_ns: f64,
 ) {
     thread_local! {
         /// Per-thread buffers, kept across calls: growing them zeroes memory, reusing does not.
         static SCRATCH: std::cell::RefCell<winograd::Scratch> = Default::default();
     }
     let (wino, i16) = (k.winograd(), k.i16());
-    let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
     let bands = wc.band_count();
-    (0..bands.div_ceil(per_chunk))
-        .into_par_iter()
-        .for_each(|c| {
-            let range = c * per_chunk..((c + 1) * per_chunk).min(bands);
-            // `bands` starts no parallel work, so the borrow is never re-entered.
-            SCRATCH.with_borrow_mut(|s| {
-                // SAFETY: the caller sized the writer's output for the call (checked shapes),
-                // and the chunks' band ranges (hence their pixels) are disjoint.
-                unsafe { wc.bands(wino, i16, range, s, writer) }
-            })
-        });
+    let panels = wc.panel_count();
+    let per_chunk = (WINOGRAD_TILES / wc.tiles_per_band().max(1)).max(1);
+    let tasks = par::tasks(work_ns, bands * panels);
+    // Band chunks × panel groups.
+    let (chunks, groups) = if tasks <= 1 {
+        (bands.div_ceil(per_chunk), 1)
+    } else if bands >= tasks {
+        (bands.div_ceil(per_chunk).max(tasks), 1)
+    } else {
+        (bands, tasks.div_ceil(bands).min(panels))
+    };
+    let run = |t: usize| {
+        let (c, g) = (t / groups, t % groups);
+        let range = par::task_range(c, chunks, bands);
+        let cols = par::task_range(g, groups, panels);
+        // `bands` starts no parallel work, so the borrow is never re-entered.
+        SCRATCH.with_borrow_mut(|s| {
+            // SAFETY: the caller sized the writer's output for the call (checked shapes),
+            // and the tasks' (band range, panel range) pairs are disjoint.
+            unsafe { wc.bands(wino, i16, range, cols, s, writer) }
+        })
+    };
+    if tasks <= 1 {
+        (0..chunks * groups).for_each(run);
+    } else {
+        par::for_tasks(SplitKind::Winograd, chunks * groups, run);
+    }
 }

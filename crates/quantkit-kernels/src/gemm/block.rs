@@ -11,22 +11,28 @@ use super::sink::{write_tile, Epilogue, Sink, TilePos};
 use super::weights::PackedWeights;
 use crate::dispatch::Mmm;
 use crate::output::QuantType;
+use crate::par::{self, SplitKind};
 
-/// The blocking of one call: tasks of `mc` row panels × `nc` column panels.
+/// The blocking of one call: tasks of `mc` row panels × `nc` column panels, at least
+/// `want` tasks when the panels allow it.
 fn blocking(
     geom: PanelGeometry,
     m_panels: usize,
     n_panels: usize,
     kgroups: usize,
-    threads: usize,
+    want: usize,
 ) -> (usize, usize) {
     // The A block of a task (mc panels, ~128 KiB) and its B block (nc panels, ~256 KiB)
     // stay in L2; one B panel (kgroups·nr·kgroup bytes, 32 KiB at K = 2048 for AVX2 and
     // K = 1024 for VNNI) stays in L1 across the row panels.
     let mut mc = (128 * 1024 / (kgroups * geom.mr * 4)).clamp(1, m_panels);
     let mut nc = (256 * 1024 / (kgroups * geom.nr * geom.kgroup)).clamp(1, n_panels);
-    if threads > 1 {
-        let want = 4 * threads;
+    if want > 1 {
+        if m_panels >= want {
+            // Rows first (a conv at batch 1: M = pixels): each task packs its own rows
+            // and the whole A is never packed up front.
+            mc = mc.min(m_panels.div_ceil(want));
+        }
         while m_panels.div_ceil(mc) * n_panels.div_ceil(nc) < want && (nc > 1 || mc > 1) {
             if nc > 1 {
                 nc = nc.div_ceil(2);
@@ -36,6 +42,16 @@ fn blocking(
         }
     }
     (mc, nc)
+}
+
+/// MACs per nanosecond of one core the micro-kernels of `geom` sustain (the `R_u8` rates
+/// of the conv cost model, `conv::algo`): the GEMM's work estimate for [`par::tasks`].
+fn macs_per_ns(geom: PanelGeometry) -> f64 {
+    if geom.kgroup == crate::gemm::VNNI_KGROUP {
+        220.0
+    } else {
+        84.0
+    }
 }
 
 pub(super) fn run<T: QuantType>(
@@ -51,17 +67,11 @@ pub(super) fn run<T: QuantType>(
     }
     let geom = w.geom;
     debug_assert_eq!(geom, mmm.geometry, "weights not repacked for the kernel");
-    let threads = rayon::current_num_threads();
-    let work = a.m * w.n * w.k;
-    let parallel = threads > 1 && work >= 1 << 18;
     let m_panels = a.m.div_ceil(geom.mr);
-    let (mc, nc) = blocking(
-        geom,
-        m_panels,
-        w.n_panels,
-        w.kgroups,
-        if parallel { threads } else { 1 },
-    );
+    let work_ns = (a.m * w.n * w.k) as f64 / macs_per_ns(geom);
+    let want = par::tasks(work_ns, m_panels * w.n_panels);
+    let parallel = want > 1;
+    let (mc, nc) = blocking(geom, m_panels, w.n_panels, w.kgroups, want);
     let ep = Epilogue {
         colterm,
         zw: if w.zw_all_zero {
@@ -133,6 +143,7 @@ pub(super) fn run<T: QuantType>(
     };
     let ntasks = tasks_m * tasks_n;
     if parallel && ntasks > 1 {
+        par::note(SplitKind::Gemm);
         (0..ntasks).into_par_iter().for_each_init(new_buf, task);
     } else {
         let mut buf = new_buf();
