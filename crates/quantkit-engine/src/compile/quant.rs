@@ -403,7 +403,7 @@ fn stage_for(
 
 /// The output stage of a `DQ(x) → Conv | Gemm | MatMul (DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q`
 /// step exactly as [`crate::compile`] builds it — the same multiplier formula
-/// ([`Matcher::stage`]), the same clamp of the fused activation (`quantize_bound`) and the
+/// (`Matcher::stage`), the same clamp of the fused activation (`quantize_bound`) and the
 /// same scalar arithmetic (`quantkit_kernels::output::OutputStage::apply`, equations K2–K4
 /// of `docs/kernels.md`, which every SIMD epilogue equals bit for bit). Public for code that
 /// computes the layer's int32 accumulators another way and must reach the engine's codes:
