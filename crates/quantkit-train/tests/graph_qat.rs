@@ -483,79 +483,7 @@ fn exact_mode_follows_the_engines_rounding_on_ties() {
     // Biases at (c + 0.5)·s_x·s_w: half to even gives 2, 4, −2, 0.
     let bk = [2.5f32, 3.5, -2.5, 0.5];
     let b: Vec<f32> = (0..m).map(|j| bk[j] * sx * sw[j]).collect();
-    let mut float = Graph {
-        opset_imports: vec![(String::new(), 17)],
-        ..Default::default()
-    };
-    float.inputs.push(ValueInfo::new("x", DType::F32, &[n, k]));
-    float.outputs.push(ValueInfo::new("y", DType::F32, &[n, m]));
-    float
-        .initializers
-        .insert("W".into(), GTensor::from_f32(&[m, k], w.clone()));
-    float
-        .initializers
-        .insert("B".into(), GTensor::from_f32(&[m], b.clone()));
-    let gemm = Node::of(OpKind::Gemm, "gemm", &["xd", "wd", "bd"], &["g"])
-        .with_attr("transB", AttrValue::Int(1));
-    float.nodes.push(
-        Node::of(OpKind::Gemm, "gemm", &["x", "W", "B"], &["g"])
-            .with_attr("transB", AttrValue::Int(1)),
-    );
-    float
-        .nodes
-        .push(Node::of(OpKind::Relu, "relu", &["g"], &["y"]));
-    // The QDQ graph PTQ would write, with these parameters.
-    let mut qdq = float.clone();
-    qdq.nodes.clear();
-    let u8t = |v: u8| GTensor::new(vec![], Data::U8(vec![v])).unwrap();
-    let init = &mut qdq.initializers;
-    init.insert("sx".into(), GTensor::scalar_f32(sx));
-    init.insert("zx".into(), u8t(zx));
-    init.insert("sy".into(), GTensor::scalar_f32(sy));
-    init.insert("zy".into(), u8t(zy));
-    init.insert(
-        "Wq".into(),
-        GTensor::new(vec![m, k], Data::I8(wq.iter().map(|&v| v as i8).collect())).unwrap(),
-    );
-    init.insert("sw".into(), GTensor::from_f32(&[m], sw.to_vec()));
-    init.insert(
-        "zw".into(),
-        GTensor::new(vec![m], Data::I8(vec![0; m])).unwrap(),
-    );
-    init.insert(
-        "Bq".into(),
-        GTensor::new(vec![m], Data::I32(vec![0; m])).unwrap(),
-    );
-    init.insert(
-        "sb".into(),
-        GTensor::from_f32(&[m], sw.iter().map(|&w| sx * w).collect()),
-    );
-    let axis0 = |nd: Node| nd.with_attr("axis", AttrValue::Int(0));
-    qdq.nodes = vec![
-        Node::of(OpKind::QuantizeLinear, "qx", &["x", "sx", "zx"], &["xq"]),
-        Node::of(
-            OpKind::DequantizeLinear,
-            "dqx",
-            &["xq", "sx", "zx"],
-            &["xd"],
-        ),
-        axis0(Node::of(
-            OpKind::DequantizeLinear,
-            "dqw",
-            &["Wq", "sw", "zw"],
-            &["wd"],
-        )),
-        axis0(Node::of(
-            OpKind::DequantizeLinear,
-            "dqb",
-            &["Bq", "sb"],
-            &["bd"],
-        )),
-        gemm,
-        Node::of(OpKind::Relu, "relu", &["g"], &["r"]),
-        Node::of(OpKind::QuantizeLinear, "qy", &["r", "sy", "zy"], &["yq"]),
-        Node::of(OpKind::DequantizeLinear, "dqy", &["yq", "sy", "zy"], &["y"]),
-    ];
+    let (float, qdq) = gemm_relu_case(n, k, m, &w, &b, &wq, sx, &sw, sy, zx, zy);
     let qat = Qat::from_ptq(
         &float,
         &qdq,
@@ -641,4 +569,163 @@ fn exact_mode_follows_the_engines_rounding_on_ties() {
         differ > 0,
         "float and fixed-point requantization agree on every tie: the test cannot tell them apart"
     );
+}
+
+/// `x → Gemm(W, B, transB) → Relu → y` in float and as the QDQ graph PTQ would write for
+/// input scale/zero point `sx`/`zx`, per-channel weight codes `wq` at scales `sw`, output
+/// `sy`/`zy` (the biases' int32 codes are the exporter's to fill).
+#[allow(clippy::too_many_arguments)]
+fn gemm_relu_case(
+    n: usize,
+    k: usize,
+    m: usize,
+    w: &[f32],
+    b: &[f32],
+    wq: &[i32],
+    sx: f32,
+    sw: &[f32],
+    sy: f32,
+    zx: u8,
+    zy: u8,
+) -> (Graph, Graph) {
+    let mut float = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
+    float.inputs.push(ValueInfo::new("x", DType::F32, &[n, k]));
+    float.outputs.push(ValueInfo::new("y", DType::F32, &[n, m]));
+    float
+        .initializers
+        .insert("W".into(), GTensor::from_f32(&[m, k], w.to_vec()));
+    float
+        .initializers
+        .insert("B".into(), GTensor::from_f32(&[m], b.to_vec()));
+    let gemm = Node::of(OpKind::Gemm, "gemm", &["xd", "wd", "bd"], &["g"])
+        .with_attr("transB", AttrValue::Int(1));
+    float.nodes.push(
+        Node::of(OpKind::Gemm, "gemm", &["x", "W", "B"], &["g"])
+            .with_attr("transB", AttrValue::Int(1)),
+    );
+    float
+        .nodes
+        .push(Node::of(OpKind::Relu, "relu", &["g"], &["y"]));
+    // The QDQ graph PTQ would write, with these parameters.
+    let mut qdq = float.clone();
+    qdq.nodes.clear();
+    let u8t = |v: u8| GTensor::new(vec![], Data::U8(vec![v])).unwrap();
+    let init = &mut qdq.initializers;
+    init.insert("sx".into(), GTensor::scalar_f32(sx));
+    init.insert("zx".into(), u8t(zx));
+    init.insert("sy".into(), GTensor::scalar_f32(sy));
+    init.insert("zy".into(), u8t(zy));
+    init.insert(
+        "Wq".into(),
+        GTensor::new(vec![m, k], Data::I8(wq.iter().map(|&v| v as i8).collect())).unwrap(),
+    );
+    init.insert("sw".into(), GTensor::from_f32(&[m], sw.to_vec()));
+    init.insert(
+        "zw".into(),
+        GTensor::new(vec![m], Data::I8(vec![0; m])).unwrap(),
+    );
+    init.insert(
+        "Bq".into(),
+        GTensor::new(vec![m], Data::I32(vec![0; m])).unwrap(),
+    );
+    init.insert(
+        "sb".into(),
+        GTensor::from_f32(&[m], sw.iter().map(|&w| sx * w).collect()),
+    );
+    let axis0 = |nd: Node| nd.with_attr("axis", AttrValue::Int(0));
+    qdq.nodes = vec![
+        Node::of(OpKind::QuantizeLinear, "qx", &["x", "sx", "zx"], &["xq"]),
+        Node::of(
+            OpKind::DequantizeLinear,
+            "dqx",
+            &["xq", "sx", "zx"],
+            &["xd"],
+        ),
+        axis0(Node::of(
+            OpKind::DequantizeLinear,
+            "dqw",
+            &["Wq", "sw", "zw"],
+            &["wd"],
+        )),
+        axis0(Node::of(
+            OpKind::DequantizeLinear,
+            "dqb",
+            &["Bq", "sb"],
+            &["bd"],
+        )),
+        gemm,
+        Node::of(OpKind::Relu, "relu", &["g"], &["r"]),
+        Node::of(OpKind::QuantizeLinear, "qy", &["r", "sy", "zy"], &["yq"]),
+        Node::of(OpKind::DequantizeLinear, "dqy", &["yq", "sy", "zy"], &["y"]),
+    ];
+    (float, qdq)
+}
+
+/// A Gemm whose partial sums exceed 2²⁴ and then cancel (K = 16384: the first half of one
+/// row's products are +127·(127 | 125), the second half the same negated, plus one odd
+/// term), so the exact accumulator is small but an f32 sum of it is off by several units:
+/// exact mode must split the operands into base-16 digits, and equals the engine bit for bit.
+#[test]
+fn exact_mode_splits_accumulators_beyond_f32() {
+    let (n, k, m) = (4usize, 16384usize, 2usize);
+    let sx = 1.0 / 16.0;
+    let sw = [1.0 / 512.0, 1.0 / 512.0];
+    // Multiplier s_x·s_w/s_y = 1/2.
+    let sy = sx * sw[0] * 2.0;
+    let (zx, zy) = (128u8, 128u8);
+    let mut rng = Lcg(12);
+    let half: Vec<i32> = (0..k / 2)
+        .map(|_| if rng.next() > 0.0 { 127 } else { 125 })
+        .collect();
+    let mut row: Vec<i32> = half.iter().chain(half.iter()).copied().collect();
+    for v in &mut row[k / 2..] {
+        *v = -*v;
+    }
+    row[k - 1] += 1;
+    let wq: Vec<i32> = row
+        .iter()
+        .chain(row.iter().map(|v| -v).collect::<Vec<_>>().iter())
+        .copied()
+        .collect();
+    let w: Vec<f32> = wq
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| q as f32 * sw[i / k])
+        .collect();
+    let b = vec![0.0f32; m];
+    let (float, qdq) = gemm_relu_case(n, k, m, &w, &b, &wq, sx, &sw, sy, zx, zy);
+    let qat = Qat::from_ptq(
+        &float,
+        &qdq,
+        &QatOptions {
+            weight_bits: 8,
+            observer_steps: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let out = qat.export().unwrap();
+    // Row 0 at code 255 everywhere (x − z = 127); the others random at the two ends.
+    let xq: Vec<i32> = (0..n * k)
+        .map(|i| if i < k || rng.next() > 0.0 { 255 } else { 0 })
+        .collect();
+    let peak: i64 = (0..k / 2).map(|c| 127 * wq[c] as i64).sum();
+    assert!(peak > 1 << 24, "row 0 peaks at {peak}, not beyond 2^24");
+    let x = GTensor::from_f32(
+        &[n, k],
+        xq.iter().map(|&q| (q - zx as i32) as f32 * sx).collect(),
+    );
+    let plan = quantkit_engine::compile(&out, &Default::default()).unwrap();
+    let exact = qat
+        .exact_plan(&out, &plan, quantkit_engine::RequantMode::Float)
+        .unwrap();
+    assert_eq!(exact.integer_layers(), 1);
+    let ey = plan.run(vec![("x", x.clone())]).unwrap().remove(0).1;
+    let xy = qat.predict_exact(x, &exact).unwrap();
+    assert_eq!(xy.to_f32_vec(), ey.to_f32_vec());
+    // Row 0, channel 0: acc = 127, code 128 + round_half_even(63.5) = 192.
+    assert_eq!(ey.to_f32_vec()[0], (192 - 128) as f32 * sy);
 }
