@@ -1,5 +1,6 @@
 //! Integration tests of `quantkit qat` on the committed LeNet and 1,000-image sample: a
-//! short W4A8 run writes a QDQ model and the JSON summary; bad input (labels that do not
+//! short W4A8 run writes a QDQ model and the JSON summary, its exact-mode fake-quant
+//! evaluation agreeing with the engine on every image; bad input (labels that do not
 //! match the samples, 4-bit activations, no labels without `--distill`, a diverging loss)
 //! is a clear error and writes nothing.
 
@@ -72,6 +73,16 @@ fn short_w4a8_run_writes_the_model_and_json() {
         assert!(v.get(k).is_some(), "missing {k}: {stdout}");
     }
     assert!(v["engine_value"].as_f64().unwrap() > 0.7, "{stdout}");
+    // Exact mode: the reported fake-quant evaluation is the engine's numbers.
+    assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
+    let step = v["output_step"]
+        .as_f64()
+        .expect("the logits are dequantized");
+    assert!(
+        v["engine_max_logit_diff"].as_f64().unwrap() <= step,
+        "logits further apart than one output step: {stdout}"
+    );
+    assert!(v["fake_quant_f32_value"].is_number(), "{stdout}");
     let g = quantkit_graph::load_model(&out).expect("the written model loads");
     quantkit_engine::compile(&g, &Default::default()).expect("and compiles on the engine");
     let csv = std::fs::read_to_string(&log).unwrap();

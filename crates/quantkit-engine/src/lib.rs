@@ -59,7 +59,7 @@ mod error;
 mod steps;
 mod value;
 
-pub use compile::compile;
+pub use compile::{compile, Requantizer};
 pub use error::{EngineError, Result};
 
 use quantkit_graph::{Dim, Tensor, ValueInfo};

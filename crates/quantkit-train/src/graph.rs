@@ -462,6 +462,106 @@ impl GraphNet {
         }
     }
 
+    /// The step running node `name` (an operator step, not a fake-quant).
+    pub(crate) fn op_step(&self, name: &str) -> Option<usize> {
+        self.steps
+            .iter()
+            .position(|s| matches!(&s.kind, StepKind::Op(n) if n.name == name))
+    }
+
+    /// The node of operator step `i`, or `None` for a fake-quant step.
+    pub(crate) fn step_node(&self, i: usize) -> Option<&Node> {
+        match &self.steps.get(i)?.kind {
+            StepKind::Op(n) => Some(n),
+            StepKind::FakeQuant(_) => None,
+        }
+    }
+
+    /// Input and output slots of step `i`.
+    pub(crate) fn step_slots(&self, i: usize) -> (&[Option<usize>], &[usize]) {
+        (&self.steps[i].inputs, &self.steps[i].outputs)
+    }
+
+    /// The steps reading slot `s` (once per reading input), and whether it is a graph output.
+    pub(crate) fn readers_of(&self, s: usize) -> (Vec<usize>, bool) {
+        let mut r = Vec::new();
+        for (i, st) in self.steps.iter().enumerate() {
+            for v in st.inputs.iter().flatten() {
+                if *v == s {
+                    r.push(i);
+                }
+            }
+        }
+        (r, self.outputs.contains(&s))
+    }
+
+    /// The step producing slot `s`, if a step does.
+    pub(crate) fn producer_of(&self, s: usize) -> Option<usize> {
+        self.steps.iter().position(|st| st.outputs.contains(&s))
+    }
+
+    /// The forward pass in exact mode ([`crate::exact`]): the engine's integer layers
+    /// computed as the engine computes them, quantized biases at their int32 values, every
+    /// other step as in [`GraphNet::forward`].
+    pub(crate) fn forward_exact(
+        &self,
+        inputs: Vec<GTensor>,
+        plan: &crate::exact::ExactPlan,
+    ) -> Result<Values> {
+        if inputs.len() != self.inputs.len() {
+            return Err(TrainError::Graph(format!(
+                "{} inputs given, the graph has {}",
+                inputs.len(),
+                self.inputs.len()
+            )));
+        }
+        let mut vals: Vec<Option<GTensor>> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Const(t) => Some(t.clone()),
+                Source::Param(id) => {
+                    let p = self.params.get(*id);
+                    Some(GTensor::from_f32(p.value.shape(), p.value.data().to_vec()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (s, t) in &plan.consts {
+            vals[*s] = Some(t.clone());
+        }
+        for (&s, t) in self.inputs.iter().zip(inputs) {
+            vals[s] = Some(t);
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if plan.skip.contains(&i) {
+                continue;
+            }
+            if let Some(layer) = plan.layer_at(i) {
+                let x = step.inputs[0]
+                    .and_then(|s| vals[s].as_ref())
+                    .ok_or_else(|| {
+                        TrainError::Graph(format!("exact mode: `{}` has no input", layer.name))
+                    })?;
+                let y = layer.run(x, self.opset)?;
+                vals[layer.target] = Some(y);
+                continue;
+            }
+            let outs = {
+                let ins: Vec<Option<&GTensor>> = step
+                    .inputs
+                    .iter()
+                    .map(|s| s.and_then(|s| vals[s].as_ref()))
+                    .collect();
+                self.run_step(step, &ins)?
+            };
+            for (&o, t) in step.outputs.iter().zip(outs) {
+                vals[o] = Some(t);
+            }
+        }
+        Ok(Values { vals })
+    }
+
     /// The graph outputs of a forward pass.
     pub fn outputs<'a>(&self, v: &'a Values) -> Vec<&'a GTensor> {
         self.outputs.iter().filter_map(|&s| v.slot(s)).collect()

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod error;
+pub mod exact;
 pub mod export;
 pub mod gemm;
 pub mod graph;

@@ -18,6 +18,7 @@ use quantkit_graph::ir::Uses;
 use quantkit_graph::{DType, Data, Graph, OpKind, Tensor as GTensor};
 
 use crate::error::{Result, TrainError};
+use crate::exact::ExactPlan;
 use crate::graph::{FakeQuant, FqSpec, GraphNet, Role};
 
 /// What QAT quantizes and learns.
@@ -400,6 +401,45 @@ impl Qat {
     /// The fake-quant model's output 0 for a batch `x`.
     pub fn predict(&self, x: GTensor) -> Result<GTensor> {
         let v = self.net.forward(vec![x])?;
+        self.net
+            .outputs(&v)
+            .first()
+            .copied()
+            .cloned()
+            .ok_or_else(|| err("the graph has no output".into()))
+    }
+
+    /// The exact-mode plan of the current parameters: `exported` must be [`Qat::export`] of
+    /// this state and `engine` its compiled plan (`quantkit_engine::compile(exported, opts)`
+    /// with `opts.requant == mode`). Every Conv/Gemm/MatMul the engine runs on integers is
+    /// then evaluated by [`Qat::predict_exact`] with the engine's integer accumulation, int32
+    /// bias and requantization (see [`crate::exact`]); layers it cannot reproduce are listed
+    /// in [`ExactPlan::not_reproduced`]. The plan is stale after another training step.
+    pub fn exact_plan(
+        &self,
+        exported: &Graph,
+        engine: &quantkit_engine::Plan,
+        mode: quantkit_engine::RequantMode,
+    ) -> Result<ExactPlan> {
+        let biases: Vec<(String, String, String)> = self
+            .biases
+            .iter()
+            .map(|b| (b.float.clone(), b.codes.clone(), b.scale.clone()))
+            .collect();
+        crate::exact::build(&self.net, exported, engine, mode, &biases, self.steps_done)
+    }
+
+    /// The fake-quant model's output 0 for a batch `x` in exact mode: the same numbers as
+    /// the integer engine on the exported model (`docs/qat.md`, "Exact mode").
+    pub fn predict_exact(&self, x: GTensor, plan: &ExactPlan) -> Result<GTensor> {
+        if plan.generation != self.steps_done {
+            return Err(err(format!(
+                "exact mode: the plan was built after {} training steps, the model has taken {}; \
+                 export and build it again",
+                plan.generation, self.steps_done
+            )));
+        }
+        let v = self.net.forward_exact(vec![x], plan)?;
         self.net
             .outputs(&v)
             .first()

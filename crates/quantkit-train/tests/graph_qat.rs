@@ -388,14 +388,344 @@ fn lenet_qat_w4a8_exports_to_the_engine() {
     let xe = GTensor::from_f32(&[held, 1, 28, 28], x[train_n * per..].to_vec());
     let fake = top1(&qat.predict(xe.clone()).unwrap());
     let name = out.inputs[0].name.clone();
-    let eng = top1(&plan.run(vec![(name, xe)]).unwrap()[0].1);
+    let ey = plan.run(vec![(name, xe.clone())]).unwrap().remove(0).1;
+    let eng = top1(&ey);
+    // Exact mode: the fake-quant forward with the engine's integer layers gives the engine's
+    // top-1 on every held-out image and its logits within one output step (in fact the same
+    // bits: both are DQ of the same codes).
+    let exact = qat
+        .exact_plan(&out, &plan, quantkit_engine::RequantMode::Float)
+        .unwrap();
+    assert_eq!(exact.integer_layers(), 4, "conv1, conv2, fc1, fc2");
+    assert!(
+        exact.not_reproduced.is_empty(),
+        "{:?}",
+        exact.not_reproduced
+    );
+    let xy = qat.predict_exact(xe, &exact).unwrap();
+    let ex = top1(&xy);
+    let same = ex.iter().zip(&eng).filter(|(a, b)| a == b).count();
+    assert_eq!(same, held, "exact-mode top-1 = engine top-1 on every image");
+    let step = output_step(&out);
+    let worst = xy
+        .to_f32_vec()
+        .iter()
+        .zip(ey.to_f32_vec())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst <= step,
+        "max |logit difference| {worst} > one output step {step}"
+    );
+    assert_eq!(
+        xy.to_f32_vec(),
+        ey.to_f32_vec(),
+        "exact mode logits are the engine's"
+    );
+    // A stale plan is refused, not silently used.
+    let xb = GTensor::from_f32(&[batch, 1, 28, 28], x[..batch * per].to_vec());
+    qat.train_step(
+        &mut opt,
+        xb.clone(),
+        LossKind::CrossEntropy,
+        Some(&labels[..batch]),
+        None,
+        1e-4,
+    )
+    .unwrap();
+    let e = qat.predict_exact(xb, &exact).expect_err("stale plan");
+    assert!(e.to_string().contains("build it again"), "{e}");
     let agree = fake.iter().zip(&eng).filter(|(a, b)| a == b).count();
     let correct = eng
         .iter()
         .zip(&labels[train_n..])
         .filter(|(a, b)| a == b)
         .count();
-    eprintln!("engine vs fake-quant top-1: {agree}/{held}; engine accuracy {correct}/{held}");
+    eprintln!(
+        "engine vs f32 fake-quant top-1: {agree}/{held}; vs exact mode {same}/{held}; engine accuracy {correct}/{held}"
+    );
     assert!(agree * 100 >= held * 99, "{agree}/{held}");
     assert!(correct * 100 >= held * 70, "{correct}/{held}");
+}
+
+/// The scale of the DequantizeLinear writing the graph's output 0: one output step.
+fn output_step(g: &Graph) -> f32 {
+    let o = &g.outputs[0].name;
+    let dq = g
+        .nodes
+        .iter()
+        .find(|n| n.outputs[0] == *o && n.is(OpKind::DequantizeLinear))
+        .expect("the output is dequantized");
+    g.initializers[&dq.inputs[1]].to_f32_vec()[0]
+}
+
+/// A Gemm + Relu whose scales are powers of two, so that half of the requantized values
+/// and every bias land exactly on .5: the exporter's int32 bias is the half-to-even
+/// rounding, and exact mode equals the engine bit for bit in both requantization modes —
+/// float (half to even) and fixed point (gemmlowp's rounding, half away from zero), which
+/// differ on these ties, so a mode or rounding mismatch fails the test.
+#[test]
+fn exact_mode_follows_the_engines_rounding_on_ties() {
+    let (n, k, m) = (64usize, 4usize, 4usize);
+    let sx = 1.0 / 16.0;
+    let sw = [1.0 / 8.0, 1.0 / 8.0, 1.0 / 4.0, 1.0 / 16.0];
+    let sy = 1.0 / 64.0;
+    let (zx, zy) = (128u8, 100u8);
+    let mut rng = Lcg(11);
+    let wq: Vec<i32> = (0..m * k)
+        .map(|_| (rng.next() * 4.5).round() as i32)
+        .collect();
+    let w: Vec<f32> = wq
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| q as f32 * sw[i / k])
+        .collect();
+    // Biases at (c + 0.5)·s_x·s_w: half to even gives 2, 4, −2, 0.
+    let bk = [2.5f32, 3.5, -2.5, 0.5];
+    let b: Vec<f32> = (0..m).map(|j| bk[j] * sx * sw[j]).collect();
+    let (float, qdq) = gemm_relu_case(n, k, m, &w, &b, &wq, sx, &sw, sy, zx, zy);
+    let qat = Qat::from_ptq(
+        &float,
+        &qdq,
+        &QatOptions {
+            weight_bits: 8,
+            observer_steps: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let out = qat.export().unwrap();
+    assert_eq!(
+        out.initializers["Bq"].to_i64_vec(),
+        vec![2, 4, -2, 0],
+        "bias codes: (c + 0.5) rounds half to even"
+    );
+    assert_eq!(
+        out.initializers["Wq"].to_i64_vec(),
+        wq.iter().map(|&v| v as i64).collect::<Vec<_>>()
+    );
+    // Input codes near the zero point, so most outputs stay inside the u8 range.
+    let xq: Vec<i32> = (0..n * k)
+        .map(|_| zx as i32 + (rng.next() * 9.0).round() as i32)
+        .collect();
+    let x = GTensor::from_f32(
+        &[n, k],
+        xq.iter().map(|&q| (q - zx as i32) as f32 * sx).collect(),
+    );
+    // How many outputs sit exactly on a tie of the float requantization.
+    let mut ties = 0;
+    for r in 0..n {
+        for j in 0..m {
+            let acc: i32 = (0..k)
+                .map(|i| (xq[r * k + i] - zx as i32) * wq[j * k + i])
+                .sum();
+            let bq = [2, 4, -2, 0][j];
+            let v = (acc + bq) as f64 * (sx * sw[j] / sy) as f64;
+            if (v - v.floor() - 0.5).abs() == 0.0
+                && v + (zy as f64) > 0.0
+                && v + (zy as f64) < 255.0
+            {
+                ties += 1;
+            }
+        }
+    }
+    assert!(
+        ties >= n * m / 8,
+        "only {ties} ties: the case does not test rounding"
+    );
+    let mut by_mode = Vec::new();
+    for mode in [
+        quantkit_engine::RequantMode::Float,
+        quantkit_engine::RequantMode::FixedPoint,
+    ] {
+        let opts = quantkit_engine::EngineOptions {
+            requant: mode,
+            ..Default::default()
+        };
+        let plan = quantkit_engine::compile(&out, &opts).unwrap();
+        assert!(
+            plan.report()
+                .iter()
+                .any(|r| r.node == "gemm" && r.is_integer()),
+            "the engine runs the Gemm on integers"
+        );
+        let exact = qat.exact_plan(&out, &plan, mode).unwrap();
+        assert_eq!(exact.integer_layers(), 1);
+        let ey = plan.run(vec![("x", x.clone())]).unwrap().remove(0).1;
+        let xy = qat.predict_exact(x.clone(), &exact).unwrap();
+        assert_eq!(
+            xy.to_f32_vec(),
+            ey.to_f32_vec(),
+            "{mode:?}: exact mode = engine"
+        );
+        by_mode.push(ey.to_f32_vec());
+    }
+    let differ = by_mode[0]
+        .iter()
+        .zip(&by_mode[1])
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(
+        differ > 0,
+        "float and fixed-point requantization agree on every tie: the test cannot tell them apart"
+    );
+}
+
+/// `x → Gemm(W, B, transB) → Relu → y` in float and as the QDQ graph PTQ would write for
+/// input scale/zero point `sx`/`zx`, per-channel weight codes `wq` at scales `sw`, output
+/// `sy`/`zy` (the biases' int32 codes are the exporter's to fill).
+#[allow(clippy::too_many_arguments)]
+fn gemm_relu_case(
+    n: usize,
+    k: usize,
+    m: usize,
+    w: &[f32],
+    b: &[f32],
+    wq: &[i32],
+    sx: f32,
+    sw: &[f32],
+    sy: f32,
+    zx: u8,
+    zy: u8,
+) -> (Graph, Graph) {
+    let mut float = Graph {
+        opset_imports: vec![(String::new(), 17)],
+        ..Default::default()
+    };
+    float.inputs.push(ValueInfo::new("x", DType::F32, &[n, k]));
+    float.outputs.push(ValueInfo::new("y", DType::F32, &[n, m]));
+    float
+        .initializers
+        .insert("W".into(), GTensor::from_f32(&[m, k], w.to_vec()));
+    float
+        .initializers
+        .insert("B".into(), GTensor::from_f32(&[m], b.to_vec()));
+    let gemm = Node::of(OpKind::Gemm, "gemm", &["xd", "wd", "bd"], &["g"])
+        .with_attr("transB", AttrValue::Int(1));
+    float.nodes.push(
+        Node::of(OpKind::Gemm, "gemm", &["x", "W", "B"], &["g"])
+            .with_attr("transB", AttrValue::Int(1)),
+    );
+    float
+        .nodes
+        .push(Node::of(OpKind::Relu, "relu", &["g"], &["y"]));
+    // The QDQ graph PTQ would write, with these parameters.
+    let mut qdq = float.clone();
+    qdq.nodes.clear();
+    let u8t = |v: u8| GTensor::new(vec![], Data::U8(vec![v])).unwrap();
+    let init = &mut qdq.initializers;
+    init.insert("sx".into(), GTensor::scalar_f32(sx));
+    init.insert("zx".into(), u8t(zx));
+    init.insert("sy".into(), GTensor::scalar_f32(sy));
+    init.insert("zy".into(), u8t(zy));
+    init.insert(
+        "Wq".into(),
+        GTensor::new(vec![m, k], Data::I8(wq.iter().map(|&v| v as i8).collect())).unwrap(),
+    );
+    init.insert("sw".into(), GTensor::from_f32(&[m], sw.to_vec()));
+    init.insert(
+        "zw".into(),
+        GTensor::new(vec![m], Data::I8(vec![0; m])).unwrap(),
+    );
+    init.insert(
+        "Bq".into(),
+        GTensor::new(vec![m], Data::I32(vec![0; m])).unwrap(),
+    );
+    init.insert(
+        "sb".into(),
+        GTensor::from_f32(&[m], sw.iter().map(|&w| sx * w).collect()),
+    );
+    let axis0 = |nd: Node| nd.with_attr("axis", AttrValue::Int(0));
+    qdq.nodes = vec![
+        Node::of(OpKind::QuantizeLinear, "qx", &["x", "sx", "zx"], &["xq"]),
+        Node::of(
+            OpKind::DequantizeLinear,
+            "dqx",
+            &["xq", "sx", "zx"],
+            &["xd"],
+        ),
+        axis0(Node::of(
+            OpKind::DequantizeLinear,
+            "dqw",
+            &["Wq", "sw", "zw"],
+            &["wd"],
+        )),
+        axis0(Node::of(
+            OpKind::DequantizeLinear,
+            "dqb",
+            &["Bq", "sb"],
+            &["bd"],
+        )),
+        gemm,
+        Node::of(OpKind::Relu, "relu", &["g"], &["r"]),
+        Node::of(OpKind::QuantizeLinear, "qy", &["r", "sy", "zy"], &["yq"]),
+        Node::of(OpKind::DequantizeLinear, "dqy", &["yq", "sy", "zy"], &["y"]),
+    ];
+    (float, qdq)
+}
+
+/// A Gemm whose partial sums exceed 2²⁴ and then cancel (K = 16384: the first half of one
+/// row's products are +127·(127 | 125), the second half the same negated, plus one odd
+/// term), so the exact accumulator is small but an f32 sum of it is off by several units:
+/// exact mode must split the operands into base-16 digits, and equals the engine bit for bit.
+#[test]
+fn exact_mode_splits_accumulators_beyond_f32() {
+    let (n, k, m) = (4usize, 16384usize, 2usize);
+    let sx = 1.0 / 16.0;
+    let sw = [1.0 / 512.0, 1.0 / 512.0];
+    // Multiplier s_x·s_w/s_y = 1/2.
+    let sy = sx * sw[0] * 2.0;
+    let (zx, zy) = (128u8, 128u8);
+    let mut rng = Lcg(12);
+    let half: Vec<i32> = (0..k / 2)
+        .map(|_| if rng.next() > 0.0 { 127 } else { 125 })
+        .collect();
+    let mut row: Vec<i32> = half.iter().chain(half.iter()).copied().collect();
+    for v in &mut row[k / 2..] {
+        *v = -*v;
+    }
+    row[k - 1] += 1;
+    let wq: Vec<i32> = row
+        .iter()
+        .chain(row.iter().map(|v| -v).collect::<Vec<_>>().iter())
+        .copied()
+        .collect();
+    let w: Vec<f32> = wq
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| q as f32 * sw[i / k])
+        .collect();
+    let b = vec![0.0f32; m];
+    let (float, qdq) = gemm_relu_case(n, k, m, &w, &b, &wq, sx, &sw, sy, zx, zy);
+    let qat = Qat::from_ptq(
+        &float,
+        &qdq,
+        &QatOptions {
+            weight_bits: 8,
+            observer_steps: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let out = qat.export().unwrap();
+    // Row 0 at code 255 everywhere (x − z = 127); the others random at the two ends.
+    let xq: Vec<i32> = (0..n * k)
+        .map(|i| if i < k || rng.next() > 0.0 { 255 } else { 0 })
+        .collect();
+    let peak: i64 = (0..k / 2).map(|c| 127 * wq[c] as i64).sum();
+    assert!(peak > 1 << 24, "row 0 peaks at {peak}, not beyond 2^24");
+    let x = GTensor::from_f32(
+        &[n, k],
+        xq.iter().map(|&q| (q - zx as i32) as f32 * sx).collect(),
+    );
+    let plan = quantkit_engine::compile(&out, &Default::default()).unwrap();
+    let exact = qat
+        .exact_plan(&out, &plan, quantkit_engine::RequantMode::Float)
+        .unwrap();
+    assert_eq!(exact.integer_layers(), 1);
+    let ey = plan.run(vec![("x", x.clone())]).unwrap().remove(0).1;
+    let xy = qat.predict_exact(x, &exact).unwrap();
+    assert_eq!(xy.to_f32_vec(), ey.to_f32_vec());
+    // Row 0, channel 0: acc = 127, code 128 + round_half_even(63.5) = 192.
+    assert_eq!(ey.to_f32_vec()[0], (192 - 128) as f32 * sy);
 }

@@ -5,6 +5,9 @@
 //! the placement, schemes and starting ranges. Each epoch trains on `--data` (the train
 //! split of an IDX folder) and evaluates the float model, the fake-quant model and the
 //! integer engine on the exported model (`--eval`, default the test split of `--data`).
+//! The fake-quant evaluation runs in exact mode (the engine's integer Conv/Gemm/MatMul
+//! arithmetic, `quantkit_train::exact`), so it agrees with the engine on every sample; the
+//! f32 fake-quant model that training differentiates is evaluated beside it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,6 +17,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use quantkit_data::{open_data_for, BatchOptions, DataSource, OpenOptions, Split};
 use quantkit_graph::{Graph, Tensor};
+use quantkit_train::exact::ExactPlan;
 use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{cosine_lr, Adam};
 use quantkit_train::qat::{Qat, QatOptions};
@@ -90,9 +94,17 @@ pub struct Args {
 
 struct EvalResult {
     float: f64,
+    /// The fake-quant model in exact mode (the engine's integer layers).
     fake: f64,
+    /// The fake-quant model as it trains (f32 accumulation, float bias).
+    fake_f32: f64,
     engine: f64,
+    /// Top-1 agreement of the engine with the exact-mode fake-quant model.
     agreement: f64,
+    /// Top-1 agreement of the engine with the f32 fake-quant model.
+    agreement_f32: f64,
+    /// Largest |exact-mode logit − engine logit|.
+    max_logit_diff: f64,
     samples: usize,
 }
 
@@ -137,16 +149,20 @@ fn open(
 }
 
 /// Top-1 accuracy (or, without labels, top-1 agreement with the float model) of the float,
-/// fake-quant and engine models, and the engine's top-1 agreement with the fake-quant one.
+/// fake-quant (exact mode, and as trained) and engine models, and the engine's top-1
+/// agreement and largest logit difference with the exact-mode fake-quant model.
+#[allow(clippy::too_many_arguments)]
 fn evaluate(
     data: &mut DataSource,
     limit: Option<usize>,
     input: &str,
     float: &Graph,
     qat: &Qat,
+    exact: &ExactPlan,
     engine: &quantkit_engine::Plan,
 ) -> anyhow::Result<EvalResult> {
     let (mut f, mut q, mut e, mut agree, mut n) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut q32, mut agree32, mut worst) = (0usize, 0usize, 0f64);
     for b in data.batches(&BatchOptions {
         batch_size: 500,
         limit,
@@ -155,8 +171,14 @@ fn evaluate(
         let b = b?;
         let x = Tensor::from_f32(&b.shape, b.data);
         let fy = top1(&quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1);
-        let qy = top1(&qat.predict(x.clone())?);
-        let ey = top1(&engine.run(vec![(input, x)])?[0].1);
+        let q32y = top1(&qat.predict(x.clone())?);
+        let qt = qat.predict_exact(x.clone(), exact)?;
+        let et = engine.run(vec![(input, x)])?.remove(0).1;
+        for (a, b) in qt.to_f32_vec().iter().zip(et.to_f32_vec()) {
+            worst = worst.max(f64::from((a - b).abs()));
+        }
+        let qy = top1(&qt);
+        let ey = top1(&et);
         let truth: Vec<usize> = match &b.labels {
             Some(l) => l.iter().map(|&v| v as usize).collect(),
             None => fy.clone(),
@@ -166,6 +188,8 @@ fn evaluate(
             q += usize::from(qy[i] == truth[i]);
             e += usize::from(ey[i] == truth[i]);
             agree += usize::from(qy[i] == ey[i]);
+            q32 += usize::from(q32y[i] == truth[i]);
+            agree32 += usize::from(q32y[i] == ey[i]);
         }
         n += truth.len();
     }
@@ -173,10 +197,49 @@ fn evaluate(
     Ok(EvalResult {
         float: r(f),
         fake: r(q),
+        fake_f32: r(q32),
         engine: r(e),
         agreement: r(agree),
+        agreement_f32: r(agree32),
+        max_logit_diff: worst,
         samples: n,
     })
+}
+
+/// The exact-mode plan of `qat` for its export `g` compiled as `plan`; a layer the engine
+/// runs on integers that exact mode cannot reproduce is named on stderr (the bar's line).
+fn exact_plan(
+    qat: &Qat,
+    g: &Graph,
+    plan: &quantkit_engine::Plan,
+    opts: &quantkit_engine::EngineOptions,
+    bar: Option<&ProgressBar>,
+) -> anyhow::Result<ExactPlan> {
+    let exact = qat
+        .exact_plan(g, plan, opts.requant)
+        .context("building the exact-mode evaluation")?;
+    for (node, why) in &exact.not_reproduced {
+        let msg = format!(
+            "warning: exact mode evaluates `{node}` as the f32 fake-quant model ({why}); \
+             its codes can differ from the engine's"
+        );
+        match bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+    Ok(exact)
+}
+
+/// The scale of the DequantizeLinear writing the graph's first output (one output step),
+/// when there is one.
+fn output_step(g: &Graph) -> Option<f32> {
+    let o = &g.outputs.first()?.name;
+    let dq = g
+        .nodes
+        .iter()
+        .find(|n| n.outputs.first() == Some(o) && n.is(quantkit_graph::OpKind::DequantizeLinear))?;
+    Some(g.initializers.get(dq.inputs.get(1)?)?.to_f32_vec()[0])
 }
 
 /// Runs `quantkit qat`.
@@ -266,14 +329,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     let mut eval_data = open(&eval_path, &specs, Split::Test, eval_labels)?;
 
-    let ptq_plan = quantkit_engine::compile(&ptq, &Default::default())
+    let engine_opts = quantkit_engine::EngineOptions::default();
+    let ptq_plan = quantkit_engine::compile(&ptq, &engine_opts)
         .context("compiling the PTQ model on the integer engine")?;
+    let ptq_exact = exact_plan(&qat, &ptq, &ptq_plan, &engine_opts, None)?;
     let ptq_eval = evaluate(
         &mut eval_data,
         args.eval_limit,
         &input,
         &float,
         &qat,
+        &ptq_exact,
         &ptq_plan,
     )?;
 
@@ -288,7 +354,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let warmup = (total / 50).clamp(1, 100);
     let mut opt = Adam::new(0.0);
     let mut log = String::from(
-        "epoch,loss,train_accuracy,samples_per_s,float,fake_quant,engine,engine_agreement,seconds\n",
+        "epoch,loss,train_accuracy,samples_per_s,float,fake_quant,engine,engine_agreement,fake_quant_f32,engine_agreement_f32,max_logit_diff,seconds\n",
     );
     let bar = if args.json {
         ProgressBar::hidden()
@@ -372,12 +438,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let train_secs = te.elapsed().as_secs_f64();
         epochs_secs.push(train_secs);
         let exported = qat.export()?;
-        let plan = quantkit_engine::compile(&exported, &Default::default())
+        let plan = quantkit_engine::compile(&exported, &engine_opts)
             .context("compiling the QAT model on the integer engine")?;
-        let ev = evaluate(&mut eval_data, args.eval_limit, &input, &float, &qat, &plan)?;
+        let exact = exact_plan(&qat, &exported, &plan, &engine_opts, Some(&bar))?;
+        let ev = evaluate(
+            &mut eval_data,
+            args.eval_limit,
+            &input,
+            &float,
+            &qat,
+            &exact,
+            &plan,
+        )?;
         let sps = seen as f64 / train_secs.max(1e-9);
         log.push_str(&format!(
-            "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.2}\n",
+            "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.2}\n",
             epoch + 1,
             loss_sum / seen.max(1) as f64,
             correct as f64 / seen.max(1) as f64,
@@ -386,10 +461,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.fake,
             ev.engine,
             ev.agreement,
+            ev.fake_f32,
+            ev.agreement_f32,
+            ev.max_logit_diff,
             t0.elapsed().as_secs_f64()
         ));
         bar.println(format!(
-            "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%)",
+            "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant (exact mode) {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%, max logit difference {:.3e}; f32 fake-quant {:.2}%, = engine on {:.2}%)",
             epoch + 1,
             loss_sum / seen.max(1) as f64,
             sps,
@@ -397,7 +475,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.float * 100.0,
             ev.fake * 100.0,
             ev.engine * 100.0,
-            ev.agreement * 100.0
+            ev.agreement * 100.0,
+            ev.max_logit_diff,
+            ev.fake_f32 * 100.0,
+            ev.agreement_f32 * 100.0
         ));
         last = Some((exported, ev));
     }
@@ -426,6 +507,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "qat_value": ev.fake,
                 "engine_value": ev.engine,
                 "engine_agreement": ev.agreement,
+                "engine_max_logit_diff": ev.max_logit_diff,
+                "output_step": output_step(&exported),
+                "fake_quant_f32_value": ev.fake_f32,
+                "engine_agreement_f32": ev.agreement_f32,
                 "epochs": args.epochs,
                 "epoch_seconds": epochs_secs,
                 "seconds": seconds,
@@ -437,7 +522,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "W{}A{} QAT, {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
+            "W{}A{} QAT, {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
             args.weight_bits,
             args.activation_bits,
             args.epochs,

@@ -67,6 +67,8 @@ mod prelu;
 mod prologue;
 mod quant;
 
+pub use quant::Requantizer;
+
 /// A matched pattern: one integer step standing for several nodes.
 struct Matched {
     kernel: Box<dyn Kernel>,

@@ -266,34 +266,7 @@ impl<'g> Matcher<'g> {
         bias: Option<Vec<i32>>,
         alpha: f32,
     ) -> Why<OutputStage> {
-        let stage = match self.opts.requant {
-            RequantMode::Float => OutputStage::float(
-                s_w.iter().map(|&w| alpha * (s_x * w) / out.scale).collect(),
-                out.zp,
-            ),
-            RequantMode::FixedPoint => OutputStage::fixed_point(
-                s_w.iter()
-                    .map(|&w| {
-                        if alpha == 1.0 {
-                            QuantizedMultiplier::from_scales(s_x, w, out.scale)
-                        } else {
-                            QuantizedMultiplier::from_f64(
-                                f64::from(alpha) * f64::from(s_x) * f64::from(w)
-                                    / f64::from(out.scale),
-                            )
-                        }
-                    })
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|e| format!("fixed-point multiplier: {e}"))?,
-                FixedPointRounding::DoubleRounding,
-                out.zp,
-            ),
-        };
-        let stage = stage.with_clamp(clamp.0, clamp.1);
-        Ok(match bias {
-            Some(b) => stage.with_bias(b),
-            None => stage,
-        })
+        stage_for(self.opts.requant, s_x, s_w, out, clamp, bias, alpha)
     }
 
     /// The table `code → Q(op(DQ(code)))`, evaluated with the graph crate's operators so it
@@ -385,5 +358,104 @@ pub(super) fn granularity(scales: &[f32]) -> &'static str {
         "per-channel"
     } else {
         "per-tensor"
+    }
+}
+
+/// The output stage of [`Matcher::stage`] for requantization mode `mode`: a free function so
+/// that [`Requantizer`] builds exactly the stage a compiled step runs.
+fn stage_for(
+    mode: RequantMode,
+    s_x: f32,
+    s_w: &[f32],
+    out: Qp,
+    clamp: (i32, i32),
+    bias: Option<Vec<i32>>,
+    alpha: f32,
+) -> Why<OutputStage> {
+    let stage = match mode {
+        RequantMode::Float => OutputStage::float(
+            s_w.iter().map(|&w| alpha * (s_x * w) / out.scale).collect(),
+            out.zp,
+        ),
+        RequantMode::FixedPoint => OutputStage::fixed_point(
+            s_w.iter()
+                .map(|&w| {
+                    if alpha == 1.0 {
+                        QuantizedMultiplier::from_scales(s_x, w, out.scale)
+                    } else {
+                        QuantizedMultiplier::from_f64(
+                            f64::from(alpha) * f64::from(s_x) * f64::from(w) / f64::from(out.scale),
+                        )
+                    }
+                })
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| format!("fixed-point multiplier: {e}"))?,
+            FixedPointRounding::DoubleRounding,
+            out.zp,
+        ),
+    };
+    let stage = stage.with_clamp(clamp.0, clamp.1);
+    Ok(match bias {
+        Some(b) => stage.with_bias(b),
+        None => stage,
+    })
+}
+
+/// The output stage of a `DQ(x) → Conv | Gemm | MatMul (DQ(w) [, DQ(b)]) [→ Relu | Clip] → Q`
+/// step exactly as [`crate::compile`] builds it — the same multiplier formula
+/// (`Matcher::stage`), the same clamp of the fused activation (`quantize_bound`) and the
+/// same scalar arithmetic (`quantkit_kernels::output::OutputStage::apply`, equations K2–K4
+/// of `docs/kernels.md`, which every SIMD epilogue equals bit for bit). Public for code that
+/// computes the layer's int32 accumulators another way and must reach the engine's codes:
+/// quantization-aware training's exact mode (`quantkit-train`, `docs/qat.md`).
+#[derive(Debug, Clone)]
+pub struct Requantizer {
+    stage: OutputStage,
+    dtype: DType,
+}
+
+impl Requantizer {
+    /// The stage for input scale `s_x`, weight scales `s_w` (one, or one per output
+    /// channel), output scale, zero point and code type (u8 or i8), the fused activation's
+    /// real range `clip` (`(-∞, ∞)` without one, `(0, ∞)` for Relu) and the int32 bias.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mode: RequantMode,
+        s_x: f32,
+        s_w: &[f32],
+        y_scale: f32,
+        y_zp: i32,
+        y_dtype: DType,
+        clip: (f32, f32),
+        bias: Option<Vec<i32>>,
+    ) -> std::result::Result<Requantizer, String> {
+        if !matches!(y_dtype, DType::U8 | DType::I8) {
+            return Err(format!(
+                "output codes are {y_dtype}, the engine writes u8 or i8"
+            ));
+        }
+        if !(y_scale.is_finite() && y_scale > 0.0) {
+            return Err(format!("output scale {y_scale} is not positive"));
+        }
+        let qp = Qp {
+            scale: y_scale,
+            zp: y_zp,
+            dtype: y_dtype,
+        };
+        let clamp = (quantize_bound(clip.0, qp), quantize_bound(clip.1, qp));
+        let stage = stage_for(mode, s_x, s_w, qp, clamp, bias, 1.0)?;
+        Ok(Requantizer {
+            stage,
+            dtype: y_dtype,
+        })
+    }
+
+    /// The output code of accumulator `acc = Σ (x − z_x)(w − z_w)` (before the bias) of
+    /// output channel `channel`.
+    pub fn apply(&self, acc: i32, channel: usize) -> i32 {
+        match self.dtype {
+            DType::U8 => i32::from(self.stage.apply::<u8>(acc, channel)),
+            _ => i32::from(self.stage.apply::<i8>(acc, channel)),
+        }
     }
 }
