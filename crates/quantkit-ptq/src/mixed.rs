@@ -39,17 +39,23 @@ pub enum Precision {
     /// 4-bit symmetric weights (stored as int8), 8-bit activations.
     #[serde(rename = "int8-w4")]
     Weight4,
+    /// The setup's weights (int8) and 16-bit activations on the layer's inputs and output
+    /// (symmetric int16, per tensor; ONNX Runtime's W8A16 / `QInt16`): opset-21 Q/DQ.
+    /// ONNX Runtime and quantkit's engine run such a layer as DQ → float op → Q.
+    #[serde(rename = "int16")]
+    Act16,
     /// Left in float: float weights, no Q/DQ on its output.
     #[serde(rename = "float")]
     Float,
 }
 
 impl Precision {
-    /// `int8`, `int8-w4` or `float`.
+    /// `int8`, `int8-w4`, `int16` or `float`.
     pub fn name(self) -> &'static str {
         match self {
             Precision::Int8 => "int8",
             Precision::Weight4 => "int8-w4",
+            Precision::Act16 => "int16",
             Precision::Float => "float",
         }
     }
@@ -353,8 +359,11 @@ impl<'a> Evaluation<'a> {
 
 impl Setup {
     /// The QDQ graph of `config`: float layers without their weight and output
-    /// quantization, 4-bit layers with 4-bit weights. Errors on a layer name the plan does
-    /// not have, or when every weighted layer is float (nothing left to quantize).
+    /// quantization, 4-bit layers with 4-bit weights, int16 layers with 16-bit Q/DQ on the
+    /// activations they read and write (an activation shared with an int8 layer is int16 for
+    /// both: a tensor has one Q/DQ pair; the graph is then at opset 21). Errors on a layer
+    /// name the plan does not have, or when every weighted layer is float (nothing left to
+    /// quantize).
     pub fn mixed(&self, config: &MixedConfig) -> Result<Graph> {
         let layers = self.layers();
         let known: HashMap<&str, &crate::analyze::Layer> =
@@ -372,10 +381,22 @@ impl Setup {
         let mut float_nodes: HashSet<&str> = HashSet::new();
         let mut drop: HashSet<&str> = HashSet::new();
         let mut bits: HashMap<String, u8> = HashMap::new();
+        let mut wide: HashSet<&str> = HashSet::new();
+        let by_name: HashMap<&str, &quantkit_graph::Node> = self
+            .float
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n))
+            .collect();
         for (name, p) in &config.layers {
             let l = known[name.as_str()];
             match p {
                 Precision::Int8 => {}
+                Precision::Act16 => {
+                    for n in l.nodes.iter().filter_map(|n| by_name.get(n.as_str())) {
+                        wide.extend(crate::analyze::node_acts(n));
+                    }
+                }
                 Precision::Float => {
                     float_nodes.extend(l.nodes.iter().map(String::as_str));
                     drop.extend(l.output.iter().map(String::as_str));
@@ -399,7 +420,7 @@ impl Setup {
                 " (the mixed-precision configuration leaves every weighted layer in float)".into(),
             ));
         }
-        self.variant_bits(&|n| !float_nodes.contains(n), &drop, &bits)
+        self.variant_bits(&|n| !float_nodes.contains(n), &drop, &bits, &wide)
     }
 
     /// Names of the plan's layers (first node of each) in graph order, with their operators.
@@ -421,6 +442,9 @@ pub struct SearchOptions {
     pub max_float: Option<usize>,
     /// Time for the sensitivity ranking ([`AnalyzeOptions::budget`]); `None`: every layer.
     pub ranking_budget: Option<std::time::Duration>,
+    /// Never try int16 activations ([`Precision::Act16`]): a guilty layer goes straight to
+    /// float, as before int16 existed (`quantkit quantize --no-int16`).
+    pub no_int16: bool,
 }
 
 /// One configuration the search measured.
@@ -535,46 +559,84 @@ pub fn search(
     let mut measured_n = 0usize;
     let mut measure = |c: &MixedConfig| -> Result<Measured> {
         measured_n += 1;
-        progress(SearchStage::Search, measured_n, 2 * ranking.len() + 1);
+        progress(SearchStage::Search, measured_n, 4 * ranking.len() + 1);
         eval.measure(&setup.mixed(c)?)
     };
+    // Ties: fewer float layers, then fewer layers off int8.
     let better = |a: &Measured, ca: &MixedConfig, b: &Measured, cb: &MixedConfig| {
         let (sa, sb) = (target.score(a), target.score(b));
-        sa > sb || (sa == sb && ca.layers.len() < cb.layers.len())
+        let key = |c: &MixedConfig| (c.with(Precision::Float).len(), c.layers.len());
+        sa > sb || (sa == sb && key(ca) < key(cb))
     };
-    // 1. Greedy fallback in ranking order.
+    // 1. Greedy fallback in ranking order: int16 activations first, float only when
+    //    int16 does not meet the target and float does better.
     let mut added: Vec<String> = Vec::new();
     if !target.met(&current) {
         let max_float = opts.max_float.unwrap_or(usize::MAX);
         let weighted_total = weighted.len();
         for (name, _) in &ranking {
-            if added.len() >= max_float {
-                break;
-            }
-            let float_weighted = added
+            let floats = config.with(Precision::Float);
+            let float_weighted = floats
                 .iter()
                 .filter(|n| weighted.contains(n.as_str()))
                 .count();
-            if weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total {
-                continue; // keep one weighted layer in integer
+            // Keep one weighted layer in integer, and at most `max_float` layers in float.
+            let float_ok = floats.len() < max_float
+                && !(weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total);
+            if opts.no_int16 && !float_ok {
+                if floats.len() >= max_float {
+                    break;
+                }
+                continue;
             }
-            let mut c = config.clone();
-            c.set(name, Precision::Float);
-            let m = measure(&c)?;
-            let met = target.met(&m);
-            steps.push(Step {
-                action: format!("float {name}"),
-                value: target.value_of(&m),
-                met,
-                kept: true,
-            });
+            let mut tried: Vec<(MixedConfig, Measured, usize)> = Vec::new();
+            if !opts.no_int16 {
+                let mut c = config.clone();
+                c.set(name, Precision::Act16);
+                let m = measure(&c)?;
+                steps.push(Step {
+                    action: format!("int16 {name}"),
+                    value: target.value_of(&m),
+                    met: target.met(&m),
+                    kept: false,
+                });
+                tried.push((c, m, steps.len() - 1));
+            }
+            if float_ok && !tried.iter().any(|(_, m, _)| target.met(m)) {
+                let mut c = config.clone();
+                c.set(name, Precision::Float);
+                let m = measure(&c)?;
+                steps.push(Step {
+                    action: format!("float {name}"),
+                    value: target.value_of(&m),
+                    met: target.met(&m),
+                    kept: false,
+                });
+                tried.push((c, m, steps.len() - 1));
+            }
+            // int16 unless float meets the target and int16 does not, or float scores
+            // strictly higher.
+            let pick = tried
+                .iter()
+                .enumerate()
+                .max_by(|(ia, a), (ib, b)| {
+                    let ka = (target.met(&a.1), target.score(&a.1));
+                    let kb = (target.met(&b.1), target.score(&b.1));
+                    ka.partial_cmp(&kb)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(ib.cmp(ia)) // ties: the one tried first (int16)
+                })
+                .map(|(i, _)| i)
+                .expect("at least one tried");
+            let (c, m, si) = tried.swap_remove(pick);
+            steps[si].kept = true;
             config = c;
             current = m;
             added.push(name.clone());
             if better(&m, &config, &best.1, &best.0) {
                 best = (config.clone(), m);
             }
-            if met {
+            if target.met(&m) {
                 break;
             }
         }
@@ -591,21 +653,30 @@ pub fn search(
             samples: eval.samples(),
         });
     }
-    // 2. Prune: put fallen-back layers back in int8, the last added first.
+    // 2. Prune: put fallen-back layers back in int8, the last added first; a float layer
+    //    that int8 does not suffice for tries int16.
     for name in added.iter().rev() {
-        let mut c = config.clone();
-        c.set(name, Precision::Int8);
-        let m = measure(&c)?;
-        let met = target.met(&m);
-        steps.push(Step {
-            action: format!("int8 {name} (prune)"),
-            value: target.value_of(&m),
-            met,
-            kept: met,
-        });
-        if met {
-            config = c;
-            current = m;
+        let was = config.get(name);
+        let mut tries = vec![Precision::Int8];
+        if was == Precision::Float && !opts.no_int16 {
+            tries.push(Precision::Act16);
+        }
+        for p in tries {
+            let mut c = config.clone();
+            c.set(name, p);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("{} {name} (prune)", p.name()),
+                value: target.value_of(&m),
+                met,
+                kept: met,
+            });
+            if met {
+                config = c;
+                current = m;
+                break;
+            }
         }
     }
     // 3. 4-bit weights, least sensitive first (the end of the ranking).
