@@ -1,18 +1,21 @@
 //! Automatic mixed precision (issue 18, `quantkit quantize --target METRIC=VALUE`): choose,
-//! per layer, int8, int8 activations with 4-bit weights, or float, so that the model output
-//! meets a target measured against the float model, with as much of the model in integer as
-//! possible.
+//! per layer, int8, int8 activations with 4-bit weights, int16 activations with int8
+//! weights (W8A16), or float, so that the model output meets a target measured against the
+//! float model, with as much of the model in integer as possible.
 //!
 //! The search ([`search`]) starts from the fully quantized model and uses the sensitivity
 //! ranking of [`crate::analyze`] (the share of the output error that goes away when one
 //! layer is left in float):
 //!
-//! 1. **Greedy fallback**: leave layers in float one by one in ranking order until the
-//!    target is met (each step is one pass of the evaluation data).
-//! 2. **Pruning**: try putting every fallen-back layer back in int8, the last one added
-//!    first; keep it in int8 whenever the target still holds. Errors of different layers
-//!    interact, so a layer the greedy pass needed early can become unnecessary once later
-//!    ones are float.
+//! 1. **Greedy fallback**: in ranking order, layers get int16 activations (their inputs
+//!    and output) one by one until the target is met; only if int16 everywhere is not
+//!    enough, layers go to float one by one in the same order (replacing int16) until it
+//!    is met (each step is one pass of the evaluation data). [`SearchOptions::no_int16`]
+//!    skips the int16 walk, as before int16 existed.
+//! 2. **Pruning**: try putting every changed layer back in int8, the last one added first,
+//!    and a float layer that cannot go back to int8 to int16; keep the change whenever the
+//!    target still holds. Errors of different layers interact, so a layer the greedy pass
+//!    needed early can become unnecessary once later ones are changed.
 //! 3. **4-bit weights** (when allowed): the int8 layers with weights, least sensitive first,
 //!    get 4-bit weights where the target still holds.
 //!
@@ -568,75 +571,67 @@ pub fn search(
         let key = |c: &MixedConfig| (c.with(Precision::Float).len(), c.layers.len());
         sa > sb || (sa == sb && key(ca) < key(cb))
     };
-    // 1. Greedy fallback in ranking order: int16 activations first, float only when
-    //    int16 does not meet the target and float does better.
+    // 1. Greedy walks in ranking order: (a) int16 activations, layer after layer, until
+    //    the target holds; (b) only if int16 everywhere is not enough, float, layer after
+    //    layer (replacing int16), until it holds.
     let mut added: Vec<String> = Vec::new();
-    if !target.met(&current) {
-        let max_float = opts.max_float.unwrap_or(usize::MAX);
-        let weighted_total = weighted.len();
+    if !target.met(&current) && !opts.no_int16 {
         for (name, _) in &ranking {
-            let floats = config.with(Precision::Float);
-            let float_weighted = floats
-                .iter()
-                .filter(|n| weighted.contains(n.as_str()))
-                .count();
-            // Keep one weighted layer in integer, and at most `max_float` layers in float.
-            let float_ok = floats.len() < max_float
-                && !(weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total);
-            if opts.no_int16 && !float_ok {
-                if floats.len() >= max_float {
-                    break;
-                }
-                continue;
-            }
-            let mut tried: Vec<(MixedConfig, Measured, usize)> = Vec::new();
-            if !opts.no_int16 {
-                let mut c = config.clone();
-                c.set(name, Precision::Act16);
-                let m = measure(&c)?;
-                steps.push(Step {
-                    action: format!("int16 {name}"),
-                    value: target.value_of(&m),
-                    met: target.met(&m),
-                    kept: false,
-                });
-                tried.push((c, m, steps.len() - 1));
-            }
-            if float_ok && !tried.iter().any(|(_, m, _)| target.met(m)) {
-                let mut c = config.clone();
-                c.set(name, Precision::Float);
-                let m = measure(&c)?;
-                steps.push(Step {
-                    action: format!("float {name}"),
-                    value: target.value_of(&m),
-                    met: target.met(&m),
-                    kept: false,
-                });
-                tried.push((c, m, steps.len() - 1));
-            }
-            // int16 unless float meets the target and int16 does not, or float scores
-            // strictly higher.
-            let pick = tried
-                .iter()
-                .enumerate()
-                .max_by(|(ia, a), (ib, b)| {
-                    let ka = (target.met(&a.1), target.score(&a.1));
-                    let kb = (target.met(&b.1), target.score(&b.1));
-                    ka.partial_cmp(&kb)
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                        .then(ib.cmp(ia)) // ties: the one tried first (int16)
-                })
-                .map(|(i, _)| i)
-                .expect("at least one tried");
-            let (c, m, si) = tried.swap_remove(pick);
-            steps[si].kept = true;
+            let mut c = config.clone();
+            c.set(name, Precision::Act16);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("int16 {name}"),
+                value: target.value_of(&m),
+                met,
+                kept: true,
+            });
             config = c;
             current = m;
             added.push(name.clone());
             if better(&m, &config, &best.1, &best.0) {
                 best = (config.clone(), m);
             }
-            if target.met(&m) {
+            if met {
+                break;
+            }
+        }
+    }
+    if !target.met(&current) {
+        let max_float = opts.max_float.unwrap_or(usize::MAX);
+        let weighted_total = weighted.len();
+        for (name, _) in &ranking {
+            let floats = config.with(Precision::Float);
+            if floats.len() >= max_float {
+                break;
+            }
+            let float_weighted = floats
+                .iter()
+                .filter(|n| weighted.contains(n.as_str()))
+                .count();
+            if weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total {
+                continue; // keep one weighted layer in integer
+            }
+            let mut c = config.clone();
+            c.set(name, Precision::Float);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("float {name}"),
+                value: target.value_of(&m),
+                met,
+                kept: true,
+            });
+            config = c;
+            current = m;
+            if !added.contains(name) {
+                added.push(name.clone());
+            }
+            if better(&m, &config, &best.1, &best.0) {
+                best = (config.clone(), m);
+            }
+            if met {
                 break;
             }
         }
