@@ -539,7 +539,11 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
                     "16-bit activations: ONNX Runtime and quantkit's engine run this layer in \
                      float between its Q/DQ; an integer kernel needs {} accumulators \
                      (worst case |acc| = {worst:.3e}, K = {k})",
-                    if worst > I32_MAX { "64-bit" } else { "32-bit (enough here)" }
+                    if worst > I32_MAX {
+                        "64-bit"
+                    } else {
+                        "32-bit (enough here)"
+                    }
                 ),
             });
         } else if worst > I32_MAX {

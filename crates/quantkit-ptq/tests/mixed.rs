@@ -252,10 +252,19 @@ fn int16_activations_repair_an_activation_range_without_float() {
     let setup = Setup::new(destroyed(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     let target: Target = "agreement=0.99".parse().unwrap();
-    let r = search(&setup, &eval, target, &SearchOptions::default(), &mut |_, _, _| {})
-        .unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     for s in &r.steps {
-        eprintln!("{:30} {:?} met {} kept {}", s.action, s.value, s.met, s.kept);
+        eprintln!(
+            "{:30} {:?} met {} kept {}",
+            s.action, s.value, s.met, s.kept
+        );
     }
     assert!(r.int8.agreement.unwrap() < 0.99, "int8 {:?}", r.int8);
     assert!(r.met);
