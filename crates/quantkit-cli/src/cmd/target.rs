@@ -158,6 +158,11 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
              layer (int16 is one of their choices), give one or the other"
         );
     }
+    if format_blocks_int16(&config) && args.activation_bits == 16 {
+        anyhow::bail!(
+            "--activation-bits 16 writes QDQ only: QOperator's QLinear operators take 8-bit codes"
+        );
+    }
     // Whether a search runs (and writes its configuration).
     let searched = args.config.is_none() && target.is_some();
     let hidden = args.json || !std::io::stderr().is_terminal();
@@ -265,11 +270,6 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let chosen: MixedConfig;
     let measured: Measured;
     let int8: Measured;
-    if format_blocks_int16(&config) && args.activation_bits == 16 {
-        anyhow::bail!(
-            "--activation-bits 16 writes QDQ only: QOperator's QLinear operators take 8-bit codes"
-        );
-    }
     if args.config.is_some() || target.is_none() {
         chosen = match &args.config {
             Some(path) => {
