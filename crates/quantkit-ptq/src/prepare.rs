@@ -464,15 +464,15 @@ fn upgrade_nodes_21(
                 n.attributes
                     .push(("mode".into(), AttrValue::String(renamed.into_bytes())));
             }
-            Some(OpKind::RoiAlign) if old < 16 => {
-                if n.attr_string("coordinate_transformation_mode", "")
-                    .is_ok_and(|m| m.is_empty())
-                {
-                    n.attributes.push((
-                        "coordinate_transformation_mode".into(),
-                        AttrValue::String(b"output_half_pixel".to_vec()),
-                    ));
-                }
+            Some(OpKind::RoiAlign)
+                if old < 16
+                    && n.attr_string("coordinate_transformation_mode", "")
+                        .is_ok_and(|m| m.is_empty()) =>
+            {
+                n.attributes.push((
+                    "coordinate_transformation_mode".into(),
+                    AttrValue::String(b"output_half_pixel".to_vec()),
+                ));
             }
             Some(OpKind::DFT) if old < 20 => {
                 return Err(PtqError::Unsupported {

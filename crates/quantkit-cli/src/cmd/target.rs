@@ -270,7 +270,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let chosen: MixedConfig;
     let measured: Measured;
     let int8: Measured;
-    if args.config.is_some() || target.is_none() {
+    if !searched {
         chosen = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -320,7 +320,9 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             samples: evaluation.samples(),
         };
     } else {
-        let target = target.expect("--target or --config");
+        let Some(target) = target else {
+            anyhow::bail!("--target or --config");
+        };
         let rank_bar = bar("ranking layers {bar:30} {pos}/{len} [{elapsed_precise}]");
         let search_bar = bar("search {bar:30} {pos} configurations [{elapsed_precise}]");
         result = search(
