@@ -133,3 +133,69 @@ fn accuracy_target_reads_the_labels_and_unreachable_targets_fail_clearly() {
     assert!(!ok);
     assert!(err.contains("unknown metric"), "{err}");
 }
+
+#[test]
+fn activation_bits_16_writes_an_opset_21_w8a16_model_that_check_passes() {
+    let out = tmp("lenet.a16.onnx");
+    let (ok, stdout, err) = quantize(&[
+        "--activation-bits",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let layers = v["layers"].as_array().unwrap();
+    assert!(!layers.is_empty());
+    assert!(layers.iter().all(|l| l["precision"] == "int16"), "{v}");
+    assert_eq!(
+        v["cost"]["layers_int16"].as_u64().unwrap() as usize,
+        layers.len()
+    );
+    // Closer to float than all int8 on the same held-out samples.
+    let s16 = v["measured"]["sqnr_db"].as_f64().unwrap();
+    let s8 = v["int8"]["sqnr_db"].as_f64().unwrap();
+    assert!(s16 > s8 + 3.0, "W8A16 {s16} dB vs int8 {s8} dB");
+    // No configuration file: nothing was searched.
+    assert!(v["config_file"].is_null(), "{v}");
+    assert!(!tmp("lenet.a16.mixed.json").exists());
+    let g = quantkit_graph::load_model(&out).unwrap();
+    assert_eq!(g.opset(), 21);
+    // `check` passes it, naming the int16 layers as notes and the engine's float islands.
+    let c = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("check")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&c.stdout);
+    assert!(c.status.success(), "{text}");
+    assert!(text.contains("16-bit activations"), "{text}");
+    assert!(text.contains("16-bit activation codes"), "{text}");
+    // QOperator has no 16-bit QLinear operators; --target with it is refused too.
+    let (ok, _, err) = quantize(&[
+        "--activation-bits",
+        "16",
+        "--format",
+        "qoperator",
+        "-o",
+        tmp("lenet.a16q.onnx").to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("QDQ only"), "{err}");
+    let (ok, _, err) = quantize(&[
+        "--activation-bits",
+        "16",
+        "--target",
+        "cosine=0.99",
+        "-o",
+        tmp("lenet.a16t.onnx").to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("give one or the other"), "{err}");
+    let (ok, _, err) = quantize(&[
+        "--activation-bits",
+        "12",
+        "-o",
+        tmp("lenet.a12.onnx").to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("8 and 16"), "{err}");
+}

@@ -28,7 +28,7 @@
 //! depend on how data are loaded.
 
 use crate::error::{core, graph as graph_err, PtqError, Result};
-use crate::qdq::{insert_qdq_mixed, plan, Plan, QdqOptions};
+use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan, Plan, QdqOptions};
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
@@ -53,6 +53,10 @@ pub struct Setup {
     pub plan: Plan,
     /// Scale and zero point of every activation of the plan.
     pub act: BTreeMap<String, (f32, i32)>,
+    /// The 16-bit parameters of every activation of the plan: symmetric int16 (zero point
+    /// 0), per tensor, from the same observers and method as `act`. Used where mixed
+    /// precision gives a layer int16 activations ([`crate::mixed::Precision::Act16`]).
+    pub wide: BTreeMap<String, (f32, i32)>,
     /// Weight and activation types.
     pub options: QdqOptions,
     /// What preparation changed.
@@ -260,7 +264,7 @@ pub struct AnalyzeOptions {
 
 /// The inputs and outputs one quantized node reads and writes as activations, by the
 /// registry's `quant_inputs` fact (as [`plan`] chooses them).
-fn node_acts(n: &Node) -> Vec<&str> {
+pub(crate) fn node_acts(n: &Node) -> Vec<&str> {
     let mut v: Vec<&str> = match n.facts().quant_inputs {
         QuantInputs::First => n.inputs.first().map(String::as_str).into_iter().collect(),
         QuantInputs::All => n.inputs.iter().map(String::as_str).collect(),
@@ -361,12 +365,23 @@ impl Setup {
             }
         }
         plan.activations.retain(|t| act.contains_key(t));
+        let scheme16 = activation_scheme_16();
+        let mut wide = BTreeMap::new();
+        for t in &plan.activations {
+            if let Some(obs) = observers.get(t) {
+                let p = obs.qparams(&scheme16).map_err(core(format!(
+                    "choosing 16-bit parameters of activation `{t}`"
+                )))?;
+                wide.insert(t.clone(), (p.scales[0], p.zero_points[0]));
+            }
+        }
         upgrade_opset_13(&mut graph, &ranks)?;
         graph.meta.ir_version = graph.meta.ir_version.max(7);
         Ok(Setup {
             float: graph,
             plan,
             act,
+            wide,
             options: config.qdq.clone(),
             prepare: prep,
             calibration_samples: samples,
@@ -385,15 +400,17 @@ impl Setup {
         keep: &dyn Fn(&str) -> bool,
         drop: &HashSet<&str>,
     ) -> Result<Graph> {
-        self.variant_bits(keep, drop, &HashMap::new())
+        self.variant_bits(keep, drop, &HashMap::new(), &HashSet::new())
     }
 
-    /// [`Setup::variant`] with per-node weight bit widths ([`crate::mixed`]).
+    /// [`Setup::variant`] with per-node weight bit widths and the activations in `wide`
+    /// quantized to int16 ([`crate::mixed`]).
     pub(crate) fn variant_bits(
         &self,
         keep: &dyn Fn(&str) -> bool,
         drop: &HashSet<&str>,
         weight_bits: &HashMap<String, u8>,
+        wide: &HashSet<&str>,
     ) -> Result<Graph> {
         let mut p = self.plan.clone();
         p.quantized.retain(|n| keep(n));
@@ -406,12 +423,32 @@ impl Setup {
         }
         p.activations
             .retain(|t| want.contains(t.as_str()) && !drop.contains(t.as_str()));
+        let wide: HashSet<String> = p
+            .activations
+            .iter()
+            .filter(|t| wide.contains(t.as_str()) && self.wide.contains_key(*t))
+            .cloned()
+            .collect();
         let act: BTreeMap<String, (f32, i32)> = p
             .activations
             .iter()
-            .map(|t| (t.clone(), self.act[t]))
+            .map(|t| {
+                let params = if wide.contains(t) {
+                    self.wide[t]
+                } else {
+                    self.act[t]
+                };
+                (t.clone(), params)
+            })
             .collect();
-        insert_qdq_mixed(self.float.clone(), &p, &act, &self.options, weight_bits)
+        insert_qdq_wide(
+            self.float.clone(),
+            &p,
+            &act,
+            &self.options,
+            weight_bits,
+            &wide,
+        )
     }
 
     /// The plan's layers in graph order.

@@ -526,7 +526,27 @@ pub fn check(g: &Graph) -> Result<CheckReport> {
             }
         }
         let headroom = I32_MAX.log2() - worst.max(1.0).log2();
-        if worst > I32_MAX {
+        let wide_x = matches!(f.x.dtype, DType::I16 | DType::U16);
+        if wide_x {
+            // W8A16: ONNX Runtime (no 16-bit QLinear kernels) and quantkit's engine run the
+            // layer as DQ → float op → Q; an integer kernel for it accumulates in 64 bits
+            // (TFLite's 16×8 kernels), so the int32 bound is a note, not an error.
+            findings.push(Finding {
+                severity: Severity::Note,
+                target: Target::All,
+                node: Some(node.clone()),
+                message: format!(
+                    "16-bit activations: ONNX Runtime and quantkit's engine run this layer in \
+                     float between its Q/DQ; an integer kernel needs {} accumulators \
+                     (worst case |acc| = {worst:.3e}, K = {k})",
+                    if worst > I32_MAX {
+                        "64-bit"
+                    } else {
+                        "32-bit (enough here)"
+                    }
+                ),
+            });
+        } else if worst > I32_MAX {
             findings.push(Finding {
                 severity: Severity::Error,
                 target: Target::All,

@@ -40,9 +40,13 @@ pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
 pub use feed::{input_specs, open_data_for_graph, run_tensors, to_tensor};
 pub use prepare::{
-    fold_batch_norms, fold_bias_adds, localize_constants, prepare, upgrade_opset_13, PrepareReport,
+    fold_batch_norms, fold_bias_adds, localize_constants, prepare, upgrade_opset_13,
+    upgrade_opset_21, PrepareReport,
 };
-pub use qdq::{initializer_bytes, insert_qdq, insert_qdq_mixed, plan, FloatNode, Plan, QdqOptions};
+pub use qdq::{
+    initializer_bytes, insert_qdq, insert_qdq_mixed, insert_qdq_wide, plan, FloatNode, Plan,
+    QdqOptions,
+};
 pub use qoperator::{to_qoperator, QopReport};
 
 use quantkit_core::CalibrationMethod;

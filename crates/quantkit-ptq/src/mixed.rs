@@ -1,18 +1,21 @@
 //! Automatic mixed precision (issue 18, `quantkit quantize --target METRIC=VALUE`): choose,
-//! per layer, int8, int8 activations with 4-bit weights, or float, so that the model output
-//! meets a target measured against the float model, with as much of the model in integer as
-//! possible.
+//! per layer, int8, int8 activations with 4-bit weights, int16 activations with int8
+//! weights (W8A16), or float, so that the model output meets a target measured against the
+//! float model, with as much of the model in integer as possible.
 //!
 //! The search ([`search`]) starts from the fully quantized model and uses the sensitivity
 //! ranking of [`crate::analyze`] (the share of the output error that goes away when one
 //! layer is left in float):
 //!
-//! 1. **Greedy fallback**: leave layers in float one by one in ranking order until the
-//!    target is met (each step is one pass of the evaluation data).
-//! 2. **Pruning**: try putting every fallen-back layer back in int8, the last one added
-//!    first; keep it in int8 whenever the target still holds. Errors of different layers
-//!    interact, so a layer the greedy pass needed early can become unnecessary once later
-//!    ones are float.
+//! 1. **Greedy fallback**: in ranking order, layers get int16 activations (their inputs
+//!    and output) one by one until the target is met; only if int16 everywhere is not
+//!    enough, layers go to float one by one in the same order (replacing int16) until it
+//!    is met (each step is one pass of the evaluation data). [`SearchOptions::no_int16`]
+//!    skips the int16 walk, as before int16 existed.
+//! 2. **Pruning**: try putting every changed layer back in int8, the last one added first,
+//!    and a float layer that cannot go back to int8 to int16; keep the change whenever the
+//!    target still holds. Errors of different layers interact, so a layer the greedy pass
+//!    needed early can become unnecessary once later ones are changed.
 //! 3. **4-bit weights** (when allowed): the int8 layers with weights, least sensitive first,
 //!    get 4-bit weights where the target still holds.
 //!
@@ -39,17 +42,23 @@ pub enum Precision {
     /// 4-bit symmetric weights (stored as int8), 8-bit activations.
     #[serde(rename = "int8-w4")]
     Weight4,
+    /// The setup's weights (int8) and 16-bit activations on the layer's inputs and output
+    /// (symmetric int16, per tensor; ONNX Runtime's W8A16 / `QInt16`): opset-21 Q/DQ.
+    /// ONNX Runtime and quantkit's engine run such a layer as DQ → float op → Q.
+    #[serde(rename = "int16")]
+    Act16,
     /// Left in float: float weights, no Q/DQ on its output.
     #[serde(rename = "float")]
     Float,
 }
 
 impl Precision {
-    /// `int8`, `int8-w4` or `float`.
+    /// `int8`, `int8-w4`, `int16` or `float`.
     pub fn name(self) -> &'static str {
         match self {
             Precision::Int8 => "int8",
             Precision::Weight4 => "int8-w4",
+            Precision::Act16 => "int16",
             Precision::Float => "float",
         }
     }
@@ -353,8 +362,11 @@ impl<'a> Evaluation<'a> {
 
 impl Setup {
     /// The QDQ graph of `config`: float layers without their weight and output
-    /// quantization, 4-bit layers with 4-bit weights. Errors on a layer name the plan does
-    /// not have, or when every weighted layer is float (nothing left to quantize).
+    /// quantization, 4-bit layers with 4-bit weights, int16 layers with 16-bit Q/DQ on the
+    /// activations they read and write (an activation shared with an int8 layer is int16 for
+    /// both: a tensor has one Q/DQ pair; the graph is then at opset 21). Errors on a layer
+    /// name the plan does not have, or when every weighted layer is float (nothing left to
+    /// quantize).
     pub fn mixed(&self, config: &MixedConfig) -> Result<Graph> {
         let layers = self.layers();
         let known: HashMap<&str, &crate::analyze::Layer> =
@@ -372,10 +384,22 @@ impl Setup {
         let mut float_nodes: HashSet<&str> = HashSet::new();
         let mut drop: HashSet<&str> = HashSet::new();
         let mut bits: HashMap<String, u8> = HashMap::new();
+        let mut wide: HashSet<&str> = HashSet::new();
+        let by_name: HashMap<&str, &quantkit_graph::Node> = self
+            .float
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n))
+            .collect();
         for (name, p) in &config.layers {
             let l = known[name.as_str()];
             match p {
                 Precision::Int8 => {}
+                Precision::Act16 => {
+                    for n in l.nodes.iter().filter_map(|n| by_name.get(n.as_str())) {
+                        wide.extend(crate::analyze::node_acts(n));
+                    }
+                }
                 Precision::Float => {
                     float_nodes.extend(l.nodes.iter().map(String::as_str));
                     drop.extend(l.output.iter().map(String::as_str));
@@ -399,7 +423,7 @@ impl Setup {
                 " (the mixed-precision configuration leaves every weighted layer in float)".into(),
             ));
         }
-        self.variant_bits(&|n| !float_nodes.contains(n), &drop, &bits)
+        self.variant_bits(&|n| !float_nodes.contains(n), &drop, &bits, &wide)
     }
 
     /// Names of the plan's layers (first node of each) in graph order, with their operators.
@@ -421,6 +445,9 @@ pub struct SearchOptions {
     pub max_float: Option<usize>,
     /// Time for the sensitivity ranking ([`AnalyzeOptions::budget`]); `None`: every layer.
     pub ranking_budget: Option<std::time::Duration>,
+    /// Never try int16 activations ([`Precision::Act16`]): a guilty layer goes straight to
+    /// float, as before int16 existed (`quantkit quantize --no-int16`).
+    pub no_int16: bool,
 }
 
 /// One configuration the search measured.
@@ -535,23 +562,51 @@ pub fn search(
     let mut measured_n = 0usize;
     let mut measure = |c: &MixedConfig| -> Result<Measured> {
         measured_n += 1;
-        progress(SearchStage::Search, measured_n, 2 * ranking.len() + 1);
+        progress(SearchStage::Search, measured_n, 4 * ranking.len() + 1);
         eval.measure(&setup.mixed(c)?)
     };
+    // Ties: fewer float layers, then fewer layers off int8.
     let better = |a: &Measured, ca: &MixedConfig, b: &Measured, cb: &MixedConfig| {
         let (sa, sb) = (target.score(a), target.score(b));
-        sa > sb || (sa == sb && ca.layers.len() < cb.layers.len())
+        let key = |c: &MixedConfig| (c.with(Precision::Float).len(), c.layers.len());
+        sa > sb || (sa == sb && key(ca) < key(cb))
     };
-    // 1. Greedy fallback in ranking order.
+    // 1. Greedy walks in ranking order: (a) int16 activations, layer after layer, until
+    //    the target holds; (b) only if int16 everywhere is not enough, float, layer after
+    //    layer (replacing int16), until it holds.
     let mut added: Vec<String> = Vec::new();
+    if !target.met(&current) && !opts.no_int16 {
+        for (name, _) in &ranking {
+            let mut c = config.clone();
+            c.set(name, Precision::Act16);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("int16 {name}"),
+                value: target.value_of(&m),
+                met,
+                kept: true,
+            });
+            config = c;
+            current = m;
+            added.push(name.clone());
+            if better(&m, &config, &best.1, &best.0) {
+                best = (config.clone(), m);
+            }
+            if met {
+                break;
+            }
+        }
+    }
     if !target.met(&current) {
         let max_float = opts.max_float.unwrap_or(usize::MAX);
         let weighted_total = weighted.len();
         for (name, _) in &ranking {
-            if added.len() >= max_float {
+            let floats = config.with(Precision::Float);
+            if floats.len() >= max_float {
                 break;
             }
-            let float_weighted = added
+            let float_weighted = floats
                 .iter()
                 .filter(|n| weighted.contains(n.as_str()))
                 .count();
@@ -570,7 +625,9 @@ pub fn search(
             });
             config = c;
             current = m;
-            added.push(name.clone());
+            if !added.contains(name) {
+                added.push(name.clone());
+            }
             if better(&m, &config, &best.1, &best.0) {
                 best = (config.clone(), m);
             }
@@ -591,21 +648,30 @@ pub fn search(
             samples: eval.samples(),
         });
     }
-    // 2. Prune: put fallen-back layers back in int8, the last added first.
+    // 2. Prune: put fallen-back layers back in int8, the last added first; a float layer
+    //    that int8 does not suffice for tries int16.
     for name in added.iter().rev() {
-        let mut c = config.clone();
-        c.set(name, Precision::Int8);
-        let m = measure(&c)?;
-        let met = target.met(&m);
-        steps.push(Step {
-            action: format!("int8 {name} (prune)"),
-            value: target.value_of(&m),
-            met,
-            kept: met,
-        });
-        if met {
-            config = c;
-            current = m;
+        let was = config.get(name);
+        let mut tries = vec![Precision::Int8];
+        if was == Precision::Float && !opts.no_int16 {
+            tries.push(Precision::Act16);
+        }
+        for p in tries {
+            let mut c = config.clone();
+            c.set(name, p);
+            let m = measure(&c)?;
+            let met = target.met(&m);
+            steps.push(Step {
+                action: format!("{} {name} (prune)", p.name()),
+                value: target.value_of(&m),
+                met,
+                kept: met,
+            });
+            if met {
+                config = c;
+                current = m;
+                break;
+            }
         }
     }
     // 3. 4-bit weights, least sensitive first (the end of the ranking).

@@ -491,3 +491,122 @@ pub fn upgrade_opset_13(g: &mut Graph, ranks: &HashMap<String, usize>) -> Result
     }
     Ok(Some(old))
 }
+
+/// Raises the default-domain opset of a graph already at 13 or later to 21, the first
+/// opset whose `QuantizeLinear`/`DequantizeLinear` take 16-bit codes (int16 activations,
+/// [`crate::qdq::insert_qdq_wide`]). Rewrites, at every subgraph depth, the operators whose
+/// meaning changed between 13 and 21 so the model computes the same function:
+///
+/// - `ReduceMax/Min/Mean/Prod/L1/L2/LogSum/LogSumExp/SumSquare` (18): the `axes`
+///   attribute became an input;
+/// - `Split` (18): without a `split` input, `num_outputs` must be given (the output count);
+/// - `GridSample` (20): modes `bilinear`/`bicubic` were renamed `linear`/`cubic`;
+/// - `RoiAlign` (16): the default `coordinate_transformation_mode` became `half_pixel`;
+///   the old behaviour is `output_half_pixel`, written out.
+///
+/// `DFT` (its `axis` became an input at 20, with a different default) is refused. Returns
+/// the previous opset when it changed.
+pub fn upgrade_opset_21(g: &mut Graph) -> Result<Option<i64>> {
+    let old = g.opset();
+    if old >= 21 {
+        return Ok(None);
+    }
+    if old < 13 {
+        return Err(PtqError::InvalidOption(format!(
+            "model opset {old}: the opset-13 upgrade must run before the opset-21 one"
+        )));
+    }
+    let mut namer = Namer::whole(g);
+    let mut axes: Vec<(String, Tensor)> = Vec::new();
+    upgrade_nodes_21(g, old, &mut namer, &mut axes)?;
+    for (name, t) in axes {
+        g.initializers.insert(name, t);
+    }
+    for (d, v) in g.opset_imports.iter_mut() {
+        if is_onnx_domain(d) {
+            *v = 21;
+        }
+    }
+    // Opset 21 needs IR version 10.
+    g.meta.ir_version = g.meta.ir_version.max(10);
+    Ok(Some(old))
+}
+
+/// [`upgrade_opset_21`] on one graph's nodes and its subgraphs; new constant inputs go to
+/// `axes` (the top-level graph's initializers, which every subgraph sees).
+fn upgrade_nodes_21(
+    g: &mut Graph,
+    old: i64,
+    namer: &mut Namer,
+    axes: &mut Vec<(String, Tensor)>,
+) -> Result<()> {
+    for n in g.nodes.iter_mut() {
+        for sub in n.subgraphs_mut() {
+            upgrade_nodes_21(sub, old, namer, axes)?;
+        }
+        if !n.is_onnx_domain() {
+            continue;
+        }
+        match n.kind() {
+            Some(
+                OpKind::ReduceMax
+                | OpKind::ReduceMin
+                | OpKind::ReduceMean
+                | OpKind::ReduceProd
+                | OpKind::ReduceL1
+                | OpKind::ReduceL2
+                | OpKind::ReduceLogSum
+                | OpKind::ReduceLogSumExp
+                | OpKind::ReduceSumSquare,
+            ) => {
+                if let Ok(Some(v)) = n.attr_ints("axes") {
+                    let name = namer.value(&format!("{}_axes", n.name));
+                    axes.push((name.clone(), Tensor::from_i64(&[v.len()], v)));
+                    n.attributes.retain(|(k, _)| k != "axes");
+                    n.inputs.truncate(1);
+                    n.inputs.push(name);
+                }
+            }
+            Some(OpKind::Split) => {
+                let has_split = n.inputs.get(1).is_some_and(|s| !s.is_empty());
+                if !has_split && n.attr_int("num_outputs", 0).unwrap_or(0) == 0 {
+                    let k = n.outputs.len() as i64;
+                    n.attributes.push(("num_outputs".into(), AttrValue::Int(k)));
+                }
+            }
+            Some(OpKind::GridSample) if old < 20 => {
+                let mode = n.attr_string("mode", "bilinear").unwrap_or_default();
+                let renamed = match mode.as_str() {
+                    "bilinear" => "linear",
+                    "bicubic" => "cubic",
+                    other => other,
+                }
+                .to_string();
+                n.attributes.retain(|(k, _)| k != "mode");
+                n.attributes
+                    .push(("mode".into(), AttrValue::String(renamed.into_bytes())));
+            }
+            Some(OpKind::RoiAlign)
+                if old < 16
+                    && n.attr_string("coordinate_transformation_mode", "")
+                        .is_ok_and(|m| m.is_empty()) =>
+            {
+                n.attributes.push((
+                    "coordinate_transformation_mode".into(),
+                    AttrValue::String(b"output_half_pixel".to_vec()),
+                ));
+            }
+            Some(OpKind::DFT) if old < 20 => {
+                return Err(PtqError::Unsupported {
+                    node: n.name.clone(),
+                    op_type: n.op_type.clone(),
+                    reason: "int16 activations need opset 21, and DFT's axis changed meaning at \
+                             opset 20; upgrade the model first"
+                        .into(),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

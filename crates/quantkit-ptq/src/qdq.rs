@@ -281,6 +281,14 @@ impl QdqOptions {
     }
 }
 
+/// The 16-bit activation scheme of mixed precision: signed, symmetric (zero point 0),
+/// per tensor — ONNX Runtime's `QInt16` activations with int8 weights (W8A16).
+pub fn activation_scheme_16() -> QuantScheme {
+    QuantScheme::new(16, true)
+        .expect("16 bits")
+        .with_symmetric(true)
+}
+
 fn qtensor(q: &[i32], shape: &[usize], signed: bool) -> Tensor {
     let data = if signed {
         Data::I8(q.iter().map(|&v| v as i8).collect())
@@ -331,12 +339,40 @@ pub fn insert_qdq(
 /// `weight_bits` get that width (2..=8) instead of `opts.weight_bits` (mixed precision,
 /// [`crate::mixed`]).
 pub fn insert_qdq_mixed(
-    mut g: Graph,
+    g: Graph,
     plan: &Plan,
     act: &BTreeMap<String, (f32, i32)>,
     opts: &QdqOptions,
     weight_bits: &HashMap<String, u8>,
 ) -> Result<Graph> {
+    insert_qdq_wide(g, plan, act, opts, weight_bits, &HashSet::new())
+}
+
+/// [`insert_qdq_mixed`] with 16-bit activations: the activations named in `wide` get int16
+/// QuantizeLinear/DequantizeLinear (their zero point is an int16 tensor; `act` holds their
+/// 16-bit scale and zero point, and a bias read with such an input gets the scale
+/// `s_in16 · s_w`). 16-bit Q/DQ exist from opset 21: when `wide` names an activation of the
+/// plan, the default-domain opset is raised to 21 ([`crate::prepare::upgrade_opset_21`]).
+pub fn insert_qdq_wide(
+    mut g: Graph,
+    plan: &Plan,
+    act: &BTreeMap<String, (f32, i32)>,
+    opts: &QdqOptions,
+    weight_bits: &HashMap<String, u8>,
+    wide: &HashSet<String>,
+) -> Result<Graph> {
+    if let Some((t, (_, z))) = act
+        .iter()
+        .find(|(t, (_, z))| wide.contains(*t) && i16::try_from(*z).is_err())
+    {
+        return Err(PtqError::InvalidOption(format!(
+            "activation `{t}`: zero point {z} does not fit int16"
+        )));
+    }
+    let any_wide = act.keys().any(|t| wide.contains(t));
+    if any_wide {
+        crate::prepare::upgrade_opset_21(&mut g)?;
+    }
     if let Some((n, b)) = weight_bits.iter().find(|(_, b)| !(2..=8).contains(*b)) {
         return Err(PtqError::InvalidOption(format!(
             "weight bits {b} for node `{n}`: supported are 2 to 8 (stored as int8)"
@@ -371,16 +407,27 @@ pub fn insert_qdq_mixed(
             (t.as_str(), names)
         })
         .collect();
-    rewrite_graph(
-        &mut g,
-        &names,
-        &quantized,
+    let ctx = Rewrite {
+        names: &names,
+        quantized: &quantized,
         act,
         opts,
         weight_bits,
-        &mut namer,
-    )?;
+        wide,
+    };
+    rewrite_graph(&mut g, &ctx, &mut namer)?;
     Ok(g)
+}
+
+/// What [`rewrite_graph`] needs at every depth.
+#[derive(Clone, Copy)]
+struct Rewrite<'a> {
+    names: &'a HashMap<&'a str, ActNames>,
+    quantized: &'a HashSet<&'a str>,
+    act: &'a BTreeMap<String, (f32, i32)>,
+    opts: &'a QdqOptions,
+    weight_bits: &'a HashMap<String, u8>,
+    wide: &'a HashSet<String>,
 }
 
 /// The outputs of `g` and of every subgraph in it.
@@ -397,15 +444,15 @@ fn all_outputs(g: &Graph) -> HashSet<String> {
 /// Inserts the QDQ pairs of the activations `g` produces (inputs and node outputs), rewires
 /// its readers (and, through the recursion, readers inside its subgraphs, which see the
 /// pair's output in their enclosing scope) and quantizes the weights of its quantized nodes.
-fn rewrite_graph(
-    g: &mut Graph,
-    names: &HashMap<&str, ActNames>,
-    quantized: &HashSet<&str>,
-    act: &BTreeMap<String, (f32, i32)>,
-    opts: &QdqOptions,
-    weight_bits: &HashMap<String, u8>,
-    namer: &mut Namer,
-) -> Result<()> {
+fn rewrite_graph(g: &mut Graph, ctx: &Rewrite, namer: &mut Namer) -> Result<()> {
+    let Rewrite {
+        names,
+        quantized,
+        act,
+        opts,
+        weight_bits,
+        wide,
+    } = *ctx;
     let act_signed = opts.signed_activations;
     let mut new_nodes: Vec<Node> = Vec::new();
     let qdq_pair = |g: &mut Graph, src: &str, t: &str, nodes: &mut Vec<Node>| {
@@ -413,8 +460,13 @@ fn rewrite_graph(
         let a = &names[t];
         g.initializers
             .insert(a.scale.clone(), Tensor::from_f32(&[], vec![s]));
-        g.initializers
-            .insert(a.zp.clone(), zp_tensor(&[z], &[], act_signed));
+        let zp = if wide.contains(t) {
+            // Checked to fit by `insert_qdq_wide`.
+            Tensor::new(vec![], Data::I16(vec![z as i16])).expect("one value")
+        } else {
+            zp_tensor(&[z], &[], act_signed)
+        };
+        g.initializers.insert(a.zp.clone(), zp);
         nodes.push(Node::of(
             OpKind::QuantizeLinear,
             &a.q_node,
@@ -455,7 +507,7 @@ fn rewrite_graph(
             }
         }
         for sub in n.subgraphs_mut() {
-            rewrite_graph(sub, names, quantized, act, opts, weight_bits, namer)?;
+            rewrite_graph(sub, ctx, namer)?;
         }
         let mut pending = Vec::new();
         for o in n.outputs.iter_mut() {

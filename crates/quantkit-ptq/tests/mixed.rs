@@ -1,7 +1,8 @@
 //! `quantkit_ptq::mixed`: automatic mixed precision. On a model with one deliberately
 //! destroyed layer, plain int8 misses `agreement=0.99` and the search reaches it with exactly
 //! that layer in float; the chosen model runs in ONNX Runtime and on the integer engine; an
-//! unreachable target reports the best configuration found.
+//! unreachable target reports the best configuration found. Where the damage is an
+//! activation range rather than a weight, int16 activations repair it without float.
 
 mod common;
 
@@ -208,8 +209,24 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
     // At least one weighted layer stays in integer: the graph is still a quantized one.
     let q = setup.mixed(&r.config).unwrap();
     assert!(q.initializers.keys().any(|k| k.ends_with(".w_q")));
-    // With no float layer allowed, the best is plain int8.
+    // With no float layer allowed and no int16, the best is plain int8.
     let r0 = search(
+        &setup,
+        &eval,
+        "agreement=0.99".parse().unwrap(),
+        &SearchOptions {
+            max_float: Some(0),
+            no_int16: true,
+            ..Default::default()
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(!r0.met);
+    assert!(r0.config.layers.is_empty());
+    // With int16 allowed, no float layer still: int16 cannot repair per-tensor weights
+    // with a 1000× channel, so the target stays out of reach, but nothing goes float.
+    let r16 = search(
         &setup,
         &eval,
         "agreement=0.99".parse().unwrap(),
@@ -220,8 +237,74 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
         &mut |_, _, _| {},
     )
     .unwrap();
-    assert!(!r0.met);
-    assert!(r0.config.layers.is_empty());
+    assert!(!r16.met);
+    assert!(r16.config.with(Precision::Float).is_empty());
+    assert!(r16.measured.agreement >= r16.int8.agreement);
+}
+
+/// Per-channel weights repair conv2's 1000× weight channel, but its output still carries a
+/// 1000× activation range that int8 activations cannot resolve: int16 on conv2's input and
+/// output meets the target without any float layer, where `no_int16` needs conv2 float.
+#[test]
+fn int16_activations_repair_an_activation_range_without_float() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 400);
+    let setup = Setup::new(destroyed(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    let target: Target = "agreement=0.99".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    for s in &r.steps {
+        eprintln!(
+            "{:30} {:?} met {} kept {}",
+            s.action, s.value, s.met, s.kept
+        );
+    }
+    assert!(r.int8.agreement.unwrap() < 0.99, "int8 {:?}", r.int8);
+    assert!(r.met);
+    assert!(r.config.with(Precision::Float).is_empty(), "{:?}", r.config);
+    assert_eq!(r.config.get("conv2"), Precision::Act16, "{:?}", r.config);
+    let q = setup.mixed(&r.config).unwrap();
+    assert_eq!(q.opset(), 21);
+    let m = eval.measure(&q).unwrap();
+    assert!(m.agreement.unwrap() >= 0.99);
+    // The same search without int16 leaves conv2 in float.
+    let r8 = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions {
+            no_int16: true,
+            ..Default::default()
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(r8.met);
+    assert_eq!(r8.config.get("conv2"), Precision::Float, "{:?}", r8.config);
+    // The int16 model runs in ONNX Runtime and on the engine like the executor reads it.
+    let x = data[0][0].1.clone();
+    let reference = quantkit_graph::execute(&q, vec![("x".to_string(), x.clone())]).unwrap();
+    let reference = reference[0].1.to_f32_vec();
+    let plan = quantkit_engine::compile(&q, &quantkit_engine::EngineOptions::default()).unwrap();
+    let engine = plan.run(vec![("x", x.clone())]).unwrap()[0].1.to_f32_vec();
+    let top = |v: &[f32]| common::argmax_rows(v, 10);
+    assert_eq!(top(&engine), top(&reference), "engine vs executor");
+    assert!(common::cosine(&engine, &reference) > 0.99999);
+    if common::have_ort() {
+        let dir = common::scratch("mixed-int16");
+        let path = dir.join("mixed16.onnx");
+        quantkit_graph::save_model(&q, &path).unwrap();
+        let ort = common::run_ort(&path, "x", &x);
+        assert_eq!(top(&ort), top(&reference), "ORT vs executor");
+        assert!(common::cosine(&ort, &reference) > 0.99999);
+    }
 }
 
 #[test]

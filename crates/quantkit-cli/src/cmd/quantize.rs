@@ -46,6 +46,16 @@ pub struct Args {
     /// Weight bit width (2 to 8, symmetric, stored as int8).
     #[arg(long, default_value_t = 8)]
     pub weight_bits: u8,
+    /// Activation bit width: 8 (default; type from --activations) or 16: every quantized
+    /// activation int16, symmetric per tensor, with int8 weights (W8A16, ONNX Runtime's
+    /// QInt16 activations), an opset-21 QDQ model. ONNX Runtime and quantkit's engine run
+    /// 16-bit layers as DQ → float op → Q (no int16 kernels). QDQ format only; holds the
+    /// calibration data in memory like --target.
+    #[arg(long, default_value_t = 8, value_name = "8|16")]
+    pub activation_bits: u8,
+    /// With --target: never try int16 activations, leave guilty layers in float directly.
+    #[arg(long)]
+    pub no_int16: bool,
     /// Keep this node in float (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
@@ -69,8 +79,9 @@ pub struct Args {
     /// Automatic mixed precision: METRIC=VALUE with METRIC agreement (top-1 vs float,
     /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
     /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
-    /// layers are left in float in the order of `quantkit analyze`'s sensitivity ranking until
-    /// the target holds, then every fallback the target does not need is undone; with
+    /// layers in the order of `quantkit analyze`'s sensitivity ranking get int16 activations
+    /// (opset 21), or float where int16 is not enough (--no-int16: float directly), until
+    /// the target holds, then every change the target does not need is undone; with
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
     /// holds. Measured on --data, else on the last quarter of the calibration batches (never
     /// on samples calibrated with, unless there is one batch only: then a warning). Holds
@@ -79,8 +90,8 @@ pub struct Args {
     #[arg(long, value_name = "METRIC=VALUE")]
     pub target: Option<String>,
     /// Re-apply a configuration written by --target (JSON: {"layers": {"LAYER": "float" |
-    /// "int8" | "int8-w4"}}); layers are named by their first node as `quantkit analyze`
-    /// prints them.
+    /// "int8" | "int8-w4" | "int16"}}); layers are named by their first node as `quantkit
+    /// analyze` prints them.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Where --target writes the chosen configuration (atomically; default: next to the
@@ -126,7 +137,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.model.display()))?
         .len();
     let graph = quantkit_graph::load_model(&args.model)?;
-    let mixed = args.target.is_some() || args.config.is_some();
+    if !matches!(args.activation_bits, 8 | 16) {
+        anyhow::bail!(
+            "--activation-bits {}: supported are 8 and 16",
+            args.activation_bits
+        );
+    }
+    let mixed = args.target.is_some() || args.config.is_some() || args.activation_bits == 16;
     let config = PtqConfig {
         format,
         method,

@@ -131,7 +131,12 @@ fn fmt_metric(m: &Measured) -> String {
     s.join(", ")
 }
 
-/// Runs `quantize --target` or `quantize --config`.
+/// Whether the output format cannot carry int16 activations (QOperator).
+fn format_blocks_int16(config: &PtqConfig) -> bool {
+    config.format == Format::QOperator
+}
+
+/// Runs `quantize --target`, `quantize --config` or `quantize --activation-bits 16`.
 pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> anyhow::Result<()> {
     let Some(calib_path) = &args.calib else {
         anyhow::bail!("--target and --config need calibration data (--calib DATA)");
@@ -147,6 +152,19 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         .map(str::parse)
         .transpose()
         .context("--target")?;
+    if args.activation_bits == 16 && (target.is_some() || args.config.is_some()) {
+        anyhow::bail!(
+            "--activation-bits 16 makes every layer int16; --target and --config choose per \
+             layer (int16 is one of their choices), give one or the other"
+        );
+    }
+    if format_blocks_int16(&config) && args.activation_bits == 16 {
+        anyhow::bail!(
+            "--activation-bits 16 writes QDQ only: QOperator's QLinear operators take 8-bit codes"
+        );
+    }
+    // Whether a search runs (and writes its configuration).
+    let searched = args.config.is_none() && target.is_some();
     let hidden = args.json || !std::io::stderr().is_terminal();
     let calib_limit = args.calib_samples.unwrap_or(DEFAULT_CALIB_SAMPLES);
     let open = |split| OpenOptions {
@@ -252,19 +270,37 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let chosen: MixedConfig;
     let measured: Measured;
     let int8: Measured;
-    if let Some(path) = &args.config {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-        // Either a bare configuration or the JSON `quantize --target --json` prints.
-        let c = v.get("config").cloned().unwrap_or(v);
-        chosen = serde_json::from_value(c).with_context(|| {
-            format!(
-                "{}: expected {{\"layers\": {{\"LAYER\": \"float\" | \"int8\" | \"int8-w4\"}}}}",
-                path.display()
-            )
-        })?;
+    if !searched {
+        chosen = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .with_context(|| format!("{}: not JSON", path.display()))?;
+                // Either a bare configuration or the JSON `quantize --target --json` prints.
+                let c = v.get("config").cloned().unwrap_or(v);
+                serde_json::from_value(c).with_context(|| {
+                    format!(
+                        "{}: expected {{\"layers\": {{\"LAYER\": \"float\" | \"int8\" | \"int8-w4\" | \"int16\"}}}}",
+                        path.display()
+                    )
+                })?
+            }
+            // --activation-bits 16 alone: every layer int16.
+            None => {
+                let mut c = MixedConfig::default();
+                for (l, _) in setup.layer_names() {
+                    c.set(&l, Precision::Act16);
+                }
+                c
+            }
+        };
+        if format_blocks_int16(&config) && !chosen.with(Precision::Act16).is_empty() {
+            anyhow::bail!(
+                "the configuration has int16 layers: QOperator's QLinear operators take 8-bit \
+                 codes; write --format qdq"
+            );
+        }
         if let Some(t) = target {
             eprintln!("note: --config given, --target {t:?} is only checked, not searched");
         }
@@ -284,7 +320,9 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             samples: evaluation.samples(),
         };
     } else {
-        let target = target.expect("--target or --config");
+        let Some(target) = target else {
+            anyhow::bail!("--target or --config");
+        };
         let rank_bar = bar("ranking layers {bar:30} {pos}/{len} [{elapsed_precise}]");
         let search_bar = bar("search {bar:30} {pos} configurations [{elapsed_precise}]");
         result = search(
@@ -294,6 +332,8 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             &SearchOptions {
                 allow_weight4: args.weight_bits <= 4,
                 max_float: args.max_float,
+                // QOperator has no 16-bit QLinear operators.
+                no_int16: args.no_int16 || format_blocks_int16(&config),
                 ranking_budget: Some(std::time::Duration::from_secs_f64(
                     args.budget.clamp(0.0, 1e9),
                 )),
@@ -336,7 +376,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         "method": args.method,
         "config": chosen,
     });
-    if args.config.is_none() {
+    if searched {
         quantkit_core::atomic::write_bytes(
             &config_path,
             serde_json::to_string_pretty(&saved)?.as_bytes(),
@@ -356,11 +396,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let layers = setup.layer_names();
     let n_float = chosen.with(Precision::Float).len();
     let n_w4 = chosen.with(Precision::Weight4).len();
+    let n_a16 = chosen.with(Precision::Act16).len();
     if args.json {
         let mut v = serde_json::to_value(&result)?;
         v["model"] = args.model.display().to_string().into();
         v["output"] = args.output.display().to_string().into();
-        v["config_file"] = if args.config.is_none() {
+        v["config_file"] = if searched {
             config_path.display().to_string().into()
         } else {
             serde_json::Value::Null
@@ -383,6 +424,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             "engine_float_islands_int8": isl_int8,
             "engine_float_islands": isl_mixed,
             "engine_batch": batch_n,
+            "layers_int8": layers.len() - n_float - n_w4 - n_a16,
+            "layers_int8_w4": n_w4,
+            "layers_int16": n_a16,
+            "layers_float": n_float,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -394,6 +439,8 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         println!("  evaluated on {eval_source}");
         if let Some(c) = &args.config {
             println!("  configuration from {}", c.display());
+        } else if !searched {
+            println!("  every layer int16 activations, int8 weights (--activation-bits 16)");
         } else {
             println!(
                 "  target {} {} {}",
@@ -409,12 +456,19 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         println!("  all int8: {}", fmt_metric(&result.int8));
         println!("  chosen:   {}", fmt_metric(&result.measured));
         println!(
-            "  {} of {} layers int8, {} with 4-bit weights, {} float",
-            layers.len() - n_float - n_w4,
+            "  {} of {} layers int8, {} with 4-bit weights, {} with int16 activations, {} float",
+            layers.len() - n_float - n_w4 - n_a16,
             layers.len(),
             n_w4,
+            n_a16,
             n_float
         );
+        if n_a16 > 0 {
+            println!(
+                "  int16 layers are opset-21 Q/DQ: ONNX Runtime and quantkit's engine run them \
+                 as DQ → float op → Q (float islands; no int16 kernels)"
+            );
+        }
         for (l, op) in &layers {
             let p = chosen.get(l);
             if p != Precision::Int8 {
@@ -433,7 +487,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             isl_mixed,
             isl_int8
         );
-        if args.config.is_none() {
+        if searched {
             println!(
                 "  configuration written to {} (re-apply with --config)",
                 config_path.display()

@@ -69,6 +69,13 @@ impl<'g> Matcher<'g> {
             .filter(|z| !z.is_empty())
             .and_then(|z| self.init(z))
             .ok_or_else(|| format!("`{}`: zero point is absent or not a constant", n.name))?;
+        if matches!(z.dtype, DType::I16 | DType::U16) {
+            return Err(format!(
+                "`{}`: 16-bit activation codes (int16 activations, W8A16): the engine has no \
+                 int16 kernels, the layer runs in float between its Q/DQ",
+                n.name
+            ));
+        }
         if !matches!(z.dtype, DType::U8 | DType::I8) || z.len() != 1 {
             return Err(format!(
                 "`{}`: zero point must be one u8 or i8 (got {}{:?})",
