@@ -35,8 +35,11 @@ pub fn resolve(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usi
             _ => return Err(OpError::Invalid(format!("invalid reshape target {spec:?}"))),
         }
     }
+    // The target's dims are the model's (or a fuzzer's) numbers: their product can overflow.
+    let overflow = || OpError::Invalid(format!("reshape target {spec:?} overflows usize"));
+    let product = |v: &[usize]| v.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if let Some(i) = infer {
-        let known: usize = out.iter().product();
+        let known = product(&out).ok_or_else(overflow)?;
         if known == 0 || !total.is_multiple_of(known) {
             return Err(OpError::shape(
                 format!("a shape compatible with {input:?}"),
@@ -45,7 +48,7 @@ pub fn resolve(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usi
         }
         out[i] = total / known;
     }
-    if out.iter().product::<usize>() != total {
+    if product(&out).ok_or_else(overflow)? != total {
         return Err(OpError::shape(
             format!("{total} elements (input {input:?})"),
             spec,
@@ -79,3 +82,18 @@ pub const DEF: super::OpDef =
             ..super::Facts::MOVES
         })
     .narrow_types();
+
+#[cfg(test)]
+mod tests {
+    use super::resolve;
+
+    #[test]
+    fn a_target_whose_product_overflows_is_an_error() {
+        // Found by the `engine` fuzz target (constant folding of a mutated Reshape): the
+        // product of the target's dims overflowed before the element count was compared.
+        let big = i64::MAX / 2;
+        assert!(resolve(&[2, 3], &[big, big], false).is_err());
+        assert!(resolve(&[2, 3], &[big, big, -1], false).is_err());
+        assert_eq!(resolve(&[2, 3], &[3, -1], false).unwrap(), vec![3, 2]);
+    }
+}
