@@ -11,20 +11,6 @@ use quantkit_data::BatchOptions;
 use quantkit_graph::{AttrValue, Graph, Node, OpKind, Tensor, ValueInfo};
 use quantkit_ptq::{quantize_dynamic, quantize_static, Format, PtqConfig, PtqError};
 
-fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
-
 /// One branch: `Conv(x, w_a, b_a) → Relu → Conv(·, w_b) → Mul(·, gain)`, output `out`
 /// `[N, 4, 24, 24]`. Its weights are top-level initializers it reads from the outer scope.
 fn branch(p: &str, out: &str) -> Graph {

@@ -9,18 +9,6 @@ use common::*;
 use quantkit_graph::{AttrValue, Graph, Node, OpKind, Tensor, ValueInfo};
 use quantkit_ptq::{quantize_static, PtqConfig};
 
-fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005) ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
-
 /// `c = Conv(x)` (no bias) → `logits = Gemm(Flatten(c))`, and a second output `y`, the
 /// LayerNorm of `c` over C·H·W written out as primitives: with `div`,
 /// `Div(d, Sqrt(var + eps))`, else `Mul(d, Reciprocal(Sqrt(var + eps)))`. The test keeps the

@@ -5,26 +5,12 @@
 //! activation range rather than a weight, int16 activations repair it without float.
 
 mod common;
+use common::rand_vec;
 
 use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{search, Evaluation, MixedConfig, Precision, SearchOptions, Target};
 use quantkit_ptq::{PtqConfig, QdqOptions};
-
-/// Deterministic pseudo-random values in [-a, a] (the LCG of tests/analyze.rs).
-fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
 
 fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
     g.initializers

@@ -215,3 +215,19 @@ pub fn graph_28x28(name: &str) -> Graph {
     g.inputs.push(vi);
     g
 }
+
+/// Deterministic pseudo-random values in [-a, a] (an LCG, so the tests need no rand crate;
+/// the same sequence as tests/analyze.rs and tests/ptq.rs).
+pub fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+        })
+        .collect()
+}
