@@ -79,6 +79,19 @@ model("dup_output", [h.make_node("Relu", ["x"], ["y"], name="first"),
 
 # The integer engine (`run --engine int8`): a QDQ Conv whose pads make the kernel's output
 # size 2^40 elements, and one whose pads overflow the kernel's size arithmetic.
+# Crashes found by the fuzzers (fuzz/README.md), each also kept as a fuzz seed or a unit test.
+# Softmax of a scalar indexed its absent last axis (model_run, d480fbc).
+model("softmax_scalar", [h.make_node("Softmax", ["x"], ["y"], name="sm", axis=0)],
+      [vi("x", F, [])], [vi("y", F, None)], opset=13)
+# A Reshape folded at load time whose target dims overflow usize when multiplied (engine,
+# bd06d62; 2^50 * 32767 wraps).
+model("reshape_overflow", [h.make_node("Reshape", ["c", "shape"], ["r"], name="reshape"),
+                           h.make_node("Add", ["x", "r"], ["y"], name="add")],
+      [vi("x", F, [2])], [vi("y", F, None)],
+      [nh.from_array(np.ones(2, np.float32), "c"),
+       nh.from_array(np.array([1, 2**50, 32767, 1], np.int64), "shape")])
+
+
 def qdq_conv(name, pads):
     u8 = T.UINT8
     q = lambda n: [nh.from_array(np.array(0.05, np.float32), n + "_s"),
@@ -103,6 +116,7 @@ np.save(os.path.join(OUT, "x_2x3.npy"), np.ones((2, 3), np.float32))
 np.save(os.path.join(OUT, "x_u8_scalar.npy"), np.array(3, np.uint8))
 np.save(os.path.join(OUT, "x_1x1x4x4.npy"), np.ones((1, 1, 4, 4), np.float32))
 np.save(os.path.join(OUT, "x_1.npy"), np.ones(1, np.float32))
+np.save(os.path.join(OUT, "x_scalar.npy"), np.array(1.5, np.float32))
 
 
 def npy_header(descr, shape):
@@ -140,3 +154,12 @@ os.makedirs(os.path.join(OUT, "images_huge_png", "a"), exist_ok=True)
 with open(os.path.join(OUT, "images_huge_png", "a", "huge.png"), "wb") as f:
     f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 0, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(bytes(20001 * 4))) + chunk(b"IEND", b""))
+
+
+# A palette PNG whose PLTE chunk holds 53 bytes, not whole RGB triples: png 0.18.1 panicked
+# on it (the image fuzz target, 7a8500a).
+os.makedirs(os.path.join(OUT, "images_bad_plte", "a"), exist_ok=True)
+with open(os.path.join(OUT, "images_bad_plte", "a", "plte53.png"), "wb") as f:
+    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 3, 0, 0, 0))
+            + chunk(b"PLTE", bytes(range(53))) + chunk(b"IDAT", zlib.compress(bytes(5 * 4)))
+            + chunk(b"IEND", b""))
