@@ -1187,3 +1187,26 @@ fn weight_and_bias_without_zero_point_compile_to_the_same_integer_step() {
         }
     }
 }
+
+/// A node with no outputs (the `engine` fuzz target's find: `Concat(u) → []` after a QDQ-less
+/// Conv/Resize chain) is not a pattern anchor: compiling gives a plan or an error, never an
+/// index panic in the matcher.
+#[test]
+fn a_node_without_outputs_is_not_matched() {
+    for op in ["Concat", "Conv", "MaxPool", "Add", "Relu", "Reshape"] {
+        let mut g = Graph {
+            opset_imports: vec![(String::new(), 17)],
+            ..Default::default()
+        };
+        g.inputs = vec![ValueInfo::new("x", DType::F32, &[1, 1, 2, 2])];
+        g.outputs = vec![ValueInfo::new("y", DType::F32, &[])];
+        g.nodes = vec![
+            Node::new("relu", "Relu", &["x"], &["y"]),
+            Node::new("dead", op, &["y", "y"], &[]),
+        ];
+        // Ok (the node is dead) or an error naming it; the test fails on a panic.
+        if let Err(e) = compile(&g, &EngineOptions::default()) {
+            assert!(e.to_string().contains("dead"), "{op}: {e}");
+        }
+    }
+}

@@ -91,6 +91,11 @@ model("reshape_overflow", [h.make_node("Reshape", ["c", "shape"], ["r"], name="r
       [nh.from_array(np.ones(2, np.float32), "c"),
        nh.from_array(np.array([1, 2**50, 32767, 1], np.int64), "shape")])
 
+# A Concat with no outputs: the engine's pattern matcher indexed its first output (engine).
+model("concat_no_output", [h.make_node("Relu", ["x"], ["y"], name="relu"),
+                           h.make_node("Concat", ["y"], [], name="cat", axis=0)],
+      [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None)])
+
 
 def qdq_conv(name, pads):
     u8 = T.UINT8

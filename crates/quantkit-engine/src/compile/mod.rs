@@ -87,6 +87,11 @@ impl<'g> Matcher<'g> {
     /// Tries the integer pattern anchored at node `ni`.
     fn try_match(&self, ni: usize) -> Option<Why<Matched>> {
         let n = &self.g.nodes[ni];
+        // Every pattern reads its anchor's first output; a node without one (a hostile
+        // file's Concat with no outputs) is left to the float executor, which reports it.
+        if n.outputs.first().is_none_or(|o| o.is_empty()) {
+            return None;
+        }
         // Codes straight from another step (QOperator models): MaxPool and layout ops.
         let codes = || n.inputs.first().and_then(|x| self.code_dtype(x));
         let m = match n.kind()? {
