@@ -96,6 +96,12 @@ model("concat_no_output", [h.make_node("Relu", ["x"], ["y"], name="relu"),
                            h.make_node("Concat", ["y"], [], name="cat", axis=0)],
       [vi("x", F, [1, 1, 4, 4])], [vi("y", F, None)])
 
+# A nearest Resize to 134M elements: under the default tensor_elements limit, but the
+# fuzzers' limit (4M) must hold for it too: Resize had its own fixed bound (model_run).
+model("resize_134m", [h.make_node("Resize", ["x", "", "sc"], ["y"], name="up", mode="nearest")],
+      [vi("x", F, [1, 2, 1, 1])], [vi("y", F, None)],
+      [nh.from_array(np.array([1, 1, 2**25, 2], np.float32), "sc")])
+
 
 def qdq_conv(name, pads):
     u8 = T.UINT8
@@ -121,6 +127,7 @@ np.save(os.path.join(OUT, "x_2x3.npy"), np.ones((2, 3), np.float32))
 np.save(os.path.join(OUT, "x_u8_scalar.npy"), np.array(3, np.uint8))
 np.save(os.path.join(OUT, "x_1x1x4x4.npy"), np.ones((1, 1, 4, 4), np.float32))
 np.save(os.path.join(OUT, "x_1.npy"), np.ones(1, np.float32))
+np.save(os.path.join(OUT, "x_1x2x1x1.npy"), np.ones((1, 2, 1, 1), np.float32))
 np.save(os.path.join(OUT, "x_scalar.npy"), np.array(1.5, np.float32))
 
 

@@ -4,9 +4,9 @@
 //! `[N, D, H, W, 3]`), each point `theta · (x, y[, z], 1)` for the normalized base
 //! coordinates: with `align_corners` −1 and 1 are the centres of the end elements
 //! (`−1 + 2i/(n−1)`, just −1 when n = 1), otherwise their outer edges (`−1 + (2i+1)/n`).
-//! The output is capped at [`MAX_ELEMENTS`] elements.
+//! The output is capped at [`max_elements()`] elements.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -61,10 +61,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     out_shape.push(nd);
     let total = out_shape
         .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "AffineGrid: output {out_shape:?} has more than {MAX_ELEMENTS} elements"
+                "AffineGrid: output {out_shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     let th = theta.to_f64_vec();

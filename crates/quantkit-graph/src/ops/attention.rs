@@ -246,14 +246,14 @@ fn softmax(row: &mut [f32], f64_precision: bool) {
 fn too_large(what: &str) -> OpError {
     OpError::Invalid(format!(
         "{what} would have more than {} elements",
-        super::constant_of_shape::MAX_ELEMENTS
+        super::max_elements()
     ))
 }
 
 fn checked(dims: &[usize], what: &str) -> Result<usize, OpError> {
     dims.iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .filter(|&n| n <= super::constant_of_shape::MAX_ELEMENTS)
+        .filter(|&n| n <= super::max_elements())
         .ok_or_else(|| too_large(what))
 }
 

@@ -3,9 +3,9 @@
 //! channel; they are summed back into an `[N, C, image...]` output (overlapping blocks add
 //! up, values that fall on padding are dropped). `image_shape` and `block_shape` are 1-D
 //! int64 inputs; attributes `dilations`, `pads` (begins, then ends) and `strides`.
-//! `L` must equal the number of block positions; the output is capped at [`MAX_ELEMENTS`].
+//! `L` must equal the number of block positions; the output is capped at [`max_elements()`].
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -15,12 +15,12 @@ use crate::tensor::{DType, Data, Tensor};
 fn ints(ctx: &OpCtx, name: &str, n: usize, min: i64, default: usize) -> Result<Vec<usize>, OpError> {
     match ctx.node.attr_ints(name)? {
         None => Ok(vec![default; n]),
-        Some(v) if v.len() == n && v.iter().all(|&x| x >= min && x <= MAX_ELEMENTS as i64) => {
+        Some(v) if v.len() == n && v.iter().all(|&x| x >= min && x <= max_elements() as i64) => {
             Ok(v.iter().map(|&x| x as usize).collect())
         }
         Some(v) => Err(OpError::attr(
             name,
-            format!("expected {n} values in {min}..={MAX_ELEMENTS}, got {v:?}"),
+            format!("expected {n} values in {min}..={max_elements}, got {v:?}", max_elements = max_elements()),
         )),
     }
 }
@@ -37,7 +37,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             (&image, &block),
         ));
     }
-    let in_range = |v: &[i64], lo: i64| v.iter().all(|&d| d >= lo && d <= MAX_ELEMENTS as i64);
+    let in_range = |v: &[i64], lo: i64| v.iter().all(|&d| d >= lo && d <= max_elements() as i64);
     if !in_range(&image, 1) || !in_range(&block, 1) {
         return Err(OpError::Invalid(format!(
             "Col2Im: image_shape {image:?} and block_shape {block:?} must be positive"
@@ -53,7 +53,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let kprod = block
         .iter()
-        .try_fold(1usize, |a, &b| a.checked_mul(b).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &b| a.checked_mul(b).filter(|&t| t <= max_elements()))
         .ok_or_else(|| OpError::Invalid(format!("Col2Im: block {block:?} too large")))?;
     let (n, cb, l) = (x.shape[0], x.shape[1], x.shape[2]);
     if cb % kprod != 0 {
@@ -86,10 +86,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     out_shape.extend_from_slice(&image);
     let total = out_shape
         .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "Col2Im: output {out_shape:?} has more than {MAX_ELEMENTS} elements"
+                "Col2Im: output {out_shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     let plane: usize = image.iter().product();

@@ -3,17 +3,16 @@
 //! 21 only widened the allowed `value` types (bfloat16, float8, 4-bit), which the IR stores
 //! where it has the type. An empty shape gives a scalar.
 //!
-//! Shape values must be non-negative, and the output is capped at [`MAX_ELEMENTS`] elements
+//! Shape values must be non-negative, and the output is capped at [`max_elements()`] elements
 //! so a corrupt or hostile shape gives an error instead of exhausting memory.
 
 use super::{input, make, OpCtx};
+use super::max_elements;
 use crate::error::OpError;
 use crate::ir::AttrValue;
 use crate::map_data;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Largest output accepted, in elements (2^28: 1 GiB of float32).
-pub const MAX_ELEMENTS: usize = 1 << 28;
 
 /// The fill value: the `value` attribute, or float 0.
 fn fill(ctx: &OpCtx) -> Result<Tensor, OpError> {
@@ -35,7 +34,7 @@ fn fill(ctx: &OpCtx) -> Result<Tensor, OpError> {
 }
 
 /// The output shape from the shape input's values: each non-negative, at most
-/// [`MAX_ELEMENTS`] elements in all.
+/// [`max_elements()`] elements in all.
 fn out_shape(dims: &[i64]) -> Result<Vec<usize>, OpError> {
     let mut n: usize = 1;
     let mut shape = Vec::with_capacity(dims.len());
@@ -43,9 +42,9 @@ fn out_shape(dims: &[i64]) -> Result<Vec<usize>, OpError> {
         let d = usize::try_from(d).map_err(|_| {
             OpError::Invalid(format!("ConstantOfShape: negative dimension in shape {dims:?}"))
         })?;
-        n = n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+        n = n.checked_mul(d).filter(|&n| n <= max_elements()).ok_or_else(|| {
             OpError::Invalid(format!(
-                "ConstantOfShape: shape {dims:?} has more than {MAX_ELEMENTS} elements"
+                "ConstantOfShape: shape {dims:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
         shape.push(d);

@@ -7,9 +7,9 @@
 //! checked against the conv formula. Other spatial ranks are reported unsupported.
 //!
 //! Evaluated as im2col: the sampled columns `[C·kH·kW, oH·oW]` of one image (checked
-//! against [`MAX_ELEMENTS`] first), then one product per group.
+//! against [`max_elements()`] first), then one product per group.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -17,10 +17,10 @@ use crate::tensor::{DType, Data, Tensor};
 /// A 2-value list attribute (non-negative when `min` is 0, positive when 1), or `default`.
 fn pair(ctx: &OpCtx, name: &str, len: usize, min: i64, default: i64) -> Result<Vec<usize>, OpError> {
     let v = ctx.node.attr_ints(name)?.unwrap_or(vec![default; len]);
-    if v.len() != len || v.iter().any(|&x| x < min || x > MAX_ELEMENTS as i64) {
+    if v.len() != len || v.iter().any(|&x| x < min || x > max_elements() as i64) {
         return Err(OpError::attr(
             name,
-            format!("expected {len} values in {min}..={MAX_ELEMENTS}, got {v:?}"),
+            format!("expected {len} values in {min}..={max_elements}, got {v:?}", max_elements = max_elements()),
         ));
     }
     Ok(v.iter().map(|&x| x as usize).collect())
@@ -120,11 +120,11 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let p = oh * ow;
     let cap = |dims: &[usize]| {
         dims.iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+            .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
     };
     let (Some(total), Some(_)) = (cap(&[n, m, oh, ow]), cap(&[c, k, p])) else {
         return Err(OpError::Invalid(format!(
-            "DeformConv: output [{n}, {m}, {oh}, {ow}] or columns [{c}·{k}, {p}] past {MAX_ELEMENTS} elements"
+            "DeformConv: output [{n}, {m}, {oh}, {ow}] or columns [{c}·{k}, {p}] past {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
         )));
     };
     let xv = x.to_f64_vec();

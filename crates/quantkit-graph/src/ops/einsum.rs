@@ -10,9 +10,9 @@
 //! multiply, O(batch · m · k · n)), never a loop over every combination of all labels.
 //! Floats are computed in f64, integers in wrapping i64, then converted back.
 //! Intermediates and the output are capped at
-//! [`super::constant_of_shape::MAX_ELEMENTS`] elements.
+//! [`super::max_elements()`] elements.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{strides, DType, Data, Tensor};
@@ -67,10 +67,10 @@ fn checked_len(shape: &[usize]) -> Result<usize, OpError> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .filter(|&n| n <= MAX_ELEMENTS)
+        .filter(|&n| n <= max_elements())
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "Einsum: an intermediate of shape {shape:?} has more than {MAX_ELEMENTS} elements"
+                "Einsum: an intermediate of shape {shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })
 }

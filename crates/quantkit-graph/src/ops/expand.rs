@@ -1,9 +1,9 @@
 //! `Expand` (opset 8; 13 only adds bfloat16): broadcasts the input to the 1-D int64
 //! `shape` with numpy rules in both directions (a 1 in `shape` keeps the input's size, so
 //! the output shape is the broadcast of both). Outputs above
-//! [`super::constant_of_shape::MAX_ELEMENTS`] elements are errors.
+//! [`super::max_elements()`] elements are errors.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{broadcast_index, broadcast_shapes, Tensor};
@@ -19,9 +19,9 @@ fn out_shape(x: &[usize], dims: &[i64]) -> Result<Vec<usize>, OpError> {
         OpError::shape(format!("a shape broadcastable with {x:?}"), dims)
     })?;
     out.iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS))
+        .try_fold(1usize, |n, &d| n.checked_mul(d).filter(|&n| n <= max_elements()))
         .ok_or_else(|| {
-            OpError::Invalid(format!("Expand: {out:?} has more than {MAX_ELEMENTS} elements"))
+            OpError::Invalid(format!("Expand: {out:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()))
         })?;
     Ok(out)
 }

@@ -9,9 +9,9 @@
 //! are 0), `border` (coordinates clamped to the edge) or `reflection` (coordinates
 //! reflected at the borders: the edges, or the centres of the end elements with
 //! `align_corners`). Nearest rounds half to even, as PyTorch and the ONNX reference do.
-//! The output is capped at [`MAX_ELEMENTS`] elements.
+//! The output is capped at [`max_elements()`] elements.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{strides, DType, Data, Tensor};
@@ -114,10 +114,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     out_shape.extend_from_slice(&grid.shape[1..=r]);
     let total = out_shape
         .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "GridSample: output {out_shape:?} has more than {MAX_ELEMENTS} elements"
+                "GridSample: output {out_shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     let xv = x.to_f64_vec();

@@ -3,25 +3,26 @@
 //! separable index maps and the scatter reductions.
 //!
 //! Every output size is computed with checked arithmetic and capped at
-//! [`MAX_ELEMENTS`] before anything is allocated, so
+//! [`max_elements()`] before anything is allocated, so
 //! a hostile shape or repeat count is an error, not an allocation abort.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use crate::error::OpError;
 use crate::tensor::{Data, Tensor};
 use half::f16;
 
 /// Number of elements of `shape`, or an error when it overflows or exceeds
-/// [`MAX_ELEMENTS`] (`what` names the operator in the message).
+/// [`max_elements()`] (`what` names the operator in the message).
 pub fn numel(shape: &[usize], what: &str) -> Result<usize, OpError> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| {
-            n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS)
+            n.checked_mul(d).filter(|&n| n <= max_elements())
         })
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "{what}: output shape {shape:?} has more than {MAX_ELEMENTS} elements"
+                "{what}: output shape {shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)",
+                max_elements = max_elements()
             ))
         })
 }

@@ -101,12 +101,12 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let bound = |dims: [usize; 4], what: &str| {
         dims.iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .filter(|&n| n <= super::constant_of_shape::MAX_ELEMENTS)
+            .filter(|&n| n <= super::max_elements())
             .map(|_| ())
             .ok_or_else(|| {
                 OpError::Invalid(format!(
                     "{what} {dims:?} would have more than {} elements",
-                    super::constant_of_shape::MAX_ELEMENTS
+                    super::max_elements()
                 ))
             })
     };

@@ -10,7 +10,7 @@
 //! between iterations (opset 11+); scan outputs must keep one shape. After zero iterations
 //! a scan output is an empty tensor of the body output's declared type (float when
 //! undeclared) and shape `[0, dims...]` when its dims are declared, else `[0]`. Scan
-//! outputs are capped at [`super::constant_of_shape::MAX_ELEMENTS`] elements in all.
+//! outputs are capped at [`super::max_elements()`] elements in all.
 //! Sequence-typed carried values (opset 13+) are not values the IR holds.
 
 use super::scan::{account, stack};

@@ -2,9 +2,9 @@
 //! Opset 1 has a float `p`, opset 2 on an integer one (default 2); opset 11 adds
 //! `auto_pad`-resolved pads as the other pools, opset 18 `dilations` and `ceil_mode`
 //! (the window geometry is [`PoolGeom`]'s, shared with MaxPool and AveragePool).
-//! Window count and output size are checked against [`MAX_ELEMENTS`] before allocating.
+//! Window count and output size are checked against [`max_elements()`] before allocating.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::pool::{PoolAttrs, PoolGeom};
 use super::{input, make, OpCtx};
 use crate::error::OpError;
@@ -26,10 +26,10 @@ fn p_of(ctx: &OpCtx) -> Result<f64, OpError> {
 }
 
 /// The geometry, with sizes checked so that neither the pads nor the window table
-/// overflow or exceed [`MAX_ELEMENTS`].
+/// overflow or exceed [`max_elements()`].
 fn geometry(ctx: &OpCtx, shape: &[usize]) -> Result<PoolGeom, OpError> {
     let a = PoolAttrs::parse(ctx.node)?;
-    let limit = MAX_ELEMENTS;
+    let limit = max_elements();
     let big = |v: &[usize]| v.iter().any(|&x| x > limit);
     if big(&a.kernel_shape)
         || a.strides.as_deref().is_some_and(big)

@@ -3,9 +3,9 @@
 //! (half away from zero) to pixels, split into `pooled_shape` `[ph, pw]` bins of
 //! `floor(i·size/p) .. ceil((i+1)·size/p)` pixels (clipped to the image); each output is its
 //! bin's maximum, 0 for an empty bin (the Caffe / ONNX Runtime kernel). Rois must be
-//! finite with valid batch indices; the output is capped at [`MAX_ELEMENTS`].
+//! finite with valid batch indices; the output is capped at [`max_elements()`].
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -19,7 +19,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         .attr_ints("pooled_shape")?
         .ok_or_else(|| OpError::attr("pooled_shape", "required"))?;
     let (ph, pw) = match pooled[..] {
-        [a, b] if a > 0 && b > 0 && a <= MAX_ELEMENTS as i64 && b <= MAX_ELEMENTS as i64 => {
+        [a, b] if a > 0 && b > 0 && a <= max_elements() as i64 && b <= max_elements() as i64 => {
             (a as usize, b as usize)
         }
         _ => {
@@ -44,10 +44,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let out_shape = vec![nr, c, ph, pw];
     let total = out_shape
         .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "MaxRoiPool: output {out_shape:?} has more than {MAX_ELEMENTS} elements"
+                "MaxRoiPool: output {out_shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     let rv = rois.to_f64_vec();

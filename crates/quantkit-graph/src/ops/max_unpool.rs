@@ -8,11 +8,10 @@
 //! equal the later element wins.
 
 use super::{input, opt_input, positive_ints, OpCtx};
+use super::max_elements;
 use crate::error::OpError;
 use crate::tensor::{Data, Tensor};
 
-/// Largest output accepted, in elements.
-const MAX_ELEMENTS: usize = 1 << 28;
 
 /// The output shape from the attributes.
 fn default_shape(ctx: &OpCtx, x: &Tensor) -> Result<Vec<usize>, OpError> {
@@ -37,7 +36,7 @@ fn default_shape(ctx: &OpCtx, x: &Tensor) -> Result<Vec<usize>, OpError> {
         let full = (x.shape[a + 2].saturating_sub(1) as u128) * strides[a] as u128
             + kernel[a] as u128;
         let cut = pads[a] as u128 + pads[a + nd] as u128;
-        if full < cut || full - cut > MAX_ELEMENTS as u128 {
+        if full < cut || full - cut > max_elements() as u128 {
             return Err(OpError::Invalid(format!(
                 "spatial axis {a}: unpooled size {full} minus pads {cut} is out of range"
             )));
@@ -64,7 +63,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let total = shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|&n| n <= MAX_ELEMENTS)
+        .filter(|&n| n <= max_elements())
         .ok_or_else(|| OpError::Invalid(format!("output shape {shape:?} is too large")))?;
     let dest: Vec<usize> = idx
         .to_i64_vec()
@@ -100,12 +99,12 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 }
 
 /// `y` placed at the start of every axis of a zero tensor of shape `out` (checked to be
-/// at least `y`'s shape and at most [`MAX_ELEMENTS`]).
+/// at least `y`'s shape and at most [`max_elements()`]).
 fn embed(y: &Tensor, out: &[usize]) -> Result<Tensor, OpError> {
     let total = out
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|&n| n <= MAX_ELEMENTS)
+        .filter(|&n| n <= max_elements())
         .ok_or_else(|| OpError::Invalid(format!("output shape {out:?} is too large")))?;
     let ostrides = crate::tensor::strides(out);
     let mut idx: Vec<Option<usize>> = vec![None; total];

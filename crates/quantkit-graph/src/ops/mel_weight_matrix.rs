@@ -8,11 +8,10 @@
 //! each edge's bin is `floor((dft_length + 1)·hz / sample_rate)`.
 
 use super::{first_i64, input, OpCtx};
+use super::max_elements;
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Largest output accepted, in elements.
-const MAX_ELEMENTS: usize = 1 << 28;
 
 fn int(inputs: &[Option<&Tensor>], i: usize, what: &str) -> Result<i64, OpError> {
     let t = input(inputs, i)?;
@@ -49,9 +48,9 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let (mels, dft) = (mels as usize, dft as usize);
     let bins = dft / 2 + 1;
-    if bins.checked_mul(mels).is_none_or(|n| n > MAX_ELEMENTS) {
+    if bins.checked_mul(mels).is_none_or(|n| n > max_elements()) {
         return Err(OpError::Invalid(format!(
-            "a {bins}×{mels} matrix is larger than {MAX_ELEMENTS} elements"
+            "a {bins}×{mels} matrix is larger than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
         )));
     }
     let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / std::f64::consts::LN_10;

@@ -298,6 +298,13 @@ pub fn make(dtype: DType, shape: Vec<usize>, data: Data) -> Result<Tensor, OpErr
         .map_err(|e| OpError::Invalid(e.to_string()))
 }
 
+/// The largest tensor an operator builds, in elements: the `tensor_elements` resource limit
+/// ([`quantkit_core::limits::Limits`], 2^28 by default, `QUANTKIT_LIMITS` to change), so
+/// every operator's output bound is the one configurable limit.
+pub fn max_elements() -> usize {
+    usize::try_from(quantkit_core::limits::Limits::current().tensor_elements).unwrap_or(usize::MAX)
+}
+
 /// The element count of a buffer `what` of `shape` an operator is about to allocate,
 /// checked for overflow and against [`quantkit_core::limits::Limits::tensor_elements`]
 /// (a Pad, Conv or pool with absurd pads or strides must fail before allocating).

@@ -3,9 +3,9 @@
 //! ONNX node suite uses though the schema does not list it);
 //! `n = max(⌈(limit − start) / delta⌉, 0)` elements, element `i` = `start + i·delta`.
 //! A zero `delta` and outputs above
-//! [`super::constant_of_shape::MAX_ELEMENTS`] elements are errors.
+//! [`super::max_elements()`] elements are errors.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{Data, Tensor};
@@ -25,9 +25,9 @@ fn count(start: f64, limit: f64, delta: f64) -> Result<usize, OpError> {
         return Err(OpError::Invalid(format!("Range: delta is {delta}")));
     }
     let n = ((limit - start) / delta).ceil().max(0.0);
-    if n.is_nan() || n > MAX_ELEMENTS as f64 {
+    if n.is_nan() || n > max_elements() as f64 {
         return Err(OpError::Invalid(format!(
-            "Range({start}, {limit}, {delta}) has more than {MAX_ELEMENTS} elements"
+            "Range({start}, {limit}, {delta}) has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
         )));
     }
     Ok(n as usize)

@@ -379,7 +379,7 @@ pub fn common(
     seq.checked_mul(batch)
         .and_then(|n| n.checked_mul(dirs))
         .and_then(|n| n.checked_mul(gh))
-        .filter(|&n| n <= super::constant_of_shape::MAX_ELEMENTS)
+        .filter(|&n| n <= super::max_elements())
         .ok_or_else(|| {
             OpError::Invalid(format!(
                 "sequence {seq} × batch {batch} × {dirs} direction(s) × {gh} gate values is too large"

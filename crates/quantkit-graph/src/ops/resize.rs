@@ -19,10 +19,10 @@
 //! size downsample as the reference does).
 //!
 //! Scales must be finite and positive, sizes non-negative, and the output (and every
-//! intermediate) at most [`MAX_ELEMENTS`] elements: anything else is an error before any
+//! intermediate) at most [`max_elements()`] elements: anything else is an error before any
 //! allocation.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -281,16 +281,9 @@ fn axis_taps(
     Ok(t)
 }
 
-/// Element count of `shape`, or an error past [`MAX_ELEMENTS`].
+/// Element count of `shape`, or an error past the `tensor_elements` limit naming the claim.
 fn checked_count(shape: &[usize]) -> Result<usize, OpError> {
-    shape
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS))
-        .ok_or_else(|| {
-            OpError::Invalid(format!(
-                "Resize: output shape {shape:?} has more than {MAX_ELEMENTS} elements"
-            ))
-        })
+    super::alloc_len("Resize output", shape)
 }
 
 /// Resizes `x` to `out` (one size per axis) with per-axis `scales` and, for
@@ -364,9 +357,9 @@ pub(crate) fn sizes_from_scales(shape: &[usize], scales: &[f64]) -> Result<Vec<u
                 )));
             }
             let o = (d as f64 * s).floor();
-            if o > MAX_ELEMENTS as f64 {
+            if o > max_elements() as f64 {
                 return Err(OpError::Invalid(format!(
-                    "Resize: scales {scales:?} on {shape:?} give more than {MAX_ELEMENTS} elements"
+                    "Resize: scales {scales:?} on {shape:?} give more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
                 )));
             }
             Ok(o as usize)
@@ -479,9 +472,9 @@ fn target(
             if s.len() != k {
                 return Err(OpError::shape(format!("{k} sizes"), &s));
             }
-            if s.iter().any(|&v| v < 0 || v as u64 > MAX_ELEMENTS as u64) {
+            if s.iter().any(|&v| v < 0 || v as u64 > max_elements() as u64) {
                 return Err(OpError::Invalid(format!(
-                    "Resize: sizes must be in 0..={MAX_ELEMENTS}, got {s:?}"
+                    "Resize: sizes must be in 0..={max_elements}, got {s:?}", max_elements = max_elements()
                 )));
             }
             let policy = ctx.node.attr_string("keep_aspect_ratio_policy", "stretch")?;
@@ -505,7 +498,7 @@ fn target(
                     }
                     Some(c) => {
                         let o = (c * shape[a] as f64 + 0.5).floor();
-                        if !(o.is_finite() && o <= MAX_ELEMENTS as f64) {
+                        if !(o.is_finite() && o <= max_elements() as f64) {
                             return Err(OpError::Invalid(format!(
                                 "Resize: sizes {s:?} with {policy} give {o} along axis {a}"
                             )));

@@ -13,7 +13,7 @@
 //! interpolated value). Rois must be finite, batch indices valid, and the output and the
 //! sampling work bounded before anything is allocated.
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
@@ -50,7 +50,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let ow = node.attr_int("output_width", 1)?;
     let sr = node.attr_int("sampling_ratio", 0)?;
     let scale = f64::from(node.attr_float("spatial_scale", 1.0)?);
-    if oh < 1 || ow < 1 || sr < 0 || oh > MAX_ELEMENTS as i64 || ow > MAX_ELEMENTS as i64 {
+    if oh < 1 || ow < 1 || sr < 0 || oh > max_elements() as i64 || ow > max_elements() as i64 {
         return Err(OpError::Invalid(format!(
             "RoiAlign: output_height {oh} and output_width {ow} must be positive, sampling_ratio {sr} non-negative"
         )));
@@ -83,10 +83,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let out_shape = vec![nr, c, ph, pw];
     let total = out_shape
         .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= MAX_ELEMENTS))
+        .try_fold(1usize, |a, &d| a.checked_mul(d).filter(|&t| t <= max_elements()))
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "RoiAlign: output {out_shape:?} has more than {MAX_ELEMENTS} elements"
+                "RoiAlign: output {out_shape:?} has more than {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     let offset = if half { 0.5 } else { 0.0 };

@@ -13,7 +13,7 @@
 //!
 //! The body reads enclosing values by name; the executor runs it through [`run`].
 
-use super::constant_of_shape::MAX_ELEMENTS;
+use super::max_elements;
 use super::{norm_axis, OpCtx};
 use crate::error::{GraphError, OpError};
 use crate::exec::ControlCtx;
@@ -77,14 +77,14 @@ pub(crate) fn axis_to(x: Tensor, axis: usize) -> Result<Tensor, OpError> {
 }
 
 /// Adds `t`'s elements to a running count of accumulated scan-output elements, failing
-/// past [`MAX_ELEMENTS`] (a loop must not grow memory without bound).
+/// past [`max_elements()`] (a loop must not grow memory without bound).
 pub(crate) fn account(total: &mut usize, t: &Tensor, what: &str) -> Result<(), OpError> {
     *total = total
         .checked_add(t.len())
-        .filter(|&n| n <= MAX_ELEMENTS)
+        .filter(|&n| n <= max_elements())
         .ok_or_else(|| {
             OpError::Invalid(format!(
-                "{what}: scan outputs exceed {MAX_ELEMENTS} elements"
+                "{what}: scan outputs exceed {max_elements} elements (the tensor_elements limit of QUANTKIT_LIMITS)", max_elements = max_elements()
             ))
         })?;
     Ok(())

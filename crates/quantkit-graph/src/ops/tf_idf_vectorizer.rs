@@ -13,13 +13,12 @@
 //! supported (quantkit has no string tensors).
 
 use std::collections::HashMap;
+use super::max_elements;
 
 use super::{input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Largest output accepted, in elements.
-const MAX_ELEMENTS: usize = 1 << 28;
 
 /// The attributes, checked.
 struct Spec {
@@ -110,7 +109,7 @@ fn spec(ctx: &OpCtx) -> Result<Spec, OpError> {
     }
     let index: Vec<usize> = raw_index
         .iter()
-        .map(|&i| usize::try_from(i).ok().filter(|&i| i < MAX_ELEMENTS))
+        .map(|&i| usize::try_from(i).ok().filter(|&i| i < max_elements()))
         .collect::<Option<_>>()
         .ok_or_else(|| OpError::Invalid(format!("ngram_indexes {raw_index:?} out of range")))?;
     let width = index.iter().max().map_or(0, |m| m + 1);
@@ -184,7 +183,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let spec = spec(ctx)?;
     let total = rows
         .checked_mul(spec.width)
-        .filter(|&t| t <= MAX_ELEMENTS)
+        .filter(|&t| t <= max_elements())
         .ok_or_else(|| OpError::Invalid(format!("{rows} rows of {} entries is too large", spec.width)))?;
     let tokens = x.to_i64_vec();
     let mut out = vec![0f32; total];

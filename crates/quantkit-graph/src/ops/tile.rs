@@ -2,7 +2,7 @@
 //! Opset 6 takes `repeats` as a 1-D int64 input with one entry per input axis; opset 1 took
 //! two scalar inputs, `tiles` and `axis`, repeating along that one axis; 13 only adds
 //! bfloat16. Repeats must be non-negative and the output is capped at
-//! [`MAX_ELEMENTS`](super::constant_of_shape::MAX_ELEMENTS): an absurd repeat count is an
+//! [`max_elements()`](super::max_elements()): an absurd repeat count is an
 //! error, never an allocation.
 
 use super::index::{numel, separable};

@@ -15,12 +15,11 @@
 //! Walks are bounded by the node count, so a cyclic forest is an error, not a hang.
 
 use super::{input, OpCtx};
+use super::max_elements;
 use crate::error::OpError;
 use crate::ir::AttrValue;
 use crate::tensor::{DType, Data, Tensor};
 
-/// Largest output accepted, in elements.
-const MAX_ELEMENTS: usize = 1 << 28;
 
 /// A tensor attribute as f64 values (missing: `None`).
 fn tensor_attr(ctx: &OpCtx, name: &str) -> Result<Option<Vec<f64>>, OpError> {
@@ -211,7 +210,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let f = forest(ctx, features)?;
     let total = rows
         .checked_mul(f.n_targets)
-        .filter(|&t| t <= MAX_ELEMENTS)
+        .filter(|&t| t <= max_elements())
         .ok_or_else(|| OpError::Invalid(format!("{rows} × {} targets is too large", f.n_targets)))?;
     let start = match f.aggregate {
         2 => f64::MAX,
