@@ -450,3 +450,60 @@ fn float16_matmul_accumulates_in_f32() {
     let y = mat_mul::eval(&OpCtx { node: &node, opset: 13 }, &[Some(&ta), Some(&tb)]).unwrap();
     assert_eq!(y[0].to_f32_vec(), vec![2056.0]);
 }
+
+/// Bad bfloat16 input is an error naming the node, on the three paths (codes, widened to
+/// f32, own arithmetic), never a panic.
+#[test]
+fn bad_bfloat16_input_names_the_node() {
+    let bf = |shape: &[usize]| {
+        let n = shape.iter().product();
+        Tensor::from_f32(shape, vec![0.5; n]).cast(DType::BF16)
+    };
+    let run = |op: &str, attrs: Vec<(&str, AttrValue)>, ins: Vec<Tensor>| -> String {
+        let names: Vec<String> = (0..ins.len()).map(|i| format!("x{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut node = Node::new("bad_node", op, &refs, &["y"]);
+        for (k, v) in attrs {
+            node = node.with_attr(k, v);
+        }
+        let g = Graph {
+            nodes: vec![node],
+            inputs: names
+                .iter()
+                .zip(&ins)
+                .map(|(n, t)| ValueInfo::new(n, t.dtype, &t.shape))
+                .collect(),
+            outputs: vec![ValueInfo {
+                name: "y".into(),
+                dtype: None,
+                onnx_elem_type: 0,
+                shape: None,
+            }],
+            opset_imports: vec![(String::new(), 23)],
+            ..Default::default()
+        };
+        let feeds = names.into_iter().zip(ins).collect();
+        match execute(&g, feeds) {
+            Ok(_) => panic!("{op}: expected an error"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let f32t = Tensor::from_f32(&[2, 3], vec![0.0; 6]);
+    let errors = [
+        run("Softmax", vec![], vec![bf(&[])]),
+        run("Elu", vec![("alpha", AttrValue::Int(1))], vec![bf(&[3])]),
+        run("Add", vec![], vec![bf(&[2, 3]), bf(&[4])]),
+        run("MatMul", vec![], vec![bf(&[2, 3]), bf(&[4, 2])]),
+        run("Transpose", vec![("perm", AttrValue::Ints(vec![0, 0]))], vec![bf(&[2, 3])]),
+        run(
+            "Where",
+            vec![],
+            vec![Tensor::new(vec![2, 3], Data::Bool(vec![true; 6])).unwrap(), bf(&[2, 3]), f32t],
+        ),
+        run("Attention", vec![], vec![bf(&[2, 8]), bf(&[2, 8]), bf(&[2, 8])]),
+        run("Sin", vec![], vec![bf(&[2])]),
+    ];
+    for e in errors {
+        assert!(e.contains("bad_node"), "{e}");
+    }
+}
