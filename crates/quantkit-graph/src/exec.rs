@@ -174,11 +174,13 @@ pub fn eval_node(
             },
             args,
         ),
-        None => eval_narrow(node, args, |a| (kind.def().eval)(&OpCtx { node, opset }, a)).map_err(|source| GraphError::Op {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            source,
-        }),
+        None => eval_narrow(node, args, |a| (kind.def().eval)(&OpCtx { node, opset }, a)).map_err(
+            |source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            },
+        ),
     }
 }
 
@@ -308,11 +310,11 @@ fn run_body<'g>(
                 Some(_) => ops::conv::eval_fused(&ctx, args, true),
                 None => f(&ctx, args),
             })
-                .map_err(|source| GraphError::Op {
-                    node: node.name.clone(),
-                    op_type: node.op_type.clone(),
-                    source,
-                })?
+            .map_err(|source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            })?
         };
         let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
         let names = relu.map_or(&node.outputs, |r| &r.outputs);
@@ -379,7 +381,10 @@ pub fn eval_narrow(
     }
     let wide: Vec<Option<Tensor>> = args
         .iter()
-        .map(|t| t.filter(|t| t.dtype == DType::BF16).map(|t| t.cast(DType::F32)))
+        .map(|t| {
+            t.filter(|t| t.dtype == DType::BF16)
+                .map(|t| t.cast(DType::F32))
+        })
         .collect();
     let refs: Vec<Option<&Tensor>> = args
         .iter()

@@ -154,11 +154,20 @@ fn cases() -> Vec<Case> {
     ] {
         c.push(case("MatMul", vec![fl(F16, a), fl(F16, b)], vec![]));
     }
-    c.push(case("Gemm", vec![fl(F16, &[7, 300]), fl(F16, &[300, 5])], vec![]));
+    c.push(case(
+        "Gemm",
+        vec![fl(F16, &[7, 300]), fl(F16, &[300, 5])],
+        vec![],
+    ));
     c.push(case(
         "Gemm",
         vec![fl(F16, &[300, 7]), fl(F16, &[5, 300]), fl(F16, &[1, 5])],
-        vec![("alpha", f(0.3)), ("beta", f(0.7)), ("transA", i(1)), ("transB", i(1))],
+        vec![
+            ("alpha", f(0.3)),
+            ("beta", f(0.7)),
+            ("transA", i(1)),
+            ("transB", i(1)),
+        ],
     ));
     c.push(case(
         "Gemm",
@@ -196,11 +205,19 @@ fn cases() -> Vec<Case> {
     // a given scale, softmax_precision float.
     for ty in [F16, Bf16] {
         let qkv = |q: &[usize], k: &[usize]| vec![fl(ty, q), fl(ty, k), fl(ty, k)];
-        c.push(case("Attention", qkv(&[2, 3, 4, 8], &[2, 3, 6, 8]), vec![("is_causal", i(1))]));
+        c.push(case(
+            "Attention",
+            qkv(&[2, 3, 4, 8], &[2, 3, 6, 8]),
+            vec![("is_causal", i(1))],
+        ));
         c.push(case(
             "Attention",
             qkv(&[2, 4, 24], &[2, 6, 24]),
-            vec![("is_causal", i(1)), ("q_num_heads", i(3)), ("kv_num_heads", i(3))],
+            vec![
+                ("is_causal", i(1)),
+                ("q_num_heads", i(3)),
+                ("kv_num_heads", i(3)),
+            ],
         ));
         let mut m = qkv(&[2, 3, 4, 8], &[2, 3, 6, 8]);
         m.push(fl(ty, &[2, 1, 4, 6]));
@@ -217,7 +234,11 @@ fn cases() -> Vec<Case> {
         ));
     }
     // bfloat16 layout: codes move unchanged.
-    c.push(case("Transpose", vec![fl(Bf16, &[2, 3, 4])], vec![("perm", ii(&[2, 0, 1]))]));
+    c.push(case(
+        "Transpose",
+        vec![fl(Bf16, &[2, 3, 4])],
+        vec![("perm", ii(&[2, 0, 1]))],
+    ));
     c.push(case(
         "Expand",
         vec![fl(Bf16, &[3, 1]), ints(I64, &[3], &[2, 3, 4])],
@@ -235,7 +256,11 @@ fn cases() -> Vec<Case> {
     ));
     c.push(case(
         "Pad",
-        vec![fl(Bf16, &[2, 3]), ints(I64, &[4], &[1, 0, 0, 2]), fl(Bf16, &[])],
+        vec![
+            fl(Bf16, &[2, 3]),
+            ints(I64, &[4], &[1, 0, 0, 2]),
+            fl(Bf16, &[]),
+        ],
         vec![],
     ));
     c.push(case(
@@ -247,21 +272,39 @@ fn cases() -> Vec<Case> {
         ],
         vec![],
     ));
-    c.push(case("Unique", vec![ints(Bf16, &[8], &[3, -1, 2, -1, 0, 3, -7, 2])], vec![]));
+    c.push(case(
+        "Unique",
+        vec![ints(Bf16, &[8], &[3, -1, 2, -1, 0, 3, -7, 2])],
+        vec![],
+    ));
     // bfloat16 arithmetic: the f32 result rounded once.
     for op in ["Add", "Sub", "Mul", "Div", "Equal", "Less"] {
         c.push(case(op, vec![fl(Bf16, &[4, 5]), fl(Bf16, &[5])], vec![]));
     }
-    c.push(case("ReduceMax", vec![fl(Bf16, &[3, 4, 5]), ints(I64, &[1], &[1])], vec![]));
-    c.push(case("MatMul", vec![fl(Bf16, &[2, 7, 300]), fl(Bf16, &[2, 300, 9])], vec![]));
+    c.push(case(
+        "ReduceMax",
+        vec![fl(Bf16, &[3, 4, 5]), ints(I64, &[1], &[1])],
+        vec![],
+    ));
+    c.push(case(
+        "MatMul",
+        vec![fl(Bf16, &[2, 7, 300]), fl(Bf16, &[2, 300, 9])],
+        vec![],
+    ));
     c.push(case(
         "Einsum",
         vec![fl(Bf16, &[5, 2, 3]), fl(Bf16, &[5, 3, 4])],
         vec![("equation", AttrValue::String("bij,bjk->bik".into()))],
     ));
     for alpha in [1.0, 0.7, 2.5] {
-        c.push(scaled(case("Celu", vec![fl(Bf16, &[500])], vec![("alpha", f(alpha))]), 3.0));
-        c.push(scaled(case("Elu", vec![fl(Bf16, &[500])], vec![("alpha", f(alpha))]), 3.0));
+        c.push(scaled(
+            case("Celu", vec![fl(Bf16, &[500])], vec![("alpha", f(alpha))]),
+            3.0,
+        ));
+        c.push(scaled(
+            case("Elu", vec![fl(Bf16, &[500])], vec![("alpha", f(alpha))]),
+            3.0,
+        ));
     }
     c
 }
@@ -317,7 +360,11 @@ fn bytes(t: &Tensor) -> Vec<u8> {
 
 fn write_case(dir: &Path, n: usize, c: &Case, inputs: &[Tensor]) {
     let shapes: Vec<String> = c.ins.iter().map(|i| format!("{:?}", i.shape)).collect();
-    let types: Vec<String> = c.ins.iter().map(|i| format!("\"{}\"", i.ty.name())).collect();
+    let types: Vec<String> = c
+        .ins
+        .iter()
+        .map(|i| format!("\"{}\"", i.ty.name()))
+        .collect();
     let attrs: Vec<String> = c
         .attrs
         .iter()
@@ -404,7 +451,11 @@ fn half_types_match_the_reference_bit_for_bit() {
         let what = format!(
             "{} {} {:?}",
             c.op,
-            c.ins.iter().map(|i| format!("{}{:?}", i.ty.name(), i.shape)).collect::<Vec<_>>().join(" "),
+            c.ins
+                .iter()
+                .map(|i| format!("{}{:?}", i.ty.name(), i.shape))
+                .collect::<Vec<_>>()
+                .join(" "),
             c.attrs
         );
         let got = match quantkit(c, x) {
@@ -416,7 +467,10 @@ fn half_types_match_the_reference_bit_for_bit() {
         };
         let type_ok = matches!(
             (want_type.as_str(), got.dtype),
-            ("float16", DType::F16) | ("bfloat16", DType::BF16) | ("bool", DType::Bool) | ("int64", DType::I64)
+            ("float16", DType::F16)
+                | ("bfloat16", DType::BF16)
+                | ("bool", DType::Bool)
+                | ("int64", DType::I64)
         );
         let g = bytes(&got);
         let width = (want.len() / got.len().max(1)).max(1);
@@ -447,7 +501,14 @@ fn float16_matmul_accumulates_in_f32() {
     let node = Node::new("m", "MatMul", &["a", "b"], &["y"]);
     let ta = Tensor::new(vec![1, k], Data::F16(a)).unwrap();
     let tb = Tensor::new(vec![k, 1], Data::F16(b)).unwrap();
-    let y = mat_mul::eval(&OpCtx { node: &node, opset: 13 }, &[Some(&ta), Some(&tb)]).unwrap();
+    let y = mat_mul::eval(
+        &OpCtx {
+            node: &node,
+            opset: 13,
+        },
+        &[Some(&ta), Some(&tb)],
+    )
+    .unwrap();
     assert_eq!(y[0].to_f32_vec(), vec![2056.0]);
 }
 
@@ -491,16 +552,37 @@ fn bad_bfloat16_input_names_the_node() {
     let f32t = Tensor::from_f32(&[2, 3], vec![0.0; 6]);
     let errors = [
         run("Softmax", vec![], vec![bf(&[])]),
-        run("Elu", vec![("alpha", AttrValue::Int(1))], vec![bf(&[3])]),
+        run(
+            "Celu",
+            vec![("alpha", AttrValue::Float(0.0))],
+            vec![bf(&[3])],
+        ),
+        run(
+            "Pad",
+            vec![],
+            vec![bf(&[2, 3]), Tensor::from_i64(&[3], vec![1, 0, 0]), bf(&[])],
+        ),
         run("Add", vec![], vec![bf(&[2, 3]), bf(&[4])]),
         run("MatMul", vec![], vec![bf(&[2, 3]), bf(&[4, 2])]),
-        run("Transpose", vec![("perm", AttrValue::Ints(vec![0, 0]))], vec![bf(&[2, 3])]),
+        run(
+            "Transpose",
+            vec![("perm", AttrValue::Ints(vec![0, 0]))],
+            vec![bf(&[2, 3])],
+        ),
         run(
             "Where",
             vec![],
-            vec![Tensor::new(vec![2, 3], Data::Bool(vec![true; 6])).unwrap(), bf(&[2, 3]), f32t],
+            vec![
+                Tensor::new(vec![2, 3], Data::Bool(vec![true; 6])).unwrap(),
+                bf(&[2, 3]),
+                f32t,
+            ],
         ),
-        run("Attention", vec![], vec![bf(&[2, 8]), bf(&[2, 8]), bf(&[2, 8])]),
+        run(
+            "Attention",
+            vec![],
+            vec![bf(&[2, 8]), bf(&[2, 8]), bf(&[2, 8])],
+        ),
         run("Sin", vec![], vec![bf(&[2])]),
     ];
     for e in errors {
