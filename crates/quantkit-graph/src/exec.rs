@@ -363,7 +363,7 @@ pub(crate) fn narrow_check(
     }
 }
 
-/// Runs `eval` on `args` after [`narrow_check`]; for an operator whose bfloat16 rule is
+/// Runs `eval` on `args` after `narrow_check`; for an operator whose bfloat16 rule is
 /// [`ops::Bf16::Widen`], bfloat16 inputs are decoded to f32 first and the f32 outputs are
 /// rounded to bfloat16 (to nearest even) after, the one rounding the reference makes.
 pub fn eval_narrow(
