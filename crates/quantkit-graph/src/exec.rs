@@ -5,7 +5,7 @@
 use crate::error::{GraphError, OpError, Result};
 use crate::ir::{Dim, Graph, Node};
 use crate::ops::{self, EvalFn, OpCtx, OpKind};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap};
 
 /// Checks that every node has an implementation; returns them in node order.
@@ -174,11 +174,13 @@ pub fn eval_node(
             },
             args,
         ),
-        None => (kind.def().eval)(&OpCtx { node, opset }, args).map_err(|source| GraphError::Op {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            source,
-        }),
+        None => eval_narrow(node, args, |a| (kind.def().eval)(&OpCtx { node, opset }, a)).map_err(
+            |source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            },
+        ),
     }
 }
 
@@ -304,16 +306,15 @@ fn run_body<'g>(
         } else {
             let ctx = OpCtx { node, opset };
             let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
-            narrow_check(node, &args)
-                .and_then(|()| match relu {
-                    Some(_) => ops::conv::eval_fused(&ctx, &args, true),
-                    None => f(&ctx, &args),
-                })
-                .map_err(|source| GraphError::Op {
-                    node: node.name.clone(),
-                    op_type: node.op_type.clone(),
-                    source,
-                })?
+            eval_narrow(node, &args, |args| match relu {
+                Some(_) => ops::conv::eval_fused(&ctx, args, true),
+                None => f(&ctx, args),
+            })
+            .map_err(|source| GraphError::Op {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                source,
+            })?
         };
         let relu = fused.get(&i).map(|&j| &graph.nodes[j]);
         let names = relu.map_or(&node.outputs, |r| &r.outputs);
@@ -360,6 +361,46 @@ pub(crate) fn narrow_check(
         Some(k) => k.def().check_inputs(args),
         None => Ok(()),
     }
+}
+
+/// Runs `eval` on `args` after `narrow_check`; for an operator whose bfloat16 rule is
+/// [`ops::Bf16::Widen`], bfloat16 inputs are decoded to f32 first and the f32 outputs are
+/// rounded to bfloat16 (to nearest even) after, the one rounding the reference makes.
+pub fn eval_narrow(
+    node: &crate::ir::Node,
+    args: &[Option<&Tensor>],
+    eval: impl FnOnce(&[Option<&Tensor>]) -> std::result::Result<Vec<Tensor>, crate::error::OpError>,
+) -> std::result::Result<Vec<Tensor>, crate::error::OpError> {
+    narrow_check(node, args)?;
+    let widen = node.kind().is_some_and(|k| {
+        let def = k.def();
+        !def.narrow_types && def.bf16 == ops::Bf16::Widen
+    });
+    if !widen || !args.iter().flatten().any(|t| t.dtype == DType::BF16) {
+        return eval(args);
+    }
+    let wide: Vec<Option<Tensor>> = args
+        .iter()
+        .map(|t| {
+            t.filter(|t| t.dtype == DType::BF16)
+                .map(|t| t.cast(DType::F32))
+        })
+        .collect();
+    let refs: Vec<Option<&Tensor>> = args
+        .iter()
+        .zip(&wide)
+        .map(|(t, w)| w.as_ref().or(*t))
+        .collect();
+    Ok(eval(&refs)?
+        .into_iter()
+        .map(|t| {
+            if t.dtype == DType::F32 {
+                t.cast(DType::BF16)
+            } else {
+                t
+            }
+        })
+        .collect())
 }
 
 fn check_input(vi: &crate::ir::ValueInfo, t: &Tensor) -> Result<()> {

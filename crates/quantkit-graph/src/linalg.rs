@@ -115,6 +115,43 @@ pub fn sgemm_ref(
     }
 }
 
+/// The matrix product of float16 operands as numpy computes it (`np.matmul` and `np.dot` on
+/// `float16`, which the ONNX reference evaluator and the node tests' expected outputs use):
+/// every product of two f16 values is formed in f32 (exactly: 11 + 11 significant bits fit
+/// in f32's 24), added to an f32 accumulator that starts at +0 in ascending `k` order, and
+/// the sum is rounded to f16 once. `c[m×n]` receives those f32 sums (row-major); the
+/// caller rounds them to f16. Checked bit for bit against numpy in
+/// `tests/f16_numpy_rules.rs`.
+///
+/// Each output element sees exactly the sequential chain of f32 additions (the loop runs
+/// over rows, then `k`, then a row of outputs, which keeps each element's additions in `k`
+/// order); a fused multiply-add would give the same bits because the products are exact.
+///
+/// Panics if a view is too small for the given sizes (a caller bug, not a data error).
+pub fn hgemm_f32_acc(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, c: &mut [f32]) {
+    assert!(
+        a.fits(m, k) && b.fits(k, n) && c.len() >= m * n,
+        "hgemm_f32_acc: operand too small"
+    );
+    for i in 0..m {
+        let row = &mut c[i * n..(i + 1) * n];
+        row.fill(0.0);
+        for p in 0..k {
+            let x = a.data[i * a.rs + p * a.cs];
+            if b.cs == 1 {
+                let bp = &b.data[p * b.rs..p * b.rs + n];
+                for (acc, &y) in row.iter_mut().zip(bp) {
+                    *acc += x * y;
+                }
+            } else {
+                for (j, acc) in row.iter_mut().enumerate() {
+                    *acc += x * b.data[p * b.rs + j * b.cs];
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

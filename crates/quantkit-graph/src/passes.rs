@@ -163,7 +163,7 @@ pub fn fold_constants(graph: &mut Graph) -> Result<()> {
                     }
                 })
                 .collect();
-            Some(crate::exec::narrow_check(&node, &args).and_then(|()| f(&ctx, &args)))
+            Some(crate::exec::eval_narrow(&node, &args, |a| f(&ctx, a)))
         } else {
             None
         };

@@ -26,4 +26,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Abs", 1, eval)
     .facts(super::Facts {
         unary: true,
         ..super::Facts::ELEMENTWISE
-    });
+    })
+    .bf16_widen();

@@ -41,4 +41,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Add", 1, eval)
         elementwise: true,
         qlinear: Some(super::OpKind::QLinearAdd),
         ..super::Facts::NONE
-    });
+    })
+    .bf16_widen();

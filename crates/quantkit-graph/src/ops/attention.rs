@@ -19,18 +19,26 @@
 //! - `qk_matmul_output_mode` for the 4th output: 0 the scaled `Q·Kᵀ`, 1 after softcap,
 //!   2 after the bias, 3 the probabilities;
 //! - `softmax_precision` 11 (double) runs the softmax in f64; every other precision runs
-//!   it in f32 (f16 inputs are computed in f32 and rounded once at the end).
+//!   it in f32;
+//! - float16 and bfloat16 inputs are computed in their own precision, rounding where the
+//!   ONNX reference (numpy on f16 or `ml_dtypes` arrays) rounds, since the node tests
+//!   compare bfloat16 codes exactly: `√scale` (formed in f64 when not given), `Q·√scale`
+//!   and `K·√scale`, each product (f32 accumulation rounded once, as numpy's MatMul), the
+//!   scores plus bias, and the softmax ([`super::softmax::softmax_rounded`]) unless
+//!   `softmax_precision` names another type (then it runs as above and the probabilities
+//!   are rounded) or a softcap (an f32 attribute) has promoted the scores to f32.
 //!
 //! The two products of every head run on [`crate::linalg::sgemm`].
 
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
-use crate::linalg::{sgemm, MatRef};
+use crate::linalg::{hgemm_f32_acc, sgemm, MatRef};
+use quantkit_core::formats::{bf16_decode, bf16_encode};
 use crate::tensor::{DType, Data, Tensor};
 
 fn float_input<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor, OpError> {
     let t = input(inputs, i)?;
-    if !t.dtype.is_float() {
+    if !t.dtype.is_float() && t.dtype != DType::BF16 {
         return Err(OpError::DType {
             index: i,
             expected: "float".into(),
@@ -204,7 +212,7 @@ impl Mask {
                 .iter()
                 .map(|&t| if t { 0.0 } else { f32::NEG_INFINITY })
                 .collect(),
-            _ if m.dtype.is_float() => m.to_f32_vec(),
+            _ if m.dtype.is_float() || m.dtype == DType::BF16 => m.to_f32_vec(),
             _ => {
                 return Err(OpError::DType {
                     index: 3,
@@ -363,7 +371,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                     (&pk.shape, &pv.shape),
                 ));
             }
-            if !pk.dtype.is_float() || !pv.dtype.is_float() {
+            let float = |d: DType| d.is_float() || d == DType::BF16;
+            if !float(pk.dtype) || !float(pv.dtype) {
                 return Err(OpError::DType {
                     index: 4,
                     expected: "float".into(),
@@ -405,10 +414,35 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         checked(&[batch, hq, sq, total], "qk_matmul_output")?;
     }
 
-    let scale = a.scale.unwrap_or(1.0 / (dq as f32).sqrt());
-    let root = scale.sqrt();
-    let qv: Vec<f32> = qv.iter().map(|x| x * root).collect();
-    let ks_scaled: Vec<f32> = kp.iter().map(|x| x * root).collect();
+    // f16 and bfloat16 inputs round where the reference rounds (see the module doc).
+    let narrow: Option<fn(f32) -> f32> = match q.dtype {
+        DType::F16 => Some(|v| half::f16::from_f32(v).to_f32()),
+        DType::BF16 => Some(|v| bf16_decode(bf16_encode(v))),
+        _ => None,
+    };
+    let rnd = |v: f32| narrow.map_or(v, |r| r(v));
+    let root = match (narrow, a.scale) {
+        // The reference forms the default scale in f64 and rounds its root to the type.
+        (Some(r), None) => r((1.0 / (dq as f64).sqrt()).sqrt() as f32),
+        (Some(r), Some(s)) => r(s.sqrt()),
+        (None, s) => s.unwrap_or(1.0 / (dq as f32).sqrt()).sqrt(),
+    };
+    let qv: Vec<f32> = qv.iter().map(|x| rnd(x * root)).collect();
+    let ks_scaled: Vec<f32> = kp.iter().map(|x| rnd(x * root)).collect();
+    // Scores stay in the narrow type unless softcap (an f32 attribute) promotes them to f32;
+    // the softmax runs in it unless `softmax_precision` names another type.
+    let sp = ctx.node.attr_int("softmax_precision", 0)?;
+    let same_type = sp == 0 || sp == i64::from(q.dtype.onnx_code());
+    let narrow_scores = narrow.filter(|_| a.softcap <= 0.0);
+    let narrow_softmax = narrow_scores.filter(|_| same_type);
+    let product = |m: usize, n: usize, k: usize, x: MatRef, y: MatRef, out: &mut [f32]| {
+        if let Some(r) = narrow {
+            hgemm_f32_acc(m, n, k, x, y, out);
+            out.iter_mut().for_each(|v| *v = r(*v));
+        } else {
+            sgemm(m, n, k, x, y, out, false, false);
+        }
+    };
     let group = hq / hkv;
     let mut y = vec![0f32; batch * hq * sq * dv];
     let mut qk_out = if want_qk {
@@ -451,15 +485,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             }
             let qh = &qv[(b * hq + h) * sq * dq..(b * hq + h + 1) * sq * dq];
             let kh = &ks_scaled[(b * hkv + kvh) * total * dk..(b * hkv + kvh + 1) * total * dk];
-            sgemm(
+            product(
                 sq,
                 total,
                 dq,
                 MatRef::row_major(qh, dq, false),
                 MatRef::row_major(kh, dk, true),
                 &mut scores,
-                false,
-                false,
             );
             let out_at = (b * hq + h) * sq * total;
             if want_qk && a.qk_mode == 0 {
@@ -474,7 +506,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                 qk_out[out_at..out_at + sq * total].copy_from_slice(&scores);
             }
             for (s, bv) in scores.iter_mut().zip(&bias) {
-                *s += bv;
+                *s = narrow_scores.map_or(*s + bv, |r| r(*s + bv));
             }
             if want_qk && a.qk_mode == 2 {
                 qk_out[out_at..out_at + sq * total].copy_from_slice(&scores);
@@ -486,8 +518,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                 let nan_max = |m: f32, x: f32| if m.is_nan() || x.is_nan() { f32::NAN } else { m.max(x) };
                 if total == 0 || brow.iter().copied().fold(f32::NEG_INFINITY, nan_max) == f32::NEG_INFINITY {
                     row.fill(0.0);
+                } else if let Some(r) = narrow_softmax {
+                    let f32_sum = q.dtype == DType::F16;
+                    let p = super::softmax::softmax_rounded(row, (1, total, 1), r, f32_sum);
+                    row.copy_from_slice(&p);
                 } else {
                     softmax(row, a.softmax_f64);
+                    row.iter_mut().for_each(|v| *v = rnd(*v));
                 }
             }
             if want_qk && a.qk_mode == 3 {
@@ -495,15 +532,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             }
             let vh = &vp[(b * hkv + kvh) * total * dv..(b * hkv + kvh + 1) * total * dv];
             let yh = &mut y[(b * hq + h) * sq * dv..(b * hq + h + 1) * sq * dv];
-            sgemm(
+            product(
                 sq,
                 dv,
                 total,
                 MatRef::row_major(&scores, total, false),
                 MatRef::row_major(vh, dv, false),
                 yh,
-                false,
-                false,
             );
         }
     }
@@ -561,7 +596,9 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Attention` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Attention", 23, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Attention", 23, eval)
+    .infer(infer)
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

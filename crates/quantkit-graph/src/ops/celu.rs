@@ -33,7 +33,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Celu", 12, eval)
         unary: true,
         monotone: true,
         ..super::Facts::ELEMENTWISE
-    });
+    })
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

@@ -54,7 +54,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 pub const DEF: super::OpDef = super::OpDef::onnx("Compress", 9, eval).facts(super::Facts {
     moves_values: true,
     ..super::Facts::NONE
-});
+})
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

@@ -101,4 +101,5 @@ pub const DEF: super::OpDef =
             moves_values: true,
             qlinear: Some(super::OpKind::QLinearConcat),
             ..super::Facts::NONE
-        });
+        })
+    .bf16_codes();

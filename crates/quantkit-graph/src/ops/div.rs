@@ -20,4 +20,5 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 /// `Div` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Div", 1, eval)
     .infer(infer)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts::ELEMENTWISE)
+    .bf16_widen();

@@ -429,7 +429,8 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Einsum` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Einsum", 12, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Einsum", 12, eval).infer(infer)
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

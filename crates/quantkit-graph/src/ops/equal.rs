@@ -82,7 +82,8 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 /// `Equal` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Equal", 1, eval)
     .infer(infer)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts::ELEMENTWISE)
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

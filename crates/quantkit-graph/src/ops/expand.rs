@@ -55,7 +55,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Expand", 8, eval)
     .facts(super::Facts {
         moves_values: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

@@ -57,4 +57,5 @@ pub const DEF: super::OpDef =
             layout: true,
             monotone: true,
             ..super::Facts::MOVES
-        });
+        })
+    .bf16_codes();

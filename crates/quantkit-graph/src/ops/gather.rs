@@ -40,4 +40,5 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 pub const DEF: super::OpDef = super::OpDef::onnx("Gather", 1, eval).facts(super::Facts {
     moves_values: true,
     ..super::Facts::NONE
-});
+})
+    .bf16_codes();

@@ -4,7 +4,7 @@
 use super::binary::broadcast;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
-use crate::linalg::{sgemm, MatRef};
+use crate::linalg::{hgemm_f32_acc, sgemm, MatRef};
 use crate::tensor::{DType, Data, Tensor};
 
 /// Evaluates `Gemm`.
@@ -36,16 +36,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     let av = a.to_f32_vec();
     let bv = b.to_f32_vec();
     let mut y = vec![0f32; m * nn];
-    sgemm(
-        m,
-        nn,
-        k,
+    let (op_a, op_b) = (
         MatRef::row_major(&av, a.shape[1], ta),
         MatRef::row_major(&bv, b.shape[1], tb),
-        &mut y,
-        false,
-        true,
     );
+    if a.dtype == DType::F16 && b.dtype == DType::F16 {
+        return eval_f16(&y_f16_product(m, nn, k, op_a, op_b), [m, nn], alpha, beta, inputs);
+    }
+    sgemm(m, nn, k, op_a, op_b, &mut y, false, true);
     if alpha != 1.0 {
         y.iter_mut().for_each(|v| *v *= alpha);
     }
@@ -66,6 +64,43 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     } else {
         t.cast(a.dtype)
     }])
+}
+
+/// `op(A)·op(B)` of float16 operands by numpy's rule (f32 accumulation, one rounding to
+/// f16: [`crate::linalg::hgemm_f32_acc`]).
+fn y_f16_product(m: usize, n: usize, k: usize, a: MatRef, b: MatRef) -> Vec<f32> {
+    let mut acc = vec![0f32; m * n];
+    hgemm_f32_acc(m, n, k, a, b, &mut acc);
+    acc.iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect()
+}
+
+/// The rest of float16 `Gemm` as the ONNX reference computes it (`np.dot(a, b) * alpha +
+/// c * beta` with f16 arrays and f32 attributes): the f16 product `p` is scaled in f32,
+/// `C·β` is formed in f32 and added in f32, and the sum is rounded to f16 once; `C` is
+/// ignored when `β = 0` (so an infinite `C` does not turn into NaN).
+fn eval_f16(
+    p: &[f32],
+    [m, n]: [usize; 2],
+    alpha: f32,
+    beta: f32,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>, OpError> {
+    let mut y: Vec<f32> = p.iter().map(|&v| v * alpha).collect();
+    if let Some(c) = opt_input(inputs, 2).filter(|_| beta != 0.0) {
+        let cv = c.to_f32_vec();
+        let (s2, out) = broadcast(&y, &[m, n], &cv, &c.shape, |y, c| y + c * beta)?;
+        if s2 != [m, n] {
+            return Err(OpError::shape(
+                format!("C broadcastable to [{m}, {n}]"),
+                &c.shape,
+            ));
+        }
+        y = out;
+    }
+    let y = y.iter().map(|&v| half::f16::from_f32(v)).collect();
+    make(DType::F16, vec![m, n], Data::F16(y)).map(|t| vec![t])
 }
 
 /// Static shape rule (see [`super::registry::InferFn`]).

@@ -15,4 +15,5 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 /// `GreaterOrEqual` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("GreaterOrEqual", 1, eval)
     .infer(infer)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts::ELEMENTWISE)
+    .bf16_widen();

@@ -1,5 +1,5 @@
 //! `InstanceNormalization` (opset 6; opset 1's `consumed_inputs` is ignored):
-//! y = scale[c] · (x − mean) / √(var + epsilon) + B[c], the mean and (biased) variance
+//! `y = scale[c] · (x − mean) / √(var + epsilon) + B[c]`, the mean and (biased) variance
 //! taken per image and channel over the spatial axes of an `N × C × D1 × ...` input.
 
 use super::norm::{mean_var, per_channel, require_float};

@@ -15,4 +15,5 @@ pub fn eval(_ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpE
 /// `LessOrEqual` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("LessOrEqual", 1, eval)
     .infer(infer)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts::ELEMENTWISE)
+    .bf16_widen();

@@ -1,7 +1,7 @@
 //! `MeanVarianceNormalization` (opsets 9 and 13, a function in ONNX):
-//! y = (x − E[x]) / (√(E[x²] − E[x]²) + 1e-9), the expectations over `axes` (default
+//! `y = (x − E[x]) / (√(E[x²] − E[x]²) + 1e-9)`, the expectations over `axes` (default
 //! `[0, 2, 3]`; negative axes count from the end). The variance is computed as
-//! E[(x − E[x])²], the same value without the cancellation of the function body's form.
+//! `E[(x − E[x])²]`, the same value without the cancellation of the function body's form.
 
 use super::norm::{mean_var, require_float};
 use super::{input, make, norm_axis, OpCtx};

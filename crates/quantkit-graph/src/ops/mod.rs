@@ -10,8 +10,8 @@ use crate::ir::Node;
 use crate::tensor::{DType, Data, Tensor};
 
 pub use registry::{
-    is_onnx_domain, same_as_first, Facts, InferFn, InferIn, Info, OpDef, QuantInputs, ML_DOMAIN,
-    MS_DOMAIN, ONNX_DOMAIN, PREVIEW_DOMAIN,
+    is_onnx_domain, same_as_first, Bf16, Facts, InferFn, InferIn, Info, OpDef, QuantInputs,
+    ML_DOMAIN, MS_DOMAIN, ONNX_DOMAIN, PREVIEW_DOMAIN,
 };
 
 pub mod binary;

@@ -44,4 +44,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Mul", 1, eval)
         elementwise: true,
         qlinear: Some(super::OpKind::QLinearMul),
         ..super::Facts::NONE
-    });
+    })
+    .bf16_widen();

@@ -25,4 +25,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Neg", 1, eval)
     .facts(super::Facts {
         unary: true,
         ..super::Facts::ELEMENTWISE
-    });
+    })
+    .bf16_widen();

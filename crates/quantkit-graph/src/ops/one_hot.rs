@@ -81,7 +81,8 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `OneHot` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("OneHot", 9, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("OneHot", 9, eval).infer(infer)
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use super::{input, ints_of, make, norm_axis, opt_input, OpCtx};
 use crate::error::OpError;
-use crate::tensor::{strides, Tensor};
+use crate::tensor::{strides, DType, Data, Tensor};
 
 /// Evaluates `Pad`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -101,8 +101,17 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             counter[a] = 0;
         }
     }
-    make(x.dtype, shape, x.data.gather_or(&idx, value)).map(|t| vec![t])
+    // bfloat16 is stored as codes: fill with the code of the value.
+    let fill = if x.dtype == DType::BF16 {
+        match Tensor::from_f32(&[], vec![value as f32]).cast(DType::BF16).data {
+            Data::U16(c) => f64::from(c[0]),
+            _ => value,
+        }
+    } else {
+        value
+    };
+    make(x.dtype, shape, x.data.gather_or(&idx, fill)).map(|t| vec![t])
 }
 
 /// `Pad` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Pad", 1, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("Pad", 1, eval).bf16_codes();

@@ -83,7 +83,8 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Range` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Range", 11, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Range", 11, eval).infer(infer)
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

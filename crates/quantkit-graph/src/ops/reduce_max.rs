@@ -70,7 +70,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("ReduceMax", 1, eval)
     .facts(super::Facts {
         monotone: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

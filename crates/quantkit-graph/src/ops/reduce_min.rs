@@ -26,7 +26,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("ReduceMin", 1, eval)
     .facts(super::Facts {
         monotone: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_widen();
 
 #[cfg(test)]
 mod tests {

@@ -149,6 +149,27 @@ impl Facts {
     };
 }
 
+/// How an operator that does not handle every narrow type takes bfloat16 inputs. The ONNX
+/// reference computes bfloat16 with `ml_dtypes`, whose numpy ufuncs compute each operation
+/// in f32 and round its result to bfloat16 (to nearest even); the node tests compare the
+/// codes exactly, so an operator matches only if it rounds where the reference does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16 {
+    /// bfloat16 inputs are refused (`Unsupported`).
+    No,
+    /// `eval` handles bfloat16 itself: it moves codes (Transpose, Gather, Where...) or does
+    /// its own bfloat16 arithmetic, rounding where the reference rounds (Softmax, Elu,
+    /// Attention).
+    Codes,
+    /// The executor decodes bfloat16 inputs to f32, runs the f32 `eval`, and rounds its f32
+    /// outputs to bfloat16 once ([`crate::exec::eval_narrow`]). Exact for an operator the
+    /// reference computes as one f32 operation per element rounded once (Add, Div,
+    /// comparisons, ReduceMax; an f32 double rounding to bfloat16 is harmless for +, −, ×,
+    /// ÷ and √ since 24 ≥ 2·8 + 2), or explicitly in f32 (MatMul and Einsum promote to
+    /// f32; Celu's f32 `alpha` promotes its arithmetic to f32).
+    Widen,
+}
+
 /// The descriptor of one operator.
 #[derive(Clone, Copy)]
 pub struct OpDef {
@@ -174,6 +195,9 @@ pub struct OpDef {
     /// inputs to every other operator ([`OpDef::check_inputs`]), because the codes in
     /// their storage would be read as plain integers.
     pub narrow_types: bool,
+    /// How the operator takes bfloat16 inputs when it does not handle every narrow type
+    /// ([`Bf16`]).
+    pub bf16: Bf16,
     /// The operator's gradient (reverse mode), written beside its `eval` in its own file,
     /// for training on the graph (`quantkit-train`); `None` when it has none yet.
     pub backward: Option<super::grad::BackwardFn>,
@@ -191,6 +215,7 @@ impl OpDef {
             facts: Facts::NONE,
             control: None,
             narrow_types: false,
+            bf16: Bf16::No,
             backward: None,
         }
     }
@@ -205,6 +230,7 @@ impl OpDef {
             facts: Facts::NONE,
             control: None,
             narrow_types: false,
+            bf16: Bf16::No,
             backward: None,
         }
     }
@@ -238,12 +264,28 @@ impl OpDef {
         self.narrow_types = true;
         self
     }
+    /// Declares that `eval` reads and writes bfloat16 codes itself ([`Bf16::Codes`]).
+    pub const fn bf16_codes(mut self) -> OpDef {
+        self.bf16 = Bf16::Codes;
+        self
+    }
+    /// Declares that the operator's bfloat16 result is its f32 result rounded once
+    /// ([`Bf16::Widen`]).
+    pub const fn bf16_widen(mut self) -> OpDef {
+        self.bf16 = Bf16::Widen;
+        self
+    }
     /// `Unsupported` if an input has a narrow type this operator does not handle.
     pub fn check_inputs(&self, inputs: &[Option<&Tensor>]) -> Result<(), crate::error::OpError> {
         if self.narrow_types {
             return Ok(());
         }
-        match inputs.iter().flatten().find(|t| t.dtype.is_narrow()) {
+        let handled = |d: crate::DType| d == crate::DType::BF16 && self.bf16 != Bf16::No;
+        match inputs
+            .iter()
+            .flatten()
+            .find(|t| t.dtype.is_narrow() && !handled(t.dtype))
+        {
             Some(t) => Err(crate::error::OpError::Unsupported(format!(
                 "{} on {} input",
                 self.name, t.dtype

@@ -28,4 +28,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Relu", 1, eval)
         monotone: true,
         clamp: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_widen();

@@ -58,7 +58,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("ReverseSequence", 10, eval)
     .facts(super::Facts {
         moves_values: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

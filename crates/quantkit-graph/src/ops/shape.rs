@@ -46,4 +46,5 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Shape` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Shape", 1, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Shape", 1, eval).infer(infer)
+    .bf16_codes();

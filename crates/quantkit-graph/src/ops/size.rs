@@ -17,7 +17,8 @@ pub fn infer(_ctx: &OpCtx, _inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Size` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Size", 1, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Size", 1, eval).infer(infer)
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

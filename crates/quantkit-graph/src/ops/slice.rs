@@ -94,4 +94,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Slice", 1, eval).facts(super::
     moves_values: true,
     monotone: true,
     ..super::Facts::NONE
-});
+})
+    .bf16_codes();

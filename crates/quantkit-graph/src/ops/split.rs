@@ -124,7 +124,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Split", 1, eval)
     .facts(super::Facts {
         moves_values: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

@@ -17,4 +17,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Sqrt", 1, eval)
         unary: true,
         monotone: true,
         ..super::Facts::ELEMENTWISE
-    });
+    })
+    .bf16_widen();

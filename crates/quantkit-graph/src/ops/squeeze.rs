@@ -49,4 +49,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Squeeze", 1, eval)
     layout: true,
     monotone: true,
     ..super::Facts::MOVES
-});
+})
+    .bf16_codes();

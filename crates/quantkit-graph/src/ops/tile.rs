@@ -86,7 +86,8 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Tile", 1, eval)
     .facts(super::Facts {
         moves_values: true,
         ..super::Facts::NONE
-    });
+    })
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {

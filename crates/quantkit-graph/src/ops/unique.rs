@@ -59,7 +59,12 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         n,
         shape[axis + 1..].iter().product::<usize>(),
     );
-    let mut gs = crate::with_data!(&x.data, v => groups(v, dims));
+    let mut gs = if x.dtype.is_narrow_float() {
+        // Codes do not sort as their values: order the decoded values.
+        groups(&x.to_f32_vec(), dims)
+    } else {
+        crate::with_data!(&x.data, v => groups(v, dims))
+    };
     if sorted == 0 {
         gs.sort_by_key(|g| g[0]);
     }
@@ -93,7 +98,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
 
 /// `Unique` in the operator registry (the output sizes depend on the values: no shape
 /// rule).
-pub const DEF: super::OpDef = super::OpDef::onnx("Unique", 11, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("Unique", 11, eval).bf16_codes();
 
 #[cfg(test)]
 mod tests {

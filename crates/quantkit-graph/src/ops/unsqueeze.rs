@@ -47,4 +47,5 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Unsqueeze", 1, eval)
     layout: true,
     monotone: true,
     ..super::Facts::MOVES
-});
+})
+    .bf16_codes();

@@ -67,7 +67,8 @@ pub fn infer(_ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 /// `Where` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Where", 1, eval)
     .infer(infer)
-    .facts(super::Facts::ELEMENTWISE);
+    .facts(super::Facts::ELEMENTWISE)
+    .bf16_codes();
 
 #[cfg(test)]
 mod tests {
