@@ -12,8 +12,9 @@
 //!    other candidates with everything else at its current choice; the QDQ model is
 //!    written ([`crate::insert_qdq`]: biases follow the new input scale) and run on the
 //!    choosing half, and a candidate replaces the current range only if it lowers the
-//!    output error by at least [`AUTO_MIN_GAIN`] of it. Minmax is thus the start and
-//!    the tie-breaker.
+//!    output error beyond the samples' noise: the mean of the per-sample differences is
+//!    below zero by more than [`AUTO_Z`] standard errors (a paired test). Minmax is thus
+//!    the start and the tie-breaker.
 //! 4. The final model is run on the checking half: if its output error there is above the
 //!    all-minmax model's, the accepted changes are undone, the last first, until it is not.
 //!
@@ -47,9 +48,11 @@ pub const AUTO_SAMPLES: usize = 256;
 /// Samples [`choose_local`] scores on (the first of the selection samples).
 pub const LOCAL_SAMPLES: usize = 64;
 
-/// The share of the current output error a candidate must remove to replace the current
-/// range: smaller gains are within what another set of samples would change.
-pub const AUTO_MIN_GAIN: f64 = 0.01;
+/// How many standard errors of the paired per-sample differences a candidate's output
+/// error must be below the current one's to replace the current range: smaller gains are
+/// within what another set of samples would change (on mlp a 3.5 % gain on 128 samples
+/// was a loss on 1,000).
+pub const AUTO_Z: f64 = 2.0;
 
 /// Scale and zero point per activation.
 pub type ActParams = BTreeMap<String, (f32, i32)>;
@@ -342,29 +345,86 @@ pub struct AutoReport {
     pub seconds: f64,
 }
 
-/// Output error of `g` on `feeds` against the float outputs (see the module docs).
-fn output_error(g: &Graph, feeds: &[Feed], reference: &[Vec<(String, Tensor)>]) -> Result<f64> {
-    let mut per: Vec<(f64, f64)> = Vec::new();
+/// The output error of one model on one half: the total and each sample's share of it
+/// (so two models can be compared sample by sample).
+#[derive(Debug, Clone)]
+struct Errors {
+    total: f64,
+    per_sample: Vec<f64>,
+}
+
+impl Errors {
+    /// Whether `self` is lower than `base` beyond the noise of the samples: the mean of the
+    /// paired per-sample differences is below zero by more than [`AUTO_Z`] standard errors.
+    fn significantly_below(&self, base: &Errors) -> bool {
+        let n = self.per_sample.len();
+        if n < 2 || n != base.per_sample.len() {
+            return false;
+        }
+        let d: Vec<f64> = self
+            .per_sample
+            .iter()
+            .zip(&base.per_sample)
+            .map(|(a, b)| a - b)
+            .collect();
+        let mean = d.iter().sum::<f64>() / n as f64;
+        let var = d.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1) as f64;
+        mean < 0.0 && -mean > AUTO_Z * (var / n as f64).sqrt()
+    }
+}
+
+/// Output error of `g` on `feeds` against the float outputs `reference` (see the module
+/// docs). A sample is a row of the batch dimension; an output whose first dimension is not
+/// the batch spreads its error evenly over the batch's samples.
+fn output_error(
+    g: &Graph,
+    feeds: &[Feed],
+    reference: &[Vec<(String, Tensor)>],
+) -> Result<Errors> {
+    // Σ y_float² per output over the half: fixed by the reference, so every model's
+    // per-sample errors are on one scale.
+    let mut signal: Vec<f64> = Vec::new();
+    for r in reference {
+        if signal.len() < r.len() {
+            signal.resize(r.len(), 0.0);
+        }
+        for (k, (_, t)) in r.iter().enumerate() {
+            if let Some(v) = t.as_f32() {
+                signal[k] += v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+            }
+        }
+    }
+    let mut per_sample = Vec::new();
     for (bi, (feed, r)) in feeds.iter().zip(reference).enumerate() {
         let out = execute(g, feed.clone()).map_err(graph_err(format!(
             "running the quantized model on selection batch {bi} of --method auto"
         )))?;
-        if per.len() < r.len() {
-            per.resize(r.len(), (0.0, 0.0));
-        }
+        let rows = batch_of(feed).max(1);
+        let base = per_sample.len();
+        per_sample.resize(base + rows, 0.0);
         for (k, ((_, rt), (_, qt))) in r.iter().zip(&out).enumerate() {
             let (Some(rv), Some(qv)) = (rt.as_f32(), qt.as_f32()) else {
                 continue;
             };
-            let (n, s) = rel_err(rv, qv);
-            per[k].0 += n;
-            per[k].1 += s;
+            let scale = if signal[k] > 0.0 { signal[k] } else { 1.0 };
+            let by_row = rt.shape.first() == Some(&rows) && rv.len() == qv.len();
+            let chunk = if by_row { rv.len() / rows } else { rv.len() };
+            for (i, (a, b)) in rv.chunks(chunk.max(1)).zip(qv.chunks(chunk.max(1))).enumerate() {
+                let e = rel_err(a, b).0 / scale;
+                if by_row {
+                    per_sample[base + i] += e;
+                } else {
+                    for x in &mut per_sample[base..] {
+                        *x += e / rows as f64;
+                    }
+                }
+            }
         }
     }
-    Ok(per
-        .iter()
-        .map(|&(n, s)| if s > 0.0 { n / s } else { n })
-        .sum())
+    Ok(Errors {
+        total: per_sample.iter().sum(),
+        per_sample,
+    })
 }
 
 /// One activation's candidates: method, range and parameters, distinct parameters only
@@ -452,7 +512,7 @@ pub fn choose(
     let pick_ref = float_out(pick)?;
     let check_ref = float_out(check)?;
     let mut runs = 0usize;
-    let mut error = |act: &ActParams, fs: &[Feed], r: &[Vec<(String, Tensor)>]| -> Result<f64> {
+    let mut error = |act: &ActParams, fs: &[Feed], r: &[Vec<(String, Tensor)>]| -> Result<Errors> {
         runs += 1;
         let q = insert_qdq(g.clone(), plan, act, options)?;
         output_error(&q, fs, r)
@@ -469,20 +529,20 @@ pub fn choose(
     order.sort_by_key(|t| producer.get(t).copied().unwrap_or(0));
     let total = order.len();
     let mut best = error(&act, pick, &pick_ref)?;
-    report.minmax_error = best;
+    report.minmax_error = best.total;
     let minmax_act = act.clone();
     let mut accepted: Vec<(&str, (f32, i32))> = Vec::new();
     for (done, t) in order.iter().enumerate() {
         let list = &cands[t];
-        let mut scores: Vec<(&'static str, f64)> = vec![(list[0].0, best)];
+        let mut scores: Vec<(&'static str, f64)> = vec![(list[0].0, best.total)];
         let mut cur = 0;
         if !outputs.contains(t) {
-            let start = best;
+            let start = best.clone();
             for (ci, c) in list.iter().enumerate().skip(1) {
                 act.insert(t.to_string(), c.2);
                 let e = error(&act, pick, &pick_ref)?;
-                scores.push((c.0, e));
-                if e < best && e <= start * (1.0 - AUTO_MIN_GAIN) {
+                scores.push((c.0, e.total));
+                if e.total < best.total && e.significantly_below(&start) {
                     best = e;
                     cur = ci;
                 }
@@ -500,12 +560,12 @@ pub fn choose(
         });
         progress(done + 1, total);
     }
-    report.auto_error = best;
-    report.minmax_check_error = error(&minmax_act, check, &check_ref)?;
+    report.auto_error = best.total;
+    report.minmax_check_error = error(&minmax_act, check, &check_ref)?.total;
     let mut check_err = if accepted.is_empty() {
         report.minmax_check_error
     } else {
-        error(&act, check, &check_ref)?
+        error(&act, check, &check_ref)?.total
     };
     while check_err > report.minmax_check_error {
         let Some((t, mm)) = accepted.pop() else {
@@ -521,12 +581,12 @@ pub fn choose(
         check_err = if accepted.is_empty() {
             report.minmax_check_error
         } else {
-            error(&act, check, &check_ref)?
+            error(&act, check, &check_ref)?.total
         };
     }
     report.auto_check_error = check_err;
     if !report.reverted.is_empty() {
-        report.auto_error = error(&act, pick, &pick_ref)?;
+        report.auto_error = error(&act, pick, &pick_ref)?.total;
     }
     report.model_runs = runs;
     report.seconds = t0.elapsed().as_secs_f64();
