@@ -376,11 +376,7 @@ impl Errors {
 /// Output error of `g` on `feeds` against the float outputs `reference` (see the module
 /// docs). A sample is a row of the batch dimension; an output whose first dimension is not
 /// the batch spreads its error evenly over the batch's samples.
-fn output_error(
-    g: &Graph,
-    feeds: &[Feed],
-    reference: &[Vec<(String, Tensor)>],
-) -> Result<Errors> {
+fn output_error(g: &Graph, feeds: &[Feed], reference: &[Vec<(String, Tensor)>]) -> Result<Errors> {
     // Σ y_float² per output over the half: fixed by the reference, so every model's
     // per-sample errors are on one scale.
     let mut signal: Vec<f64> = Vec::new();
@@ -409,7 +405,11 @@ fn output_error(
             let scale = if signal[k] > 0.0 { signal[k] } else { 1.0 };
             let by_row = rt.shape.first() == Some(&rows) && rv.len() == qv.len();
             let chunk = if by_row { rv.len() / rows } else { rv.len() };
-            for (i, (a, b)) in rv.chunks(chunk.max(1)).zip(qv.chunks(chunk.max(1))).enumerate() {
+            for (i, (a, b)) in rv
+                .chunks(chunk.max(1))
+                .zip(qv.chunks(chunk.max(1)))
+                .enumerate()
+            {
                 let e = rel_err(a, b).0 / scale;
                 if by_row {
                     per_sample[base + i] += e;

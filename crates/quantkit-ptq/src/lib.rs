@@ -50,7 +50,6 @@ pub use qdq::{
 };
 pub use qoperator::{to_qoperator, QopReport};
 
-
 use quantkit_core::CalibrationMethod;
 use quantkit_data::DataSource;
 use quantkit_graph::Graph;

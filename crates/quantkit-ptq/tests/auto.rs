@@ -120,7 +120,9 @@ fn output_rule_clips_what_a_later_clip_discards_where_the_local_rule_does_not() 
             if setup.plan.activations.iter().any(|a| a == name) {
                 observers
                     .entry(name.to_string())
-                    .or_insert_with(|| CalibrationMethod::Auto.observer(name, Granularity::PerTensor))
+                    .or_insert_with(|| {
+                        CalibrationMethod::Auto.observer(name, Granularity::PerTensor)
+                    })
                     .observe(t.as_f32().unwrap(), &t.shape)
                     .unwrap();
             }
@@ -137,7 +139,10 @@ fn output_rule_clips_what_a_later_clip_discards_where_the_local_rule_does_not() 
     )
     .unwrap();
     let lx = local.iter().find(|c| c.tensor == "x").unwrap();
-    assert_eq!(lx.method, "minmax", "locally the MatMul needs the outlier: {lx:?}");
+    assert_eq!(
+        lx.method, "minmax",
+        "locally the MatMul needs the outlier: {lx:?}"
+    );
     assert_ne!(
         x.method, "minmax",
         "behind Clip(0, 1) the output wants the outlier clipped: {x:?}"

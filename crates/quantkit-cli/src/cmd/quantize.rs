@@ -37,9 +37,9 @@ pub struct Args {
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, or auto (per
     /// activation the one of minmax, percentile=99.99, mse and entropy that makes the
     /// quantized model's output closest to the float model's: a greedy search from
-    /// minmax on the first 256 calibration samples, checked on held-out ones; about 1 +
-    /// 3 runs of the model on 128 samples per activation; docs/quantization.md §6). Not
-    /// used by --dynamic.
+    /// minmax on half of the first 256 calibration samples, checked on the other half;
+    /// up to 3 runs of the model on 128 samples per activation; docs/quantization.md §6).
+    /// Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
     /// One weight scale per tensor instead of per output channel.
