@@ -198,3 +198,54 @@ fn idx_calibration_defaults_to_the_train_split() {
     );
     assert!(folder != test, "--calib-split test must read other images");
 }
+
+/// `--method auto` reports its search: every activation's choice, the output error of the
+/// chosen and the all-minmax model on both halves of the selection samples (the chosen
+/// one never above minmax on the checking half), and the text summary says what moved.
+#[test]
+fn auto_reports_its_search() {
+    let out = tmp("lenet.auto.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let (ok, stdout, err) = quantize(&[
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "300",
+        "--method",
+        "auto",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["method"], "auto");
+    let a = &v["auto"];
+    let choices = a["choices"].as_array().unwrap();
+    assert_eq!(
+        choices.len() as u64,
+        v["activations_quantized"].as_u64().unwrap()
+    );
+    assert_eq!(a["choose_samples"], 128);
+    assert_eq!(a["check_samples"], 128);
+    let f = |k: &str| a[k].as_f64().unwrap();
+    assert!(f("auto_error") <= f("minmax_error"));
+    assert!(f("auto_check_error") <= f("minmax_check_error"));
+    assert!(a["model_runs"].as_u64().unwrap() >= 3);
+    let (ok, stdout, err) = quantize(&[
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "300",
+        "--method",
+        "auto",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        stdout.contains("auto: ") && stdout.contains("activations off minmax"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(&out);
+}

@@ -63,6 +63,8 @@ pub struct Setup {
     pub prepare: PrepareReport,
     /// Calibration samples (batch dimension summed over the feeds).
     pub calibration_samples: usize,
+    /// What `--method auto` chose and measured (`None` for the other methods).
+    pub auto: Option<crate::auto::AutoReport>,
 }
 
 /// Streaming sums of one comparison: Σref², Σ(ref − q)², max |ref − q|, element count.
@@ -340,19 +342,6 @@ impl Setup {
         }
         let scheme = config.qdq.activation_scheme();
         let mut act = BTreeMap::new();
-        if config.method == quantkit_core::CalibrationMethod::Auto {
-            let mut n = 0;
-            let kept: Vec<Feed> = calib
-                .iter()
-                .take_while(|f| {
-                    let take = n < crate::auto::AUTO_SAMPLES;
-                    n += batch_of(f);
-                    take
-                })
-                .cloned()
-                .collect();
-            act = crate::auto::choose(&graph, &plan.activations, &observers, &scheme, &kept)?.0;
-        }
         for t in &plan.activations {
             if act.contains_key(t) {
                 continue;
@@ -377,6 +366,29 @@ impl Setup {
         }
         upgrade_opset_13(&mut graph, &ranks)?;
         graph.meta.ir_version = graph.meta.ir_version.max(7);
+        let mut auto = None;
+        if config.method == quantkit_core::CalibrationMethod::Auto {
+            let mut n = 0;
+            let kept: Vec<Feed> = calib
+                .iter()
+                .take_while(|f| {
+                    let take = n < crate::auto::AUTO_SAMPLES;
+                    n += batch_of(f);
+                    take
+                })
+                .cloned()
+                .collect();
+            let (a, r) = crate::auto::choose(
+                &graph,
+                &plan,
+                &config.qdq,
+                &observers,
+                &kept,
+                &mut |_, _| {},
+            )?;
+            act = a;
+            auto = Some(r);
+        }
         Ok(Setup {
             float: graph,
             plan,
@@ -385,6 +397,7 @@ impl Setup {
             options: config.qdq.clone(),
             prepare: prep,
             calibration_samples: samples,
+            auto,
         })
     }
 

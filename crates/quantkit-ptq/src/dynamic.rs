@@ -99,6 +99,7 @@ pub fn quantize_dynamic(mut graph: Graph, config: &PtqConfig) -> Result<(Graph, 
         weight_bytes_after: initializer_bytes(&graph),
         opset_upgraded_from: None,
         method: "dynamic".into(),
+        auto: None,
         activations: "u8 at run time (DynamicQuantizeLinear)".into(),
         weights: format!(
             "i{bits} symmetric {}",

@@ -35,6 +35,7 @@ pub mod prepare;
 pub mod qdq;
 pub mod qoperator;
 
+pub use auto::AutoReport;
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};
 pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
@@ -140,7 +141,7 @@ pub struct Summary {
     pub activations_quantized: usize,
     /// Calibration samples (arrays for an `.npz` of batches) used.
     pub calibration_samples: usize,
-    /// Wall time of calibration in seconds.
+    /// Wall time of calibration in seconds (for `--method auto` with the range search).
     pub calibration_seconds: f64,
     /// Bytes of initializers before (float, after preparation) and after quantization.
     pub weight_bytes_before: usize,
@@ -150,19 +151,47 @@ pub struct Summary {
     pub opset_upgraded_from: Option<i64>,
     /// Calibration method, e.g. `minmax`.
     pub method: String,
+    /// What `--method auto` chose and measured (absent for the other methods).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<auto::AutoReport>,
     /// Activation type (`u8` or `i8`).
     pub activations: String,
     /// Weight scheme, e.g. `i8 symmetric per-channel`.
     pub weights: String,
 }
 
+/// What [`quantize_static_staged`] is doing when it reports progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtqStage {
+    /// Running the calibration data (`done`/`total` samples, or arrays for an `.npz` of
+    /// batches).
+    Calibrating,
+    /// `--method auto` searching the ranges (`done`/`total` activations).
+    ChoosingRanges,
+}
+
 /// Prepares, calibrates on `data` and quantizes `graph` to QDQ form.
 /// `progress(done, total)` reports calibration progress.
 pub fn quantize_static(
-    mut graph: Graph,
+    graph: Graph,
     data: &mut DataSource,
     config: &PtqConfig,
     progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Graph, Summary)> {
+    quantize_static_staged(graph, data, config, &mut |stage, done, total| {
+        if stage == PtqStage::Calibrating {
+            progress(done, total)
+        }
+    })
+}
+
+/// [`quantize_static`] reporting the progress of every stage: calibration, then for
+/// `--method auto` the range search.
+pub fn quantize_static_staged(
+    mut graph: Graph,
+    data: &mut DataSource,
+    config: &PtqConfig,
+    progress: &mut dyn FnMut(PtqStage, usize, usize),
 ) -> Result<(Graph, Summary)> {
     if !(2..=8).contains(&config.qdq.weight_bits) {
         return Err(PtqError::InvalidOption(format!(
@@ -184,30 +213,19 @@ pub fn quantize_static(
             limit: config.calib_samples,
             batch_size: config.batch_size,
         },
-        progress,
+        &mut |done, total| progress(PtqStage::Calibrating, done, total),
     )?;
     let scheme = config.qdq.activation_scheme();
     let mut act = BTreeMap::new();
-    if config.method == CalibrationMethod::Auto {
-        act = auto::choose(
-            &graph,
-            &plan.activations,
-            &cal.observers,
-            &scheme,
-            &cal.kept,
-        )?
-        .0;
-    } else {
-        for t in &plan.activations {
-            if let Some(obs) = cal.observers.get(t) {
-                let p = obs.qparams(&scheme).map_err(error::core(format!(
-                    "choosing parameters of activation `{t}`"
-                )))?;
-                act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
-            }
+    // For auto these are placeholders until the search below (it needs the QDQ-ready graph).
+    for t in &plan.activations {
+        if let Some(obs) = cal.observers.get(t) {
+            let p = obs.qparams(&scheme).map_err(error::core(format!(
+                "choosing parameters of activation `{t}`"
+            )))?;
+            act.insert(t.clone(), (p.scales[0], p.zero_points[0]));
         }
     }
-    let calibration_seconds = t0.elapsed().as_secs_f64();
     plan.activations.retain(|t| act.contains_key(t));
     // A planned node without a weight whose tensors are all integer (token ids or bytes
     // going through Unsqueeze/Reshape/...) got no observer and so no Q/DQ: it stays as it
@@ -240,6 +258,20 @@ pub fn quantize_static(
     let nodes = graph.nodes.len();
     let upgraded = upgrade_opset_13(&mut graph, &cal.ranks)?;
     graph.meta.ir_version = graph.meta.ir_version.max(7);
+    let mut auto_report = None;
+    if config.method == CalibrationMethod::Auto {
+        let (a, r) = auto::choose(
+            &graph,
+            &plan,
+            &config.qdq,
+            &cal.observers,
+            &cal.kept,
+            &mut |done, total| progress(PtqStage::ChoosingRanges, done, total),
+        )?;
+        act = a;
+        auto_report = Some(r);
+    }
+    let calibration_seconds = t0.elapsed().as_secs_f64();
     let types: std::collections::HashMap<String, String> = graph
         .nodes
         .iter()
@@ -272,6 +304,7 @@ pub fn quantize_static(
         weight_bytes_after: initializer_bytes(&q),
         opset_upgraded_from: upgraded,
         method: method_name(config.method),
+        auto: auto_report,
         activations: if config.qdq.signed_activations {
             "i8"
         } else {
