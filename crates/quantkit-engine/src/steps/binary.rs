@@ -15,7 +15,8 @@
 //! through the 65,536-entry table of every code pair, each entry computed by the same
 //! per-element arithmetic); an operand of one element, or a per-channel operand
 //! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
-//! channel (again the same arithmetic, once per code instead of once per element); any other
+//! channel (again the same arithmetic, once per code instead of once per element) when a
+//! channel has at least 256 pixels, and is applied element by element below; any other
 //! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
 //! then the same `Q`: slower, still exact.
 
@@ -25,6 +26,12 @@ use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
 use quantkit_graph::ops::binary::{Arith, Num};
 use quantkit_graph::{DType, Data, Tensor};
+
+/// Pixels per channel below which a per-channel operand is applied element by element
+/// rather than through one 256-entry row per channel (a row costs 256 evaluations of the
+/// same arithmetic, so below 256 pixels per channel they cost more than they save: the
+/// squeeze-and-excite Mul steps of MobileNetV3-style models, on small late feature maps).
+const ROW_MIN_PIXELS: usize = 256;
 
 /// `DQ(a) ∘ DQ(b) → Q` on codes (see the module doc for the exact arithmetic).
 pub(crate) struct BinaryStep {
@@ -128,6 +135,26 @@ impl BinaryStep {
     ) {
         for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
             let b = &small[if batched { img * c } else { 0 }..][..c];
+            if hw < ROW_MIN_PIXELS {
+                // Fewer pixels per channel than a row has entries (a squeeze-and-excite
+                // scale on a late, small feature map): `pair` per element costs less than
+                // the rows, and is the rows' own arithmetic.
+                let op = |x: u8, s: u8| if swapped { self.pair(s, x) } else { self.pair(x, s) };
+                if nhwc {
+                    for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
+                        for ((o, &x), &s) in o.iter_mut().zip(px).zip(b) {
+                            *o = op(x, s);
+                        }
+                    }
+                } else {
+                    for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
+                        for (o, &x) in o.iter_mut().zip(plane) {
+                            *o = op(x, s);
+                        }
+                    }
+                }
+                continue;
+            }
             // One 256-entry row per channel: the channel's operand is one code.
             let rows: Vec<[u8; 256]> = b.iter().map(|&s| self.row(s, swapped)).collect();
             if nhwc {

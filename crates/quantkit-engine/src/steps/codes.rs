@@ -17,12 +17,17 @@ pub(crate) struct Table {
 impl Table {
     /// Applies the table, keeping shape and layout.
     pub(super) fn apply(&self, v: Val) -> Val {
+        self.apply_to(&v)
+    }
+
+    /// Applies the table to a borrowed value, keeping shape and layout.
+    pub(super) fn apply_to(&self, v: &Val) -> Val {
         let bytes: Vec<u8> = match &v.tensor.data {
             Data::U8(d) => d.iter().map(|&c| self.bytes[c as usize]).collect(),
             Data::I8(d) => d.iter().map(|&c| self.bytes[c as u8 as usize]).collect(),
             _ => unreachable!("callers check for 8-bit codes"),
         };
-        let shape = v.tensor.shape;
+        let shape = v.tensor.shape.clone();
         let tensor = match self.out {
             DType::U8 => tensor_u8(shape, bytes),
             _ => tensor_i8(shape, bytes.into_iter().map(|b| b as i8).collect()),
@@ -158,7 +163,11 @@ impl Kernel for CodeStep {
                     }
                 }
             }
-            None => x.clone(),
+            None => match &self.table {
+                // Table only: map the input's codes directly (no copy of the input first).
+                Some(tb) => return Ok(vec![tb.apply_to(x)]),
+                None => x.clone(),
+            },
         };
         Ok(vec![match &self.table {
             Some(tb) => tb.apply(v),
@@ -167,5 +176,32 @@ impl Kernel for CodeStep {
     }
     fn describe(&self) -> String {
         self.desc.clone()
+    }
+    fn as_table_step(&self) -> Option<&CodeStep> {
+        (self.layout.is_none() && self.table.is_some() && self.consts.is_empty()).then_some(self)
+    }
+}
+
+impl CodeStep {
+    /// `self` then `next` as one table-only step: `next.table[self.table[b]]` for every
+    /// code byte `b` (each table maps a code to a code, so the composition is exact).
+    /// `None` unless both are table-only and `next` reads the codes `self` writes.
+    pub(crate) fn then(&self, next: &CodeStep) -> Option<CodeStep> {
+        let (t1, t2) = (self.table.as_ref()?, next.table.as_ref()?);
+        if self.layout.is_some() || next.layout.is_some() || t1.out != next.x_dtype {
+            return None;
+        }
+        let bytes = t1.bytes.iter().map(|&b| t2.bytes[b as usize]).collect();
+        Some(CodeStep {
+            layout: None,
+            table: Some(Table {
+                bytes,
+                out: t2.out,
+            }),
+            x_dtype: self.x_dtype,
+            consts: Vec::new(),
+            nearest: false,
+            desc: format!("{}, then {}", self.desc, next.desc),
+        })
     }
 }
