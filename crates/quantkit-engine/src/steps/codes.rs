@@ -117,11 +117,31 @@ fn resize_nearest(op: &GraphOp, x: &Val, args: &[Option<&Tensor>]) -> Result<Opt
     }))
 }
 
+/// Whether `op` is the Transpose between a 4-D value's NHWC and NCHW orders in the
+/// direction that leaves its bytes where they are: perm `[0, 3, 1, 2]` of a value stored in
+/// ONNX order (an NHWC model input, as Keras exports start) is that value's bytes read as
+/// NHWC; perm `[0, 2, 3, 1]` of a value the plan keeps in NHWC is its bytes in ONNX order.
+/// The step then only flips the layout flag instead of moving every code.
+fn relabels(op: &GraphOp, x: &Val) -> bool {
+    if !op.node.is(quantkit_graph::OpKind::Transpose) || x.tensor.rank() != 4 {
+        return false;
+    }
+    match op.node.attr_ints("perm") {
+        Ok(Some(p)) if x.nhwc => p == [0, 2, 3, 1],
+        Ok(Some(p)) => p == [0, 3, 1, 2],
+        _ => false,
+    }
+}
+
 impl Kernel for CodeStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
         let v = match &self.layout {
+            Some(op) if relabels(op, x) => Val {
+                tensor: x.tensor.clone(),
+                nhwc: !x.nhwc,
+            },
             Some(op) => {
                 let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> = inputs
                     .iter()
