@@ -237,6 +237,10 @@ impl ConvWeights {
             Kind::Gemm(packs)
         };
         let ns_per_px = match &kind {
+            // The blocked kernel runs every float-stage call (what QDQ models take).
+            Kind::Depthwise {
+                blocks: Some(_), ..
+            } => rates.depthwise_blocks_cost(kh * kw, c_out),
             Kind::Depthwise { .. } => rates.depthwise_cost(kh * kw, c_out),
             Kind::Winograd(_) => rates.cost(&shape, Candidate::Winograd),
             Kind::Direct(_) => rates.cost(&shape, Candidate::Direct),
