@@ -17,8 +17,11 @@ fn scalar_u8(v: u8) -> Tensor {
 
 fn codes(shape: &[usize], rng: &mut Lcg) -> Tensor {
     let n = shape.iter().product();
-    Tensor::new(shape.to_vec(), Data::U8((0..n).map(|_| rng.int(0, 255) as u8).collect()))
-        .unwrap()
+    Tensor::new(
+        shape.to_vec(),
+        Data::U8((0..n).map(|_| rng.int(0, 255) as u8).collect()),
+    )
+    .unwrap()
 }
 
 fn transpose(name: &str, x: &str, y: &str, perm: &[i64]) -> Node {

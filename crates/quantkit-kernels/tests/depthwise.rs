@@ -40,7 +40,14 @@ fn supported() -> Vec<Isa> {
 }
 
 /// Plain i64 depthwise conv (multiplier 1), NHWC, weights `[c][ky][kx]`.
-fn reference(x: &[i32], shape: [usize; 4], zx: i32, w: &[i32], zw: &[i32], p: &ConvParams) -> (Vec<i64>, [usize; 4]) {
+fn reference(
+    x: &[i32],
+    shape: [usize; 4],
+    zx: i32,
+    w: &[i32],
+    zw: &[i32],
+    p: &ConvParams,
+) -> (Vec<i64>, [usize; 4]) {
     let [n, h, wd, c] = shape;
     let [kh, kw] = p.kernel;
     let oh = (h + p.pads[0] + p.pads[2] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
@@ -53,8 +60,10 @@ fn reference(x: &[i32], shape: [usize; 4], zx: i32, w: &[i32], zw: &[i32], p: &C
                     let mut s = 0i64;
                     for ky in 0..kh {
                         for kx in 0..kw {
-                            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as i64 - p.pads[0] as i64;
-                            let ix = (ox * p.stride[1] + kx * p.dilation[1]) as i64 - p.pads[1] as i64;
+                            let iy =
+                                (oy * p.stride[0] + ky * p.dilation[0]) as i64 - p.pads[0] as i64;
+                            let ix =
+                                (ox * p.stride[1] + kx * p.dilation[1]) as i64 - p.pads[1] as i64;
                             if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
                                 continue;
                             }
@@ -84,7 +93,9 @@ fn check_layer<T: ActElem, O: QuantType + PartialEq + std::fmt::Debug + Default 
     let n_in: usize = shape.iter().product();
     let x: Vec<i32> = (0..n_in).map(|_| rng.edgy(xlo, xhi)).collect();
     let zx = rng.edgy(xlo, xhi);
-    let w: Vec<i32> = (0..c * p.kernel[0] * p.kernel[1]).map(|_| rng.edgy(-128, 127)).collect();
+    let w: Vec<i32> = (0..c * p.kernel[0] * p.kernel[1])
+        .map(|_| rng.edgy(-128, 127))
+        .collect();
     let zw: Vec<i32> = if rng.next() % 2 == 0 {
         vec![0; c]
     } else {
@@ -105,11 +116,19 @@ fn check_layer<T: ActElem, O: QuantType + PartialEq + std::fmt::Debug + Default 
     // Per-channel scales, one per tensor, and some multipliers ≥ 1.
     let scales: Vec<f32> = match rng.next() % 3 {
         0 => vec![2e-4 + (rng.next() % 1000) as f32 * 1e-6],
-        1 => (0..c).map(|_| 1e-4 + (rng.next() % 1000) as f32 * 1e-5).collect(),
-        _ => (0..c).map(|_| 0.5 + (rng.next() % 100) as f32 * 0.03).collect(),
+        1 => (0..c)
+            .map(|_| 1e-4 + (rng.next() % 1000) as f32 * 1e-5)
+            .collect(),
+        _ => (0..c)
+            .map(|_| 0.5 + (rng.next() % 100) as f32 * 0.03)
+            .collect(),
     };
     let zy = rng.edgy(O::MIN, O::MAX);
-    let (lo, hi) = if rng.next() % 2 == 0 { (zy, O::MAX) } else { (O::MIN, O::MAX) };
+    let (lo, hi) = if rng.next() % 2 == 0 {
+        (zy, O::MAX)
+    } else {
+        (O::MIN, O::MAX)
+    };
     let stage = OutputStage::float(scales.clone(), zy)
         .with_bias(bias.clone())
         .with_clamp(lo, hi);
@@ -121,7 +140,11 @@ fn check_layer<T: ActElem, O: QuantType + PartialEq + std::fmt::Debug + Default 
     let scalar = run(Isa::Scalar);
     for (i, &qv) in scalar.iter().enumerate() {
         let ch = i % c;
-        let s = if scales.len() == 1 { scales[0] } else { scales[ch] };
+        let s = if scales.len() == 1 {
+            scales[0]
+        } else {
+            scales[ch]
+        };
         let exact = float_output_i64(want[i], bias[ch] as i64, s, zy, lo, hi);
         assert_eq!(qv.to_i32(), exact, "scalar {shape:?} {p:?} idx {i}");
     }

@@ -172,7 +172,13 @@ impl BinaryStep {
                 // Fewer pixels per channel than a row has entries (a squeeze-and-excite
                 // scale on a late, small feature map): `pair` per element costs less than
                 // the rows, and is the rows' own arithmetic.
-                let op = |x: u8, s: u8| if swapped { self.pair(s, x) } else { self.pair(x, s) };
+                let op = |x: u8, s: u8| {
+                    if swapped {
+                        self.pair(s, x)
+                    } else {
+                        self.pair(x, s)
+                    }
+                };
                 if nhwc {
                     // Per pixel: the full operand's values gathered, then one loop over the
                     // channels that the compiler vectorises (the same f32 steps as `pair`).

@@ -214,10 +214,7 @@ impl CodeStep {
         let bytes = t1.bytes.iter().map(|&b| t2.bytes[b as usize]).collect();
         Some(CodeStep {
             layout: None,
-            table: Some(Table {
-                bytes,
-                out: t2.out,
-            }),
+            table: Some(Table { bytes, out: t2.out }),
             x_dtype: self.x_dtype,
             consts: Vec::new(),
             nearest: false,

@@ -196,7 +196,8 @@ impl<'a> DwCall<'a> {
         // Rows and columns every tap of every output pixel reaches (pads at the end may
         // exceed what the output needs; they are only filled).
         let hp = (p.pads[0] + h + p.pads[2]).max((oh - 1) * p.stride[0] + 1 + tap_reach(blocks, 0));
-        let wp = (p.pads[1] + wd + p.pads[3]).max((ow - 1) * p.stride[1] + 1 + tap_reach(blocks, 1));
+        let wp =
+            (p.pads[1] + wd + p.pads[3]).max((ow - 1) * p.stride[1] + 1 + tap_reach(blocks, 1));
         let za = x.zero_point;
         let fill = za as u8; // the code's byte (i8 zero points as two's complement)
         let src = T::as_bytes(x.data);

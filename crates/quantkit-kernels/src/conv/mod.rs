@@ -125,7 +125,13 @@ fn group_stage(stage: &OutputStage, lo: usize, len: usize) -> OutputStage {
 /// outputs take the row kernel of `depthwise`).
 fn blocks_apply<O: QuantType>(stage: Option<&OutputStage>) -> bool {
     std::mem::size_of::<O>() == 1
-        && matches!(stage, Some(OutputStage { requant: Requant::Float(_), .. }))
+        && matches!(
+            stage,
+            Some(OutputStage {
+                requant: Requant::Float(_),
+                ..
+            })
+        )
 }
 
 /// Shared driver: `emit(pixel_row, co, acc)` for the depthwise path, GEMM otherwise.
