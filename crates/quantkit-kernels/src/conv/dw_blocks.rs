@@ -34,6 +34,11 @@ use crate::output::QuantType;
 /// Channels per block: one 128-bit load of codes, two 8-lane i32 accumulators.
 pub(crate) const DW_BLOCK: usize = 16;
 
+/// Fewest channels the blocked kernel takes: below 8 most of a block's lanes would be
+/// padding, and the padded input copy would be more than twice the input (2 channels:
+/// 8×), so such convs keep the row kernel.
+pub(crate) const MIN_CHANNELS: usize = 8;
+
 /// The position of channel `c` (of a block) in the block's accumulator order: the "lo"
 /// accumulator holds channels 0–3, 8–11, the "hi" one 4–7, 12–15 (what `vpunpck{l,h}wd`
 /// of two widened 16-channel vectors gives). Returns `half·8 + lane`.
@@ -110,9 +115,9 @@ pub(crate) struct DwBlocks {
 impl DwBlocks {
     /// Packs `taps` (`[ky][kx][c]` of `w − zw`, as [`super::weights`] builds them) of a
     /// multiplier-1 depthwise conv; `None` when a value does not fit i16 (zero points
-    /// outside the 8-bit range).
+    /// outside the 8-bit range) or when there are fewer than [`MIN_CHANNELS`] channels.
     pub(crate) fn new(taps: &[i32], c: usize, p: &ConvParams) -> Option<DwBlocks> {
-        if taps.iter().any(|&t| i16::try_from(t).is_err()) {
+        if c < MIN_CHANNELS || taps.iter().any(|&t| i16::try_from(t).is_err()) {
             return None;
         }
         let [kh, kw] = p.kernel;
