@@ -96,7 +96,7 @@ fn check_layer<T: ActElem, O: QuantType + PartialEq + std::fmt::Debug + Default 
     let w: Vec<i32> = (0..c * p.kernel[0] * p.kernel[1])
         .map(|_| rng.edgy(-128, 127))
         .collect();
-    let zw: Vec<i32> = if rng.next() % 2 == 0 {
+    let zw: Vec<i32> = if rng.next().is_multiple_of(2) {
         vec![0; c]
     } else {
         (0..c).map(|_| rng.edgy(-128, 127)).collect()
@@ -124,7 +124,7 @@ fn check_layer<T: ActElem, O: QuantType + PartialEq + std::fmt::Debug + Default 
             .collect(),
     };
     let zy = rng.edgy(O::MIN, O::MAX);
-    let (lo, hi) = if rng.next() % 2 == 0 {
+    let (lo, hi) = if rng.next().is_multiple_of(2) {
         (zy, O::MAX)
     } else {
         (O::MIN, O::MAX)

@@ -86,8 +86,8 @@ impl DwArgs<'_> {
             0 => 0,
             n => self.base + (n - 1) * self.step + self.taps.iter().max().copied().unwrap_or(0),
         };
-        self.taps.len() % 2 == 0
-            && self.cp % DW_BLOCK == 0
+        self.taps.len().is_multiple_of(2)
+            && self.cp.is_multiple_of(DW_BLOCK)
             && self.c_out <= self.cp
             && self.c_out + DW_BLOCK > self.cp
             && (self.n == 0 || reach + self.cp <= self.x.len())
