@@ -129,6 +129,10 @@ fn workload() -> Vec<(&'static str, u64)> {
         let os = quantkit_kernels::conv::conv2d_output_shape(shape, cw).unwrap();
         let mut y32 = vec![0i32; os.iter().product()];
         conv2d_i32(&input, cw, &mut y32).unwrap();
+        if cw.is_depthwise() {
+            // i32 sums take the row kernel, a float stage the 16-channel-block kernel.
+            note("conv depthwise rows");
+        }
         let mut y = vec![0u8; os.iter().product()];
         conv2d_quant(&input, cw, &cstage(cw.c_out()), &mut y).unwrap();
         note(name);

@@ -42,7 +42,7 @@
 //! # Passes
 //!
 //! [`compile`] runs the passes of `passes.rs`: match, remove dead steps, allocate slots, fold
-//! constants, report, liveness.
+//! constants, compose chains of table steps into one, report, liveness.
 
 use crate::error::Result;
 use crate::steps::Kernel;
@@ -139,6 +139,7 @@ pub fn compile(g: &Graph, opts: &EngineOptions) -> Result<Plan> {
     let pending = passes::remove_dead_steps(g, pending, &mut placed);
     let mut slots = passes::allocate_slots(g, pending);
     let steps = passes::fold_constants(slots.steps, &mut slots.consts, &mut placed.placement)?;
+    let steps = passes::fuse_tables(steps, &slots.outputs);
     let report = passes::report(g, placed, &steps);
     let steps: Vec<Step> = steps.into_iter().map(|(_, step)| step).collect();
     let last_use = passes::liveness(&steps, slots.consts.len(), &slots.outputs);

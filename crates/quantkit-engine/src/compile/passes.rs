@@ -324,3 +324,54 @@ pub(super) fn liveness(steps: &[Step], slots: usize, outputs: &[(String, usize)]
     }
     last_use
 }
+
+/// Chains of table steps: a table-only step ([`Kernel::as_table_step`]) reading the one
+/// output of another table-only step, when nothing else reads that value and it is not a
+/// graph output, becomes one step whose table is the composition (exact: each table maps a
+/// code to a code; e.g. HardSwish written `x·relu6(x + 3)` → Q → DQ → `/6` → Q, two tables,
+/// one pass over the tensor instead of two). The absorbed step's node keeps its placement.
+pub(super) fn fuse_tables(
+    steps: Vec<(usize, Step)>,
+    outputs: &[(String, usize)],
+) -> Vec<(usize, Step)> {
+    let mut readers: HashMap<usize, usize> = HashMap::new();
+    for (_, s) in &steps {
+        for &v in s.inputs.iter().flatten() {
+            *readers.entry(v).or_default() += 1;
+        }
+    }
+    let graph_outputs: HashSet<usize> = outputs.iter().map(|&(_, s)| s).collect();
+    let mut kept: Vec<(usize, Step)> = Vec::with_capacity(steps.len());
+    // Slot → index in `kept` of the table-only step writing it.
+    let mut table_writer: HashMap<usize, usize> = HashMap::new();
+    for (ni, step) in steps {
+        let single_input = match step.inputs.as_slice() {
+            [Some(v)] => Some(*v),
+            _ => None,
+        };
+        let fused = single_input
+            .filter(|v| readers.get(v) == Some(&1) && !graph_outputs.contains(v))
+            .and_then(|v| table_writer.get(&v).copied())
+            .and_then(|k| {
+                let first = kept[k].1.kernel.as_table_step()?;
+                let next = step.kernel.as_table_step()?;
+                Some((k, first.then(next)?))
+            });
+        if let Some((k, composed)) = fused {
+            let prev = &mut kept[k].1;
+            prev.kernel = Box::new(composed);
+            prev.outputs = step.outputs;
+            if let [Some(o)] = prev.outputs.as_slice() {
+                table_writer.insert(*o, k);
+            }
+            continue;
+        }
+        if step.kernel.as_table_step().is_some() {
+            if let [Some(o)] = step.outputs.as_slice() {
+                table_writer.insert(*o, kept.len());
+            }
+        }
+        kept.push((ni, step));
+    }
+    kept
+}

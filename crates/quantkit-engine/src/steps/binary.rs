@@ -15,7 +15,9 @@
 //! through the 65,536-entry table of every code pair, each entry computed by the same
 //! per-element arithmetic); an operand of one element, or a per-channel operand
 //! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
-//! channel (again the same arithmetic, once per code instead of once per element); any other
+//! channel (again the same arithmetic, once per code instead of once per element) when a
+//! channel has enough pixels to pay for it (`ROW_MIN_PIXELS`), and is applied element by
+//! element (vectorised over the channels in NHWC) below; any other
 //! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
 //! then the same `Q`: slower, still exact.
 
@@ -25,6 +27,11 @@ use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
 use quantkit_graph::ops::binary::{Arith, Num};
 use quantkit_graph::{DType, Data, Tensor};
+
+/// Pixels per channel below which a per-channel operand is applied element by element
+/// rather than through one 256-entry row per channel: a row costs 256 evaluations of the
+/// arithmetic, the per-element path one per pixel (both through the vectorised `codes`).
+const ROW_MIN_PIXELS: usize = 256;
 
 /// `DQ(a) ∘ DQ(b) → Q` on codes (see the module doc for the exact arithmetic).
 pub(crate) struct BinaryStep {
@@ -83,17 +90,50 @@ impl BinaryStep {
         )) as u8
     }
 
+    /// `out[i] = code(a[i] ∘ b[i])` as bytes: `pair`'s arithmetic on dequantized values,
+    /// with the operator and code type chosen outside the loop so that it vectorises.
+    fn codes(&self, a: &[f32], b: &[f32], out: &mut [u8]) {
+        #[inline(always)]
+        fn lanes<T: quantkit_core::QuantType>(
+            a: &[f32],
+            b: &[f32],
+            out: &mut [u8],
+            f: impl Fn(f32, f32) -> f32,
+            (scale, zp, lo, hi): (f32, i32, i32, i32),
+        ) {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                let c = quantkit_core::quantize_code::<T>(f(x, y), scale, zp).to_i32();
+                *o = c.max(lo).min(hi) as u8;
+            }
+        }
+        let q = (self.scale, self.zp, self.clamp.0, self.clamp.1);
+        macro_rules! run {
+            ($t:ty) => {
+                match self.op {
+                    Arith::Add => lanes::<$t>(a, b, out, |x, y| x + y, q),
+                    Arith::Sub => lanes::<$t>(a, b, out, |x, y| x - y, q),
+                    Arith::Mul => lanes::<$t>(a, b, out, |x, y| x * y, q),
+                    Arith::Div => lanes::<$t>(a, b, out, |x, y| x / y, q),
+                }
+            };
+        }
+        match self.out {
+            DType::U8 => run!(u8),
+            _ => run!(i8),
+        }
+    }
+
     /// The 256 output bytes for every code of the full operand against one code `s` of the
     /// other (`swapped`: the full operand is the second): the same `pair` arithmetic, made
     /// once per channel instead of once per element.
     fn row(&self, s: u8, swapped: bool) -> [u8; 256] {
-        std::array::from_fn(|x| {
-            if swapped {
-                self.pair(s, x as u8)
-            } else {
-                self.pair(x as u8, s)
-            }
-        })
+        let mut out = [0u8; 256];
+        if swapped {
+            self.codes(&[self.da[s as usize]; 256], &self.db[..], &mut out);
+        } else {
+            self.codes(&self.da[..], &[self.db[s as usize]; 256], &mut out);
+        }
+        out
     }
 
     /// Element by element over equal-length `a` and `b`; above 2^17 elements through the
@@ -128,6 +168,46 @@ impl BinaryStep {
     ) {
         for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
             let b = &small[if batched { img * c } else { 0 }..][..c];
+            if hw < ROW_MIN_PIXELS {
+                // Fewer pixels per channel than a row has entries (a squeeze-and-excite
+                // scale on a late, small feature map): `pair` per element costs less than
+                // the rows, and is the rows' own arithmetic.
+                let op = |x: u8, s: u8| {
+                    if swapped {
+                        self.pair(s, x)
+                    } else {
+                        self.pair(x, s)
+                    }
+                };
+                if nhwc {
+                    // Per pixel: the full operand's values gathered, then one loop over the
+                    // channels that the compiler vectorises (the same f32 steps as `pair`).
+                    let (dfull, dsmall) = if swapped {
+                        (&self.db, &self.da)
+                    } else {
+                        (&self.da, &self.db)
+                    };
+                    let vs: Vec<f32> = b.iter().map(|&s| dsmall[s as usize]).collect();
+                    let mut vf = vec![0f32; c];
+                    for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
+                        for (v, &x) in vf.iter_mut().zip(px) {
+                            *v = dfull[x as usize];
+                        }
+                        if swapped {
+                            self.codes(&vs, &vf, o);
+                        } else {
+                            self.codes(&vf, &vs, o);
+                        }
+                    }
+                } else {
+                    for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
+                        for (o, &x) in o.iter_mut().zip(plane) {
+                            *o = op(x, s);
+                        }
+                    }
+                }
+                continue;
+            }
             // One 256-entry row per channel: the channel's operand is one code.
             let rows: Vec<[u8; 256]> = b.iter().map(|&s| self.row(s, swapped)).collect();
             if nhwc {

@@ -17,12 +17,17 @@ pub(crate) struct Table {
 impl Table {
     /// Applies the table, keeping shape and layout.
     pub(super) fn apply(&self, v: Val) -> Val {
+        self.apply_to(&v)
+    }
+
+    /// Applies the table to a borrowed value, keeping shape and layout.
+    pub(super) fn apply_to(&self, v: &Val) -> Val {
         let bytes: Vec<u8> = match &v.tensor.data {
             Data::U8(d) => d.iter().map(|&c| self.bytes[c as usize]).collect(),
             Data::I8(d) => d.iter().map(|&c| self.bytes[c as u8 as usize]).collect(),
             _ => unreachable!("callers check for 8-bit codes"),
         };
-        let shape = v.tensor.shape;
+        let shape = v.tensor.shape.clone();
         let tensor = match self.out {
             DType::U8 => tensor_u8(shape, bytes),
             _ => tensor_i8(shape, bytes.into_iter().map(|b| b as i8).collect()),
@@ -112,11 +117,31 @@ fn resize_nearest(op: &GraphOp, x: &Val, args: &[Option<&Tensor>]) -> Result<Opt
     }))
 }
 
+/// Whether `op` is the Transpose between a 4-D value's NHWC and NCHW orders in the
+/// direction that leaves its bytes where they are: perm `[0, 3, 1, 2]` of a value stored in
+/// ONNX order (an NHWC model input, as Keras exports start) is that value's bytes read as
+/// NHWC; perm `[0, 2, 3, 1]` of a value the plan keeps in NHWC is its bytes in ONNX order.
+/// The step then only flips the layout flag instead of moving every code.
+fn relabels(op: &GraphOp, x: &Val) -> bool {
+    if !op.node.is(quantkit_graph::OpKind::Transpose) || x.tensor.rank() != 4 {
+        return false;
+    }
+    match op.node.attr_ints("perm") {
+        Ok(Some(p)) if x.nhwc => p == [0, 2, 3, 1],
+        Ok(Some(p)) => p == [0, 3, 1, 2],
+        _ => false,
+    }
+}
+
 impl Kernel for CodeStep {
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
         let v = match &self.layout {
+            Some(op) if relabels(op, x) => Val {
+                tensor: x.tensor.clone(),
+                nhwc: !x.nhwc,
+            },
             Some(op) => {
                 let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> = inputs
                     .iter()
@@ -158,7 +183,11 @@ impl Kernel for CodeStep {
                     }
                 }
             }
-            None => x.clone(),
+            None => match &self.table {
+                // Table only: map the input's codes directly (no copy of the input first).
+                Some(tb) => return Ok(vec![tb.apply_to(x)]),
+                None => x.clone(),
+            },
         };
         Ok(vec![match &self.table {
             Some(tb) => tb.apply(v),
@@ -167,5 +196,29 @@ impl Kernel for CodeStep {
     }
     fn describe(&self) -> String {
         self.desc.clone()
+    }
+    fn as_table_step(&self) -> Option<&CodeStep> {
+        (self.layout.is_none() && self.table.is_some() && self.consts.is_empty()).then_some(self)
+    }
+}
+
+impl CodeStep {
+    /// `self` then `next` as one table-only step: `next.table[self.table[b]]` for every
+    /// code byte `b` (each table maps a code to a code, so the composition is exact).
+    /// `None` unless both are table-only and `next` reads the codes `self` writes.
+    pub(crate) fn then(&self, next: &CodeStep) -> Option<CodeStep> {
+        let (t1, t2) = (self.table.as_ref()?, next.table.as_ref()?);
+        if self.layout.is_some() || next.layout.is_some() || t1.out != next.x_dtype {
+            return None;
+        }
+        let bytes = t1.bytes.iter().map(|&b| t2.bytes[b as usize]).collect();
+        Some(CodeStep {
+            layout: None,
+            table: Some(Table { bytes, out: t2.out }),
+            x_dtype: self.x_dtype,
+            consts: Vec::new(),
+            nearest: false,
+            desc: format!("{}, then {}", self.desc, next.desc),
+        })
     }
 }

@@ -48,6 +48,11 @@ pub(crate) trait Kernel: Send + Sync {
     fn forwards_input(&self) -> bool {
         false
     }
+    /// The step as a table-only [`CodeStep`] (one 256-entry map of codes, no layout
+    /// operator), which the plan may compose with the table step reading its output.
+    fn as_table_step(&self) -> Option<&CodeStep> {
+        None
+    }
 }
 
 fn bad(step: &Step, value: &str, reason: String) -> EngineError {

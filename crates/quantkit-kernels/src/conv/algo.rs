@@ -139,9 +139,12 @@ pub(crate) struct Rates {
     r_direct: f64,
     /// ns per output pixel of the direct conv (padded copy, tile set-up).
     p_direct: f64,
-    /// MACs/ns of the depthwise kernel (not a choice: only the work estimate of
+    /// MACs/ns of the depthwise row kernel (not a choice: only the work estimate of
     /// [`crate::par`] reads it).
     r_dw: f64,
+    /// MACs/ns of the depthwise kernel in 16-channel blocks (`dw_blocks.rs`; per padded
+    /// channel), likewise only a work estimate.
+    r_dw_blocks: f64,
 }
 
 impl Rates {
@@ -163,6 +166,7 @@ impl Rates {
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 1.0,
+                r_dw_blocks: 0.7,
             },
             // vpmaddwd on ymm: 16 MACs per multiply uop; the direct tile is portable code.
             Isa::Avx2 => Rates {
@@ -176,6 +180,7 @@ impl Rates {
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 3.0,
+                r_dw_blocks: 18.0,
             },
             // vpdpbusd on zmm (64 MACs; im2col and direct), vpdpwssd for Winograd (32 i16
             // MACs), the pairs family is AVX2's.
@@ -190,6 +195,7 @@ impl Rates {
                 r_direct: 200.0,
                 p_direct: 18.0,
                 r_dw: 4.0,
+                r_dw_blocks: 20.0,
             },
         }
     }
@@ -213,6 +219,12 @@ impl Rates {
     /// `c_out` output channels.
     pub(crate) fn depthwise_cost(&self, taps: usize, c_out: usize) -> f64 {
         (taps * c_out) as f64 / self.r_dw
+    }
+
+    /// [`Self::depthwise_cost`] for the kernel in 16-channel blocks: `taps` rounded up to
+    /// pairs, channels to blocks.
+    pub(crate) fn depthwise_blocks_cost(&self, taps: usize, c_out: usize) -> f64 {
+        (taps.next_multiple_of(2) * c_out.next_multiple_of(16)) as f64 / self.r_dw_blocks
     }
 
     /// The cheapest of `eligible` (the first on ties), `Im2col` if empty.

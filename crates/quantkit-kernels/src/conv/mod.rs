@@ -37,6 +37,7 @@
 mod algo;
 mod depthwise;
 mod direct;
+pub(crate) mod dw_blocks;
 mod im2col;
 mod params;
 mod pool_fusion;
@@ -55,6 +56,7 @@ use crate::gemm::{gemm_strided, Activations, TileWriter};
 use crate::output::{OutputStage, QuantType, Requant};
 use crate::par::{self, SplitKind};
 use depthwise::{Depthwise, DwEmit, DwEpilogue, DwRow};
+use dw_blocks::DwCall;
 use im2col::Im2col;
 use rayon::prelude::*;
 use small_cin::SmallCin;
@@ -118,6 +120,20 @@ fn group_stage(stage: &OutputStage, lo: usize, len: usize) -> OutputStage {
     s
 }
 
+/// Whether the blocked depthwise kernel (`dw_blocks`) computes a conv with this stage
+/// into `O`: a float output stage and one-byte codes (the fixed-point stage and i32
+/// outputs take the row kernel of `depthwise`).
+fn blocks_apply<O: QuantType>(stage: Option<&OutputStage>) -> bool {
+    std::mem::size_of::<O>() == 1
+        && matches!(
+            stage,
+            Some(OutputStage {
+                requant: Requant::Float(_),
+                ..
+            })
+        )
+}
+
 /// Shared driver: `emit(pixel_row, co, acc)` for the depthwise path, GEMM otherwise.
 fn conv_impl<T: ActElem, O: QuantType>(
     isa: Isa,
@@ -139,7 +155,46 @@ fn conv_impl<T: ActElem, O: QuantType>(
     let p = &w.params;
     let m = n * oh * ow;
     match &w.kind {
-        Kind::Depthwise { taps, multiplier } => {
+        Kind::Depthwise {
+            blocks: Some(blocks),
+            ..
+        } if blocks_apply::<O>(stage) && out_q.is_some() => {
+            let (Some(st), Some(o)) = (stage, out_q.as_deref_mut()) else {
+                unreachable!("checked by the guard")
+            };
+            let Requant::Float(scale) = &st.requant else {
+                unreachable!("checked by the guard")
+            };
+            let (lo, hi) = st.range::<O>();
+            let call = DwCall::new(
+                table_for(isa)?.dw_blocks(),
+                blocks,
+                x,
+                p,
+                [oh, ow],
+                st.bias.as_deref(),
+                scale,
+                (st.zero_point, lo, hi),
+            );
+            let row_len = (ow * c_out).max(1);
+            let rows = n * oh;
+            let tasks = par::tasks(w.ns_per_px * m as f64, rows);
+            let per = rows.div_ceil(tasks).max(1);
+            let job = |(t, chunk): (usize, &mut [O])| {
+                for (i, out) in chunk.chunks_mut(row_len).enumerate() {
+                    call.row(t * per + i, out);
+                }
+            };
+            if tasks > 1 {
+                par::note(SplitKind::Depthwise);
+                o.par_chunks_mut(per * row_len).enumerate().for_each(job);
+            } else {
+                o.chunks_mut(per * row_len).enumerate().for_each(job);
+            }
+        }
+        Kind::Depthwise {
+            taps, multiplier, ..
+        } => {
             let body = table_for(isa)?.depthwise();
             let dw = Depthwise {
                 x,

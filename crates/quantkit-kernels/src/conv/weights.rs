@@ -3,6 +3,7 @@
 
 use super::algo::{Candidate, ConvAlgorithm, ConvShape, Rates};
 use super::direct::DirectWeights;
+use super::dw_blocks::DwBlocks;
 use super::params::ConvParams;
 use super::small_cin;
 use crate::dispatch::{self, Isa};
@@ -22,6 +23,9 @@ pub(super) enum Kind {
         /// `[ky][kx][co]` of `w − zw`.
         taps: Vec<i32>,
         multiplier: usize,
+        /// The 16-channel-block packing (multiplier 1, values in i16), which runs convs
+        /// with a float output stage.
+        blocks: Option<DwBlocks>,
     },
 }
 
@@ -206,9 +210,13 @@ impl ConvWeights {
                     }
                 }
             }
+            let blocks = (cout_g == 1)
+                .then(|| DwBlocks::new(&taps, c_out, &params))
+                .flatten();
             Kind::Depthwise {
                 taps,
                 multiplier: cout_g,
+                blocks,
             }
         } else {
             let k = kh * kw * cin_g;
@@ -229,6 +237,10 @@ impl ConvWeights {
             Kind::Gemm(packs)
         };
         let ns_per_px = match &kind {
+            // The blocked kernel runs every float-stage call (what QDQ models take).
+            Kind::Depthwise {
+                blocks: Some(_), ..
+            } => rates.depthwise_blocks_cost(kh * kw, c_out),
             Kind::Depthwise { .. } => rates.depthwise_cost(kh * kw, c_out),
             Kind::Winograd(_) => rates.cost(&shape, Candidate::Winograd),
             Kind::Direct(_) => rates.cost(&shape, Candidate::Direct),

@@ -67,6 +67,11 @@ pub(crate) type I16TileFn = fn(usize, usize, &[u32], usize, &[i16], &mut [i32; T
 /// tiles)`; word `g` of row `r` is `x[rows[r] + koff[g]..+4]`. Checks the bounds.
 pub(crate) type DirectFn = fn(&[u8], &[usize; 8], &[usize], &[i8], &mut [Tile; 2]);
 
+/// The depthwise conv in 16-channel blocks (`conv/dw_blocks.rs`): `n` output pixels of
+/// one row through the float output stage into 8-bit codes. Checks its bounds
+/// ([`crate::conv::dw_blocks::DwArgs::in_bounds`]).
+pub(crate) type DwFn = fn(&crate::conv::dw_blocks::DwArgs<'_>, &mut [u8]);
+
 /// i16 GEMM tile with an indirect A: word `g` of row `r` is `a[offsets[g] + r]`, 6 rows.
 /// Checks the lengths.
 pub(crate) type I16IndirectFn = fn(&[u32], &[usize], &[i16], &mut [i32; TILE]);
@@ -213,6 +218,8 @@ pub struct Kernels {
     pub(crate) direct: (Isa, DirectFn),
     /// Depthwise conv rows and their output stage.
     pub(crate) depthwise: VectorBody,
+    /// The depthwise conv in 16-channel blocks (multiplier 1, float stage) and whose it is.
+    pub(crate) dw_blocks: (Isa, DwFn),
     /// Max pooling, and the window maxima of the fused conv + max pool.
     pub(crate) pooling: VectorBody,
     /// Element-wise passes over whole tensors: per-tensor quantize/dequantize, the input
@@ -232,6 +239,7 @@ impl std::fmt::Debug for Kernels {
             .field("direct", &self.direct.0)
             .field("winograd", &(self.winograd.body, self.winograd.input_isa))
             .field("depthwise", &self.depthwise)
+            .field("dw_blocks", &self.dw_blocks.0)
             .field("pooling", &self.pooling)
             .field("elementwise", &self.elementwise)
             .finish()
@@ -289,6 +297,12 @@ impl Kernels {
     pub(crate) fn depthwise(&self) -> VectorBody {
         note_use(self.depthwise.is_simd());
         self.depthwise
+    }
+
+    /// The blocked depthwise kernel (counted).
+    pub(crate) fn dw_blocks(&self) -> DwFn {
+        note_use(self.dw_blocks.0 != Isa::Scalar);
+        self.dw_blocks.1
     }
 
     /// The pooling loops' compiled copy (counted).

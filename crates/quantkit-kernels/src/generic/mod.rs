@@ -1,6 +1,7 @@
 //! Portable scalar kernels: the reference every SIMD path must equal bit for bit, and
 //! `generic()`, the kernel table they fill before an ISA's `plug` overrides entries.
 
+pub mod depthwise;
 pub mod gemm;
 pub mod pack;
 pub mod store;
@@ -45,6 +46,7 @@ pub(crate) fn generic() -> Kernels {
         },
         direct: (Isa::Scalar, direct_tile),
         depthwise: VectorBody::Generic,
+        dw_blocks: (Isa::Scalar, depthwise::generic_dw_u8i16_16),
         pooling: VectorBody::Generic,
         elementwise: VectorBody::Generic,
     }

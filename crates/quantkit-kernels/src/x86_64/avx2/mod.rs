@@ -8,6 +8,7 @@
 //! is one multiply uop, the same multiply-port cost per MAC as the saturating
 //! `vpmaddubsw`+`vpmaddwd` pair.
 
+pub mod depthwise;
 pub mod gemm;
 pub mod pack;
 pub mod peak;
@@ -76,6 +77,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.winograd.input_isa = Isa::Avx2;
     k.winograd.input = winograd::avx2_winograd_input_16;
     k.depthwise = VectorBody::Avx2(avx2);
+    k.dw_blocks = (Isa::Avx2, dw_blocks);
     k.pooling = VectorBody::Avx2(avx2);
     k.elementwise = VectorBody::Avx2(avx2);
 }
@@ -135,4 +137,18 @@ fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: 
 fn tile_i16_indirect(a: &[u32], offsets: &[usize], b: &[i16], out: &mut [i32; TILE]) {
     // SAFETY: installed only by `plug`, after detecting AVX2.
     unsafe { gemm::avx2_gemm_i16_indirect_6x16(a, offsets, b, out) }
+}
+
+/// Entry of [`depthwise::avx2_dw_u8i16_16`].
+fn dw_blocks(a: &crate::conv::dw_blocks::DwArgs<'_>, out: &mut [u8]) {
+    assert!(a.in_bounds(out.len()));
+    // SAFETY: installed only by `plug`, after detecting AVX2; every read and write is in
+    // bounds, asserted above.
+    unsafe {
+        if a.signed {
+            depthwise::avx2_dw_u8i16_16::<true>(a, out)
+        } else {
+            depthwise::avx2_dw_u8i16_16::<false>(a, out)
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! activations flipped by +128) and weights as i8, which is exactly the operand order of
 //! the instruction. One instruction retires 64 MACs.
 
+pub mod depthwise;
 pub mod gemm;
 pub mod pack;
 pub mod peak;
@@ -72,6 +73,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.i16.tile = tile_i16;
     k.i16.indirect = tile_i16_indirect;
     k.depthwise = VectorBody::Avx512(avx512);
+    k.dw_blocks = (Isa::Avx512Vnni, dw_blocks);
 }
 
 /// Entry of [`gemm::avx512vnni_conv_u8i8_i32_8x32_indirect`].
@@ -147,6 +149,20 @@ fn tile_u8i8(rows: usize, kgroups: usize, a: &[u32], b: &[i8], tile: &mut Tile) 
             6 => k::<6>(kgroups, a, b, t),
             7 => k::<7>(kgroups, a, b, t),
             _ => k::<8>(kgroups, a, b, t),
+        }
+    }
+}
+
+/// Entry of [`depthwise::avx512vnni_dw_u8i16_16`].
+fn dw_blocks(a: &crate::conv::dw_blocks::DwArgs<'_>, out: &mut [u8]) {
+    assert!(a.in_bounds(out.len()));
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI; every read
+    // and write is in bounds, asserted above.
+    unsafe {
+        if a.signed {
+            depthwise::avx512vnni_dw_u8i16_16::<true>(a, out)
+        } else {
+            depthwise::avx512vnni_dw_u8i16_16::<false>(a, out)
         }
     }
 }
