@@ -151,23 +151,26 @@ pub const CHUNK_ELEMS: usize = 4096;
 
 /// Runs `f(offset, chunk)` over `out` in contiguous chunks: the whole slice on one thread
 /// unless `out.len() · ns_per_elem` gives each task at least [`min_task_ns`], else one
-/// chunk per task (multiples of [`CHUNK_ELEMS`]) on the caller's rayon pool, counted as a
-/// split of `kind`. `offset` is the chunk's first index in `out`; `f` must compute each
-/// element from its index alone, so the result does not depend on the split.
+/// chunk per task on the caller's rayon pool, counted as a split of `kind`. Chunks are
+/// whole multiples of a unit of about [`CHUNK_ELEMS`] elements rounded up to a multiple of
+/// `align` (a pixel's channels, a plane), so `offset` is a multiple of `align`. `f` must
+/// compute each element from its index alone, so the result does not depend on the split.
 pub fn for_chunks<T: Send>(
     kind: SplitKind,
     out: &mut [T],
     ns_per_elem: f64,
+    align: usize,
     f: impl Fn(usize, &mut [T]) + Sync + Send,
 ) {
     let len = out.len();
-    let n = tasks(len as f64 * ns_per_elem, len.div_ceil(CHUNK_ELEMS));
+    let unit = CHUNK_ELEMS.div_ceil(align.max(1)) * align.max(1);
+    let n = tasks(len as f64 * ns_per_elem, len.div_ceil(unit));
     if n <= 1 {
         f(0, out);
         return;
     }
     note(kind);
-    let size = len.div_ceil(CHUNK_ELEMS).div_ceil(n) * CHUNK_ELEMS;
+    let size = len.div_ceil(unit).div_ceil(n) * unit;
     out.par_chunks_mut(size)
         .enumerate()
         .for_each(|(i, chunk)| f(i * size, chunk));
@@ -211,7 +214,8 @@ mod tests {
             for len in [0, 1, CHUNK_ELEMS - 1, CHUNK_ELEMS, 5 * CHUNK_ELEMS + 7] {
                 let mut v = vec![0usize; len];
                 pool.install(|| {
-                    for_chunks(SplitKind::Eltwise, &mut v, 1e6, |off, c| {
+                    for_chunks(SplitKind::Eltwise, &mut v, 1e6, 3, |off, c| {
+                        assert_eq!(off % 3, 0);
                         for (i, x) in c.iter_mut().enumerate() {
                             *x += off + i + 1;
                         }
