@@ -476,7 +476,7 @@ fn run_conv(args: ConvArgs) -> Result<()> {
             128,
         )
         .with_bias(vec![5; c_out]);
-        let mut method = "";
+        let method;
         let (secs, macs, gemm_shape) = if deconv {
             let dw = DeconvWeights::new(&wt, c, c_out, p, [0, 0], &[0])?;
             method = dw.method();

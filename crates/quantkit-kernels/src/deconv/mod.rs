@@ -393,8 +393,11 @@ pub fn deconv2d_quant_padded_with<T: ActElem, O: QuantType>(
             got: out.len(),
         });
     }
-    for (i, (o, &a)) in out.iter_mut().zip(&acc).enumerate() {
-        *o = stage.apply(a, i % w.c_out);
+    // Per pixel, so the channel is the inner index (no division per element).
+    for (po, pa) in out.chunks_exact_mut(w.c_out).zip(acc.chunks_exact(w.c_out)) {
+        for (j, (o, &a)) in po.iter_mut().zip(pa).enumerate() {
+            *o = stage.apply(a, j);
+        }
     }
     Ok(os)
 }
