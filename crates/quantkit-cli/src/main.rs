@@ -29,7 +29,8 @@ enum Command {
     /// kernels (`bench gemm`, `bench conv`), the ISA in use (`bench --isa`). The environment
     /// variables QUANTKIT_ISA (scalar, avx2, avx512vnni) and QUANTKIT_CONV_ALGO (auto,
     /// im2col, winograd, pairs, direct) force the kernels' instruction set and the conv
-    /// algorithm (default: the cost model's choice per ISA).
+    /// algorithm (default: the cost model's choice per ISA); QUANTKIT_DECONV_ALGO (auto,
+    /// col2im, blocks) the transposed conv's.
     Bench(cmd::bench::Args),
     /// Run ONNX node-test case folders and report pass/fail/unsupported.
     Conformance(cmd::conformance::Args),

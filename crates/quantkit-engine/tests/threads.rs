@@ -192,7 +192,8 @@ fn batch_one_splits_inside_the_kernels_and_stays_bit_identical() {
         SplitKind::ALL.iter().map(|&k| (k, v[kind(k)])).collect()
     };
     eprintln!("zoo at batch 1, threshold 0: splits {:?}", which(&zoo));
-    for k in [SplitKind::Gemm, SplitKind::Depthwise] {
+    // Element-wise steps (resnet8's residual Add on codes, tables) split their output too.
+    for k in [SplitKind::Gemm, SplitKind::Depthwise, SplitKind::Eltwise] {
         assert!(
             zoo[kind(k)] > 0,
             "no {k:?} split in the zoo: {:?}",

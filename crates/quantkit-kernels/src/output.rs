@@ -181,7 +181,7 @@ impl OutputStage {
 
     /// Applies the stage to one accumulator of output channel `j` (scalar reference of
     /// equations K2–K4). SIMD epilogues must equal this bit for bit.
-    #[inline]
+    #[inline(always)]
     pub fn apply<T: QuantType>(&self, acc: i32, j: usize) -> T {
         let (lo, hi) = self.range::<T>();
         let t = match &self.bias {
@@ -192,7 +192,7 @@ impl OutputStage {
     }
 
     /// (K3)+(K4) for one already-biased accumulator, result in `[lo, hi]`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn requant_one(&self, t: i32, j: usize, lo: i32, hi: i32) -> i32 {
         let z = self.zero_point;
         match &self.requant {

@@ -7,8 +7,9 @@
 //! (the other workers must be woken, and the caller waits for the slowest task), so a call
 //! runs on one thread unless its estimated work gives every task at least
 //! [`min_task_ns`] nanoseconds. The estimate comes from the conv cost model (`conv::algo`,
-//! nanoseconds per output pixel on one core) or from a per-element cost (max pooling).
-//! Element-wise loops (tables, Add, Concat) are not split yet.
+//! nanoseconds per output pixel on one core) or from a per-element cost (max pooling, and
+//! the element-wise loops of the engine's table, binary and pooling steps, which split
+//! their output into contiguous chunks with [`for_chunks`]).
 //!
 //! [`MIN_TASK_NS`] was chosen from `examples/fork_join.rs` (docs/kernels.md, "Threads at
 //! batch 1"); `QUANTKIT_MIN_TASK_NS` or [`set_min_task_ns`] overrides it (0 splits every
@@ -50,9 +51,13 @@ pub enum SplitKind {
     Depthwise,
     /// Max pooling: output rows.
     Pool,
+    /// The non-overlapping transposed conv (`deconv` blocks): input rows.
+    Deconv,
+    /// Element-wise loops ([`for_chunks`]): tables, binary operators, pools on codes.
+    Eltwise,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 8;
 
 impl SplitKind {
     /// Every kind, in [`split_calls`] order.
@@ -63,6 +68,8 @@ impl SplitKind {
         SplitKind::PooledRows,
         SplitKind::Depthwise,
         SplitKind::Pool,
+        SplitKind::Deconv,
+        SplitKind::Eltwise,
     ];
 }
 
@@ -138,6 +145,37 @@ pub(crate) fn note(kind: SplitKind) {
     SPLITS[kind as usize].fetch_add(1, Ordering::Relaxed);
 }
 
+/// Elements per unit of [`for_chunks`]: chunks are whole multiples of it (a few pages of
+/// codes, so tasks never share a cache line and vector loops run full).
+pub const CHUNK_ELEMS: usize = 4096;
+
+/// Runs `f(offset, chunk)` over `out` in contiguous chunks: the whole slice on one thread
+/// unless `out.len() · ns_per_elem` gives each task at least [`min_task_ns`], else one
+/// chunk per task on the caller's rayon pool, counted as a split of `kind`. Chunks are
+/// whole multiples of a unit of about [`CHUNK_ELEMS`] elements rounded up to a multiple of
+/// `align` (a pixel's channels, a plane), so `offset` is a multiple of `align`. `f` must
+/// compute each element from its index alone, so the result does not depend on the split.
+pub fn for_chunks<T: Send>(
+    kind: SplitKind,
+    out: &mut [T],
+    ns_per_elem: f64,
+    align: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    let len = out.len();
+    let unit = CHUNK_ELEMS.div_ceil(align.max(1)) * align.max(1);
+    let n = tasks(len as f64 * ns_per_elem, len.div_ceil(unit));
+    if n <= 1 {
+        f(0, out);
+        return;
+    }
+    note(kind);
+    let size = len.div_ceil(unit).div_ceil(n) * unit;
+    out.par_chunks_mut(size)
+        .enumerate()
+        .for_each(|(i, chunk)| f(i * size, chunk));
+}
+
 /// The range of units of task `t` of `n` over `units` units: contiguous, sizes differing
 /// by at most one.
 pub fn task_range(t: usize, n: usize, units: usize) -> std::ops::Range<usize> {
@@ -162,6 +200,31 @@ mod tests {
                     next = r.end;
                 }
                 assert_eq!(next, units);
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_cover_the_output_once_on_any_pool() {
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for len in [0, 1, CHUNK_ELEMS - 1, CHUNK_ELEMS, 5 * CHUNK_ELEMS + 7] {
+                let mut v = vec![0usize; len];
+                pool.install(|| {
+                    for_chunks(SplitKind::Eltwise, &mut v, 1e6, 3, |off, c| {
+                        assert_eq!(off % 3, 0);
+                        for (i, x) in c.iter_mut().enumerate() {
+                            *x += off + i + 1;
+                        }
+                    })
+                });
+                assert!(
+                    v.iter().enumerate().all(|(i, &x)| x == i + 1),
+                    "{threads} {len}"
+                );
             }
         }
     }

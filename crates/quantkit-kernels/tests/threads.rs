@@ -348,3 +348,83 @@ fn max_pool_rows_split_and_stay_bit_identical() {
     }
     par::set_min_task_ns(None);
 }
+
+/// The non-overlapping transposed conv (`deconv` blocks) at batch 1 splits input rows into
+/// disjoint bands of output rows; the bytes do not depend on the split, on any ISA.
+#[test]
+fn deconv_blocks_split_input_rows_and_stay_bit_identical() {
+    use quantkit_kernels::deconv::{deconv2d_quant_padded_with, DeconvAlgorithm, DeconvWeights};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = Rng(19);
+    // (threshold, input NHWC, c_out, params, pads): the PP-OCRv4 detector's first deconv
+    // under the default threshold; small odd shapes (crop, gaps, groups) under 0.
+    let k2s2 = ConvParams {
+        stride: [2, 2],
+        ..ConvParams::new(2, 2)
+    };
+    let cases = [
+        (None, [1, 120, 120, 24], 24, k2s2, [0; 4]),
+        (Some(0.0), [2, 7, 5, 6], 4, k2s2, [1, 0, 1, 1]),
+        (
+            Some(0.0),
+            [1, 9, 4, 4],
+            6,
+            ConvParams {
+                stride: [3, 2],
+                groups: 2,
+                ..ConvParams::new(2, 1)
+            },
+            [2, 0, 0, 0],
+        ),
+    ];
+    for (threshold, shape, c_out, p, pads) in cases {
+        par::set_min_task_ns(threshold);
+        let [n, h, w, c] = shape;
+        let x: Vec<u8> = (0..n * h * w * c).map(|_| rng.next() as u8).collect();
+        let wt: Vec<i8> = (0..c * (c_out / p.groups) * p.kernel[0] * p.kernel[1])
+            .map(|_| rng.next() as i8)
+            .collect();
+        let dw = DeconvWeights::new(&wt, c, c_out, p, [0, 0], &[0])
+            .unwrap()
+            .with_algorithm(DeconvAlgorithm::Blocks);
+        assert_eq!(dw.algorithm(), DeconvAlgorithm::Blocks);
+        let stage = OutputStage::float((0..c_out).map(|i| 0.01 + 0.001 * i as f32).collect(), 9)
+            .with_bias((0..c_out as i32).map(|i| 50 - 20 * i).collect());
+        let input = NhwcInput {
+            data: &x,
+            shape,
+            zero_point: 100,
+        };
+        let len: usize = dw
+            .output_shape_padded(shape, pads)
+            .unwrap()
+            .iter()
+            .product();
+        for isa in supported() {
+            let run = || {
+                let mut out = vec![0u8; len];
+                deconv2d_quant_padded_with(isa, &input, &dw, pads, &stage, &mut out).unwrap();
+                out
+            };
+            let before = par::split_calls(SplitKind::Deconv);
+            let one = pool(1).install(run);
+            assert_eq!(
+                par::split_calls(SplitKind::Deconv),
+                before,
+                "1 thread split"
+            );
+            for threads in [2, 3] {
+                let before = par::split_calls(SplitKind::Deconv);
+                assert!(
+                    pool(threads).install(run) == one,
+                    "{isa} {shape:?} {threads} threads"
+                );
+                assert!(
+                    par::split_calls(SplitKind::Deconv) > before,
+                    "{isa} {shape:?}: {threads} threads did not split"
+                );
+            }
+        }
+    }
+    par::set_min_task_ns(None);
+}

@@ -446,7 +446,7 @@ fn run_conv(args: ConvArgs) -> Result<()> {
     if !args.json {
         println!("quantkit bench conv: ISA {isa}, {} thread(s), algorithm {}; u8 NHWC in/out, per-channel float requantization; best of repeated runs", args.threads, algo.name());
         println!(
-            "{:<23} {:>18} {:>5} {:>10} | {:>9} {:>9} {:>11}",
+            "{:<23} {:>18} {:>5} {:>13} | {:>9} {:>9} {:>11}",
             "layer", "input", "c_out", "method", "ms", "int8 GOPs", "f32 GEMM GF"
         );
     }
@@ -476,9 +476,10 @@ fn run_conv(args: ConvArgs) -> Result<()> {
             128,
         )
         .with_bias(vec![5; c_out]);
-        let mut method = "deconv";
+        let method;
         let (secs, macs, gemm_shape) = if deconv {
             let dw = DeconvWeights::new(&wt, c, c_out, p, [0, 0], &[0])?;
+            method = dw.method();
             let os = dw.output_shape(shape)?;
             let mut out = vec![0u8; os.iter().product()];
             let t = pool.install(|| {
@@ -536,7 +537,7 @@ fn run_conv(args: ConvArgs) -> Result<()> {
         };
         if !args.json {
             println!(
-                "{:<23} {:>18} {:>5} {:>10} | {:>9.3} {:>9.1} {:>11}",
+                "{:<23} {:>18} {:>5} {:>13} | {:>9.3} {:>9.1} {:>11}",
                 row.layer,
                 format!("{:?}", row.input),
                 c_out,

@@ -313,6 +313,7 @@ impl<'g> Matcher<'g> {
                 zp: qy.zp,
                 out: qy.dtype,
                 clamp,
+                pairs: Default::default(),
                 graph_op: GraphOp {
                     node: n.clone(),
                     opset: self.opset,

@@ -66,7 +66,7 @@ impl<'g> Matcher<'g> {
         let weights = DeconvWeights::new(&w.values, c_in, c_out, a.params, a.output_padding, &z_w)
             .map_err(|e| format!("packing weights: {e}"))?;
         let desc = format!(
-            "deconv2d {}→{} {}x{} s{}x{}{} {}",
+            "deconv2d {}→{} {}x{} s{}x{}{} {} ({})",
             qx.dtype,
             qy.dtype,
             w.shape[2],
@@ -83,6 +83,7 @@ impl<'g> Matcher<'g> {
             } else {
                 "per-tensor"
             },
+            weights.algorithm().name(),
         );
         Ok(Matched {
             kernel: Box::new(ConvTransposeStep {

@@ -11,15 +11,20 @@
 //! `Q(clip(v)) = clamp(Q(v), Q(lo), Q(hi))`). Nothing is approximated: the step performs the
 //! reference's f32 operations in the reference's order, so the codes are the graph's.
 //!
-//! Layouts: operands of one shape and layout run as one flat loop (above 2^17 elements
+//! Layouts: operands of one shape and layout run as one flat loop (above 2^15 elements
 //! through the 65,536-entry table of every code pair, each entry computed by the same
-//! per-element arithmetic); an operand of one element, or a per-channel operand
+//! per-element arithmetic, built on the first such call and kept for the plan's later
+//! runs: 65,536 evaluations once instead of one per element every run); an operand of one element, or a per-channel operand
 //! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
 //! channel (again the same arithmetic, once per code instead of once per element) when a
 //! channel has enough pixels to pay for it (`ROW_MIN_PIXELS`), and is applied element by
 //! element (vectorised over the channels in NHWC) below; any other
 //! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
 //! then the same `Q`: slower, still exact.
+//!
+//! Threads: the flat, one-element and per-channel loops split their output into contiguous
+//! chunks across the pool (`par::for_chunks`, by estimated work); every output byte is
+//! computed from its own index, so any split gives the same bytes.
 
 use super::{bad, check_dtype, GraphOp, Kernel};
 use crate::error::Result;
@@ -27,6 +32,13 @@ use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
 use quantkit_graph::ops::binary::{Arith, Num};
 use quantkit_graph::{DType, Data, Tensor};
+use quantkit_kernels::par::{self, SplitKind};
+
+/// Estimated ns per element on one core (for `par::for_chunks`): the per-element f32
+/// arithmetic, a lookup in the 64 KiB pair table, a lookup in a 256-entry row.
+const PAIR_NS: f64 = 3.0;
+const PAIR_TABLE_NS: f64 = 1.0;
+const ROW_NS: f64 = 0.5;
 
 /// Pixels per channel below which a per-channel operand is applied element by element
 /// rather than through one 256-entry row per channel: a row costs 256 evaluations of the
@@ -49,6 +61,8 @@ pub(crate) struct BinaryStep {
     pub clamp: (i32, i32),
     /// The graph's operator (`Add`, ...) for the general broadcasting path.
     pub graph_op: GraphOp,
+    /// The 65,536-entry table of every code pair, built on the first large flat call.
+    pub pairs: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// The bytes of an 8-bit code tensor.
@@ -136,21 +150,39 @@ impl BinaryStep {
         out
     }
 
-    /// Element by element over equal-length `a` and `b`; above 2^17 elements through the
-    /// 65,536-entry table of every code pair (each entry is `pair` itself, so exact).
+    /// Element by element over equal-length `a` and `b`; above 2^15 elements through the
+    /// 65,536-entry table of every code pair (each entry is `pair` itself, so exact; built
+    /// on the first such call, kept in the step).
     fn zip(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
-        if a.len() > 1 << 17 {
-            let t: Vec<u8> = (0..1usize << 16)
-                .map(|i| self.pair((i >> 8) as u8, i as u8))
-                .collect();
-            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                *o = t[(x as usize) << 8 | y as usize];
-            }
+        if a.len() > 1 << 15 {
+            let t = self.pairs.get_or_init(|| {
+                (0..1usize << 16)
+                    .map(|i| self.pair((i >> 8) as u8, i as u8))
+                    .collect()
+            });
+            par::for_chunks(SplitKind::Eltwise, out, PAIR_TABLE_NS, 1, |off, out| {
+                for ((o, &x), &y) in out.iter_mut().zip(&a[off..]).zip(&b[off..]) {
+                    *o = t[(x as usize) << 8 | y as usize];
+                }
+            });
             return;
         }
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = self.pair(x, y);
-        }
+        par::for_chunks(SplitKind::Eltwise, out, PAIR_NS, 1, |off, out| {
+            for ((o, &x), &y) in out.iter_mut().zip(&a[off..]).zip(&b[off..]) {
+                *o = self.pair(x, y);
+            }
+        });
+    }
+
+    /// Every code of `full` through one 256-entry row.
+    fn through_row(row: &[u8; 256], full: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; full.len()];
+        par::for_chunks(SplitKind::Eltwise, &mut out, ROW_NS, 1, |off, out| {
+            for (o, &x) in out.iter_mut().zip(&full[off..]) {
+                *o = row[x as usize];
+            }
+        });
+        out
     }
 
     /// `a` (the full tensor) against a per-channel `b`, in `a`'s layout; `swapped`: the
@@ -166,9 +198,12 @@ impl BinaryStep {
         [c, hw]: [usize; 2],
         out: &mut [u8],
     ) {
-        for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
-            let b = &small[if batched { img * c } else { 0 }..][..c];
-            if hw < ROW_MIN_PIXELS {
+        if full.is_empty() || c * hw == 0 {
+            return;
+        }
+        if hw < ROW_MIN_PIXELS {
+            for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
+                let b = &small[if batched { img * c } else { 0 }..][..c];
                 // Fewer pixels per channel than a row has entries (a squeeze-and-excite
                 // scale on a late, small feature map): `pair` per element costs less than
                 // the rows, and is the rows' own arithmetic.
@@ -206,23 +241,37 @@ impl BinaryStep {
                         }
                     }
                 }
-                continue;
             }
-            // One 256-entry row per channel: the channel's operand is one code.
-            let rows: Vec<[u8; 256]> = b.iter().map(|&s| self.row(s, swapped)).collect();
-            if nhwc {
-                for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
-                    for ((o, &x), r) in o.iter_mut().zip(px).zip(&rows) {
+            return;
+        }
+        let n_img = full.len() / (c * hw);
+        // One 256-entry row per (image, channel): the channel's operand is one code.
+        let rows: Vec<[u8; 256]> = (0..if batched { n_img } else { 1 })
+            .flat_map(|img| small[img * c..][..c].iter())
+            .map(|&s| self.row(s, swapped))
+            .collect();
+        let row = |img: usize, ch: usize| &rows[if batched { img * c + ch } else { ch }];
+        if nhwc {
+            // Chunks of whole pixels: each pixel's channels through their rows.
+            par::for_chunks(SplitKind::Eltwise, out, ROW_NS, c, |off, out| {
+                for (k, (o, px)) in out.chunks_mut(c).zip(full[off..].chunks(c)).enumerate() {
+                    let img = if batched { (off / c + k) / hw } else { 0 };
+                    for ((o, &x), r) in o.iter_mut().zip(px).zip(&rows[img * c..][..c]) {
                         *o = r[x as usize];
                     }
                 }
-            } else {
-                for ((plane, o), r) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(&rows) {
+            });
+        } else {
+            // Chunks of whole planes: one row per plane.
+            par::for_chunks(SplitKind::Eltwise, out, ROW_NS, hw, |off, out| {
+                for (k, (o, plane)) in out.chunks_mut(hw).zip(full[off..].chunks(hw)).enumerate() {
+                    let p = off / hw + k;
+                    let r = row(p / c, p % c);
                     for (o, &x) in o.iter_mut().zip(plane) {
                         *o = r[x as usize];
                     }
                 }
-            }
+            });
         }
     }
 
@@ -284,13 +333,11 @@ impl Kernel for BinaryStep {
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if bb.len() == 1 && a.tensor.rank() >= b.tensor.rank() {
-            let r = self.row(bb[0], false);
-            let codes = ab.iter().map(|&x| r[x as usize]).collect();
+            let codes = Self::through_row(&self.row(bb[0], false), ab);
             return Ok(vec![self.finish(a.tensor.shape.clone(), codes, a.nhwc)]);
         }
         if ab.len() == 1 && b.tensor.rank() >= a.tensor.rank() {
-            let r = self.row(ab[0], true);
-            let codes = bb.iter().map(|&y| r[y as usize]).collect();
+            let codes = Self::through_row(&self.row(ab[0], true), bb);
             return Ok(vec![self.finish(b.tensor.shape.clone(), codes, b.nhwc)]);
         }
         // A per-channel operand ([n|1, C, 1, 1]: its NCHW and NHWC orders agree).

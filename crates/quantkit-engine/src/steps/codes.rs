@@ -6,6 +6,10 @@ use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
 use quantkit_graph::{DType, Data, Tensor};
+use quantkit_kernels::par::{self, SplitKind};
+
+/// Estimated ns per element of a table lookup on one core (for `par::for_chunks`).
+const TABLE_NS: f64 = 0.4;
 
 /// A 256-entry map of 8-bit codes: `table[code as u8]` is the output code's byte.
 #[derive(Clone)]
@@ -17,16 +21,26 @@ pub(crate) struct Table {
 impl Table {
     /// Applies the table, keeping shape and layout.
     pub(super) fn apply(&self, v: Val) -> Val {
-        self.apply_to(&v)
+        self.apply_ref(&v)
     }
 
-    /// Applies the table to a borrowed value, keeping shape and layout.
-    pub(super) fn apply_to(&self, v: &Val) -> Val {
-        let bytes: Vec<u8> = match &v.tensor.data {
-            Data::U8(d) => d.iter().map(|&c| self.bytes[c as usize]).collect(),
-            Data::I8(d) => d.iter().map(|&c| self.bytes[c as u8 as usize]).collect(),
+    /// [`Table::apply`] on a borrowed value; large tensors are split across the pool's
+    /// threads in contiguous chunks (each byte looked up alone, so any split gives the
+    /// same bytes).
+    pub(super) fn apply_ref(&self, v: &Val) -> Val {
+        let src: &[u8] = match &v.tensor.data {
+            Data::U8(d) => d,
+            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+            Data::I8(d) => unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) },
             _ => unreachable!("callers check for 8-bit codes"),
         };
+        let mut bytes = vec![0u8; src.len()];
+        let table: &[u8; 256] = self.bytes[..].try_into().expect("256 entries");
+        par::for_chunks(SplitKind::Eltwise, &mut bytes, TABLE_NS, 1, |off, out| {
+            for (o, &c) in out.iter_mut().zip(&src[off..]) {
+                *o = table[c as usize];
+            }
+        });
         let shape = v.tensor.shape.clone();
         let tensor = match self.out {
             DType::U8 => tensor_u8(shape, bytes),
@@ -183,11 +197,13 @@ impl Kernel for CodeStep {
                     }
                 }
             }
-            None => match &self.table {
-                // Table only: map the input's codes directly (no copy of the input first).
-                Some(tb) => return Ok(vec![tb.apply_to(x)]),
-                None => x.clone(),
-            },
+            // A table alone reads the input in place (no copy first).
+            None => {
+                return Ok(vec![match &self.table {
+                    Some(tb) => tb.apply_ref(x),
+                    None => x.clone(),
+                }])
+            }
         };
         Ok(vec![match &self.table {
             Some(tb) => tb.apply(v),

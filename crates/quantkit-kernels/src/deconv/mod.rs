@@ -14,6 +14,18 @@
 //! requires that to be at most the GEMM's [`MAX_K`], so the i32 sums (wrapping, exact modulo
 //! 2^32) are the exact values. The scatter is plain integer addition, the same on every
 //! ISA; only the GEMM is dispatched, and it is bit-exact across ISAs.
+//!
+//! # Two algorithms
+//! Where taps never overlap (`dilation·(kernel − 1) < stride`, e.g. `kernel == stride`),
+//! the `blocks` path ([`DeconvAlgorithm`], `blocks.rs`) skips the i32 columns and the
+//! scatter-add: the GEMM's fused output stage writes codes per block of input rows, copied
+//! straight to their output pixels. The choice is made when the weights are packed
+//! (`algo.rs`: the cost model, `QUANTKIT_DECONV_ALGO`); both give the same bytes.
+
+mod algo;
+mod blocks;
+
+pub use algo::{DeconvAlgorithm, DECONV_ALGO_NAMES};
 
 use crate::conv::{ActElem, ConvParams, NhwcInput};
 use crate::dispatch::{self, Isa};
@@ -29,6 +41,8 @@ pub struct DeconvWeights {
     c_out: usize,
     /// One packed `[C_in/g, kh·kw·C_out/g]` matrix per group (columns tap-major).
     packed: Vec<PackedWeights>,
+    /// The algorithm of the quantized calls, resolved (never `Auto`).
+    algo: DeconvAlgorithm,
 }
 
 impl DeconvWeights {
@@ -42,9 +56,31 @@ impl DeconvWeights {
         &self.params
     }
 
+    /// The algorithm quantized calls run ([`DeconvAlgorithm::Col2im`] or
+    /// [`DeconvAlgorithm::Blocks`]).
+    pub fn algorithm(&self) -> DeconvAlgorithm {
+        self.algo
+    }
+
+    /// The same weights with `algo` asked for instead of `QUANTKIT_DECONV_ALGO`'s choice
+    /// (resolved: `blocks` only where the taps never overlap).
+    pub fn with_algorithm(mut self, algo: DeconvAlgorithm) -> Self {
+        self.algo = algo.resolve(&self.params);
+        self
+    }
+
+    /// A short name of the algorithm, for reports (`deconv col2im`, `deconv blocks`).
+    pub fn method(&self) -> &'static str {
+        match self.algo {
+            DeconvAlgorithm::Blocks => "deconv blocks",
+            _ => "deconv col2im",
+        }
+    }
+
     /// Packs ONNX-ordered i8 weights `[c_in, c_out/groups, kh, kw]` with zero point(s) (1
     /// or `c_out`); `c_in` and `c_out` are the whole tensor's channel counts, both
-    /// multiples of `params.groups`; `output_padding` as ONNX's attribute.
+    /// multiples of `params.groups`; `output_padding` as ONNX's attribute. The algorithm
+    /// is `QUANTKIT_DECONV_ALGO`'s ([`DeconvAlgorithm::from_env`], `auto` by default).
     pub fn new(
         weights: &[i8],
         c_in: usize,
@@ -135,6 +171,7 @@ impl DeconvWeights {
             c_in,
             c_out,
             packed,
+            algo: DeconvAlgorithm::from_env().resolve(&params),
         })
     }
 
@@ -187,15 +224,7 @@ fn accumulate<T: ActElem>(
     pads: [usize; 4],
 ) -> Result<(Vec<i32>, [usize; 4])> {
     let [n, h, wd, c] = x.shape;
-    if c != w.c_in || x.data.len() != n * h * wd * c {
-        return Err(KernelError::BufferLength {
-            op: "deconv2d",
-            arg: "input",
-            expected: n * h * wd * w.c_in,
-            got: x.data.len(),
-        });
-    }
-    let os = w.output_shape_padded(x.shape, pads)?;
+    let os = check_input(x, w, pads)?;
     let [_, oh, ow, c_out] = os;
     let p = &ConvParams { pads, ..w.params };
     let [kh, kw] = p.kernel;
@@ -236,6 +265,24 @@ fn accumulate<T: ActElem>(
         );
     }
     Ok((acc, os))
+}
+
+/// The output shape of input `x` with `pads`, after checking its length and channels.
+fn check_input<T: ActElem>(
+    x: &NhwcInput<'_, T>,
+    w: &DeconvWeights,
+    pads: [usize; 4],
+) -> Result<[usize; 4]> {
+    let [n, h, wd, c] = x.shape;
+    if c != w.c_in || x.data.len() != n * h * wd * c {
+        return Err(KernelError::BufferLength {
+            op: "deconv2d",
+            arg: "input",
+            expected: n * h * wd * w.c_in,
+            got: x.data.len(),
+        });
+    }
+    w.output_shape_padded(x.shape, pads)
 }
 
 /// The exact scatter ("col2im") of one group's GEMM rows `cols` (`[n·h·w, kh·kw·cog]`, tap
@@ -323,6 +370,20 @@ pub fn deconv2d_quant_padded_with<T: ActElem, O: QuantType>(
     out: &mut [O],
 ) -> Result<[usize; 4]> {
     stage.validate("deconv2d", w.c_out)?;
+    if w.algo == DeconvAlgorithm::Blocks {
+        let os = check_input(x, w, pads)?;
+        if out.len() != os.iter().product::<usize>() {
+            return Err(KernelError::BufferLength {
+                op: "deconv2d",
+                arg: "output",
+                expected: os.iter().product(),
+                got: out.len(),
+            });
+        }
+        let p = ConvParams { pads, ..w.params };
+        blocks::run(isa, x, w, &p, os, stage, out)?;
+        return Ok(os);
+    }
     let (acc, os) = accumulate(isa, x, w, pads)?;
     if out.len() != acc.len() {
         return Err(KernelError::BufferLength {
@@ -332,8 +393,11 @@ pub fn deconv2d_quant_padded_with<T: ActElem, O: QuantType>(
             got: out.len(),
         });
     }
-    for (i, (o, &a)) in out.iter_mut().zip(&acc).enumerate() {
-        *o = stage.apply(a, i % w.c_out);
+    // Per pixel, so the channel is the inner index (no division per element).
+    for (po, pa) in out.chunks_exact_mut(w.c_out).zip(acc.chunks_exact(w.c_out)) {
+        for (j, (o, &a)) in po.iter_mut().zip(pa).enumerate() {
+            *o = stage.apply(a, j);
+        }
     }
     Ok(os)
 }
