@@ -119,6 +119,90 @@ fn fake_quant_equals_onnx_quantize_then_dequantize() {
 /// where it clipped. LSQ: the scale gradient equals the finite difference of
 /// `s·(q − z)` with `q = R + x/s − x/s₀ + z` inside the range (round frozen at
 /// R = round(x/s₀), its derivative taken as 1) and the clipped code outside, times the gradient scale `1/√(numel·qmax)`.
+/// The block form of the fake-quant forward and backward (runs of one scale, f32-only
+/// arithmetic that vectorises) equals the element-by-element reference built on
+/// quantkit-core's `quantize_value`/`dequantize_value`, bit for bit: per-channel on axis 0
+/// and 1, per tensor, 2/4/8 bits signed and unsigned, zero points at both ends of the
+/// range, ties, ±0, NaN, ±∞ and values far beyond 2²².
+#[test]
+fn fake_quant_block_form_equals_the_reference() {
+    let mut rng = Lcg(7);
+    let awkward = [
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e30,
+        -1e30,
+        4_194_304.5,
+        -8_388_607.0,
+        1e-30,
+    ];
+    let cases: [(&[usize], Option<usize>, i32, i32, bool); 7] = [
+        (&[5, 3, 3, 3], Some(0), -8, 7, true),
+        (&[7, 9], Some(1), -2, 1, true),
+        (&[6, 4], Some(0), -128, 127, true),
+        (&[4, 3, 5, 5], None, 0, 15, false),
+        (&[3, 33], None, 0, 255, false),
+        (&[2, 8, 3], None, 0, 3, false),
+        (&[3, 2, 4, 4], None, -8, 7, false),
+    ];
+    for (shape, axis, qmin, qmax, is_weight) in cases {
+        let n: usize = shape.iter().product();
+        let nc = axis.map_or(1, |a| shape[a]);
+        for zp_end in 0..3 {
+            let zero_points: Vec<i32> = (0..nc)
+                .map(|c| match zp_end {
+                    0 => qmin,
+                    1 => qmax,
+                    _ => qmin + ((c as i32 * 5) % (qmax - qmin + 1)),
+                })
+                .collect();
+            let zero_points = if axis.is_none() {
+                zero_points[..1].to_vec()
+            } else {
+                zero_points
+            };
+            let scales: Vec<f32> = (0..nc).map(|c| 0.01 + 0.037 * c as f32).collect();
+            let f = FakeQuant {
+                tensor: "t".into(),
+                axis,
+                zero_points,
+                qmin,
+                qmax,
+                learn_scale: true,
+                is_weight,
+            };
+            // Ties of every scale, random values across and beyond the range, awkward ones.
+            let mut x: Vec<f32> = (0..n)
+                .map(|i| {
+                    let s = scales[i % nc];
+                    match i % 4 {
+                        0 => (rng.next() * 20.0).round() * s + 0.5 * s,
+                        1 => rng.next() * s * (qmax - qmin) as f32 * 1.5,
+                        _ => rng.next() * 3.0,
+                    }
+                })
+                .collect();
+            for (i, &a) in awkward.iter().enumerate() {
+                x[(i * 7) % n] = a;
+            }
+            let g: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&f.forward(&x, shape, &scales)),
+                bits(&f.forward_reference(&x, shape, &scales)),
+                "forward {shape:?} axis {axis:?} [{qmin}, {qmax}]"
+            );
+            let (dx, ds) = f.backward(&x, shape, &scales, &g);
+            let (rdx, rds) = f.backward_reference(&x, shape, &scales, &g);
+            assert_eq!(bits(&dx), bits(&rdx), "dx {shape:?} axis {axis:?}");
+            assert_eq!(bits(&ds), bits(&rds), "ds {shape:?} axis {axis:?}");
+        }
+    }
+}
+
 #[test]
 fn ste_and_lsq_gradients() {
     let mut rng = Lcg(2);
