@@ -242,7 +242,11 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
     let mut g = quantkit_graph::load_model(&out).unwrap();
     let input = g.inputs[0].name.clone();
     let plan = quantkit_engine::compile(&g, &Default::default()).unwrap();
-    let ey = plan.run(vec![(input.as_str(), x.clone())]).unwrap().remove(0).1;
+    let ey = plan
+        .run(vec![(input.as_str(), x.clone())])
+        .unwrap()
+        .remove(0)
+        .1;
     let k = ey.shape[1];
     let eng = argmax_rows(&ey.to_f32_vec(), k);
 
@@ -256,8 +260,8 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
     assert!(qs.len() >= 4, "{} activation Q", qs.len());
     for q in &qs {
         let mut vi = ValueInfo::new(q, DType::U8, &[]);
-            vi.shape = None;
-            g.outputs.push(vi);
+        vi.shape = None;
+        g.outputs.push(vi);
     }
     let all = quantkit_graph::execute(&g, vec![(input.clone(), x)]).unwrap();
     for (name, t) in all.iter().filter(|(n, _)| qs.contains(n)) {
@@ -297,11 +301,17 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
         "onnxruntime failed: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let oy = quantkit_data::npy::read_npy(&ort_out).unwrap().data.to_f32();
+    let oy = quantkit_data::npy::read_npy(&ort_out)
+        .unwrap()
+        .data
+        .to_f32();
     let ort_top = argmax_rows(&oy, k);
     let same = ort_top.iter().zip(&eng).filter(|(a, b)| a == b).count();
     eprintln!("W4A4: ONNX Runtime = engine top-1 on {same}/500");
-    assert!(same * 1000 >= 500 * 995, "ONNX Runtime = engine on {same}/500");
+    assert!(
+        same * 1000 >= 500 * 995,
+        "ONNX Runtime = engine on {same}/500"
+    );
     for p in [&out, &npy, &ort_out] {
         let _ = std::fs::remove_file(p);
     }

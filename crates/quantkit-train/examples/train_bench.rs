@@ -181,7 +181,8 @@ fn qat_bench(
     use quantkit_train::qat::{Qat, QatOptions};
     let mut float = graph.clone();
     quantkit_ptq::prepare(&mut float)?;
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/fashion-mnist-sample");
+    let sample =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/fashion-mnist-sample");
     let mut calib = quantkit_data::open_data(&sample, &quantkit_data::OpenOptions::default())?;
     let cfg = quantkit_ptq::PtqConfig {
         calib_samples: Some(256),

@@ -262,7 +262,9 @@ impl Qat {
                         .get(sname)
                         .filter(|t| t.dtype == DType::F32 && t.len() == 1)
                         .ok_or_else(|| {
-                            err(format!("activation scale `{sname}` is not one f32 constant"))
+                            err(format!(
+                                "activation scale `{sname}` is not one f32 constant"
+                            ))
                         })?
                         .to_f32_vec()[0];
                     let z = zero_points[0];
@@ -770,10 +772,8 @@ fn express_narrow_ranges(g: &mut Graph, ranges: &[(String, i32, i32)]) -> Result
             .as_ref()
             .filter(|p| only_q && p.facts().clamp && p.outputs.len() == 1);
         if let Some(p) = merge {
-            let b = ClipBounds::of(p, opset, |i| {
-                scalar(g, &p.inputs[i]).map(f64::from)
-            })
-            .map_err(|e| err(format!("`{}`: {e}", p.name)))?;
+            let b = ClipBounds::of(p, opset, |i| scalar(g, &p.inputs[i]).map(f64::from))
+                .map_err(|e| err(format!("`{}`: {e}", p.name)))?;
             lo = lo.max(b.lo as f32);
             hi = hi.min(b.hi as f32);
         }

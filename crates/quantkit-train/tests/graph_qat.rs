@@ -498,7 +498,10 @@ fn lenet_qat_exports_to_the_engine(act_bits: u8) {
             vi.shape = None;
             g.outputs.push(vi);
         }
-        let xe = GTensor::from_f32(&[64, 1, 28, 28], x[train_n * per..(train_n + 64) * per].to_vec());
+        let xe = GTensor::from_f32(
+            &[64, 1, 28, 28],
+            x[train_n * per..(train_n + 64) * per].to_vec(),
+        );
         let name = g.inputs[0].name.clone();
         let mut top = 0;
         for (n, t) in quantkit_graph::execute(&g, vec![(name, xe)]).unwrap() {
@@ -506,7 +509,10 @@ fn lenet_qat_exports_to_the_engine(act_bits: u8) {
                 top = top.max(t.to_i64_vec().into_iter().max().unwrap());
             }
         }
-        assert!(top < 1 << act_bits, "an activation code {top} beyond {act_bits} bits");
+        assert!(
+            top < 1 << act_bits,
+            "an activation code {top} beyond {act_bits} bits"
+        );
         assert_eq!(top, (1 << act_bits) - 1, "the top code is used");
     }
     let xe = GTensor::from_f32(&[held, 1, 28, 28], x[train_n * per..].to_vec());

@@ -232,9 +232,9 @@ fn evaluate_engine(
         let x = Tensor::from_f32(&b.shape, b.data);
         let truth: Vec<usize> = match &b.labels {
             Some(l) => l.iter().map(|&v| v as usize).collect(),
-            None => top1(
-                &quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1,
-            ),
+            None => {
+                top1(&quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1)
+            }
         };
         let ey = top1(&engine.run(vec![(input, x)])?.remove(0).1);
         e += ey.iter().zip(&truth).filter(|(a, b)| a == b).count();

@@ -123,7 +123,10 @@ impl<'g> Matcher<'g> {
         let ci = self.sole_reader(&n.outputs[0])?;
         let c = &self.g.nodes[ci];
         if !c.facts().clamp || c.inputs.first() != n.outputs.first() {
-            return Err(format!("the result feeds {} `{}`, not a Relu/Clip", c.op_type, c.name));
+            return Err(format!(
+                "the result feeds {} `{}`, not a Relu/Clip",
+                c.op_type, c.name
+            ));
         }
         self.clip_range(c)?;
         let qi = self.sole_reader(&c.outputs[0])?;
@@ -133,7 +136,10 @@ impl<'g> Matcher<'g> {
         }
         let qy = self.qparams(q)?;
         let table = self.table_chain(&self.g.nodes[dqx], &[n, c], q)?;
-        let desc = format!("{} + {} on {} codes (table)", n.op_type, c.op_type, qx.dtype);
+        let desc = format!(
+            "{} + {} on {} codes (table)",
+            n.op_type, c.op_type, qx.dtype
+        );
         let mut inputs = vec![xq];
         inputs.extend(n.inputs.iter().skip(1).cloned());
         debug_assert!(matches!(qy.dtype, DType::U8 | DType::I8));
