@@ -139,7 +139,9 @@ fn fake_quant_block_form_equals_the_reference() {
         -8_388_607.0,
         1e-30,
     ];
-    let cases: [(&[usize], Option<usize>, i32, i32, bool); 7] = [
+    // (shape, per-channel axis, qmin, qmax, is a weight)
+    type Case = (&'static [usize], Option<usize>, i32, i32, bool);
+    let cases: [Case; 7] = [
         (&[5, 3, 3, 3], Some(0), -8, 7, true),
         (&[7, 9], Some(1), -2, 1, true),
         (&[6, 4], Some(0), -128, 127, true),
