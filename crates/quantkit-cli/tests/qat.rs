@@ -1,8 +1,9 @@
 //! Integration tests of `quantkit qat` on the committed LeNet and 1,000-image sample: a
 //! short W4A8 run writes a QDQ model and the JSON summary, its exact-mode fake-quant
-//! evaluation agreeing with the engine on every image; bad input (labels that do not
-//! match the samples, 4-bit activations, no labels without `--distill`, a diverging loss)
-//! is a clear error and writes nothing.
+//! evaluation agreeing with the engine on every image; a short W4A4 run whose file runs in
+//! ONNX Runtime with the engine's top-1 and keeps every activation code in 4 bits; bad
+//! input (labels that do not match the samples, 1-bit activations, no labels without
+//! `--distill`, a diverging loss) is a clear error and writes nothing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -128,12 +129,12 @@ fn bad_input_is_an_error_and_writes_nothing() {
         "--data",
         &sample(),
         "--activation-bits",
-        "4",
+        "1",
         "-o",
         out.to_str().unwrap(),
     ]);
     assert!(!ok);
-    assert!(err.contains("--activation-bits 4"), "{err}");
+    assert!(err.contains("--activation-bits 1"), "{err}");
     // A learning rate that blows the weights and scales up.
     let (ok, _, err) = qat(&[
         "--data",
@@ -155,4 +156,163 @@ fn bad_input_is_an_error_and_writes_nothing() {
     );
     assert!(!out.exists(), "no model is written after a failed run");
     let _ = std::fs::remove_file(&labels);
+}
+
+fn have_ort() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import onnxruntime, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "CI=true but python3 with onnxruntime+numpy is not available"
+        );
+        eprintln!("skipping the ONNX Runtime check: python3 with onnxruntime+numpy not found");
+    }
+    ok
+}
+
+fn argmax_rows(v: &[f32], k: usize) -> Vec<usize> {
+    v.chunks(k)
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                )
+                .0
+        })
+        .collect()
+}
+
+/// W4A4: 4-bit activations are stored as u8 codes with a Clip in front of each
+/// QuantizeLinear. The written file runs on the engine (exact mode = engine on every
+/// image), every activation code it holds is in [0, 15] (the float executor's Q outputs),
+/// and ONNX Runtime runs it with the engine's top-1 on ≥ 99.5 % of the images.
+#[test]
+fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
+    use quantkit_graph::{DType, OpKind, Tensor, ValueInfo};
+    let out = tmp("w4a4.onnx");
+    let (ok, stdout, err) = qat(&[
+        "--data",
+        &sample(),
+        "--weight-bits",
+        "4",
+        "--activation-bits",
+        "4",
+        "--batch",
+        "32",
+        "--limit",
+        "256",
+        "--eval-limit",
+        "500",
+        "--lsq",
+        "--lr",
+        "1e-3",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(v["activation_bits"].as_u64(), Some(4), "{stdout}");
+    assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
+    assert_eq!(v["engine_max_logit_diff"].as_f64(), Some(0.0), "{stdout}");
+    assert!(v["engine_value"].as_f64().unwrap() > 0.6, "{stdout}");
+
+    // 500 images as the model reads them.
+    let mut src = quantkit_data::open_data(
+        repo().join("data/fashion-mnist-sample"),
+        &quantkit_data::OpenOptions::default(),
+    )
+    .unwrap();
+    let b = src
+        .batches(&quantkit_data::BatchOptions {
+            batch_size: 500,
+            limit: Some(500),
+            ..Default::default()
+        })
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let x = Tensor::from_f32(&b.shape, b.data.clone());
+    let mut g = quantkit_graph::load_model(&out).unwrap();
+    let input = g.inputs[0].name.clone();
+    let plan = quantkit_engine::compile(&g, &Default::default()).unwrap();
+    let ey = plan
+        .run(vec![(input.as_str(), x.clone())])
+        .unwrap()
+        .remove(0)
+        .1;
+    let k = ey.shape[1];
+    let eng = argmax_rows(&ey.to_f32_vec(), k);
+
+    // Every activation code (each QuantizeLinear output) lies in [0, 15].
+    let qs: Vec<String> = g
+        .nodes
+        .iter()
+        .filter(|n| n.is(OpKind::QuantizeLinear))
+        .map(|n| n.outputs[0].clone())
+        .collect();
+    assert!(qs.len() >= 4, "{} activation Q", qs.len());
+    for q in &qs {
+        let mut vi = ValueInfo::new(q, DType::U8, &[]);
+        vi.shape = None;
+        g.outputs.push(vi);
+    }
+    let all = quantkit_graph::execute(&g, vec![(input.clone(), x)]).unwrap();
+    for (name, t) in all.iter().filter(|(n, _)| qs.contains(n)) {
+        assert_eq!(t.dtype, DType::U8, "{name}");
+        let hi = t.to_i64_vec().into_iter().max().unwrap();
+        assert!(hi <= 15, "`{name}` holds code {hi}: not a 4-bit activation");
+    }
+
+    if !have_ort() {
+        return;
+    }
+    let npy = tmp("w4a4-x.npy");
+    let arr = quantkit_data::npy::NpyArray::new(
+        b.shape.clone(),
+        quantkit_data::npy::NpyData::F32(b.data),
+    )
+    .unwrap();
+    quantkit_data::npy::write_npy(&npy, &arr).unwrap();
+    let ort_out = tmp("w4a4-ort.npy");
+    let script = format!(
+        "import numpy as np, onnxruntime as ort\n\
+         o = ort.SessionOptions(); o.intra_op_num_threads = 1\n\
+         s = ort.InferenceSession(r'{}', o, providers=['CPUExecutionProvider'])\n\
+         y = s.run(None, {{r'{}': np.load(r'{}')}})[0]\n\
+         np.save(r'{}', y.astype(np.float32))\n",
+        out.display(),
+        input,
+        npy.display(),
+        ort_out.display()
+    );
+    let o = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "onnxruntime failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let oy = quantkit_data::npy::read_npy(&ort_out)
+        .unwrap()
+        .data
+        .to_f32();
+    let ort_top = argmax_rows(&oy, k);
+    let same = ort_top.iter().zip(&eng).filter(|(a, b)| a == b).count();
+    eprintln!("W4A4: ONNX Runtime = engine top-1 on {same}/500");
+    assert!(
+        same * 1000 >= 500 * 995,
+        "ONNX Runtime = engine on {same}/500"
+    );
+    for p in [&out, &npy, &ort_out] {
+        let _ = std::fs::remove_file(p);
+    }
 }

@@ -655,6 +655,26 @@ fn max_pool_with_and_without_requantization_equals_the_qdq_graph() {
     check_codes_vs_float_executor(vec![pool("pool")], "p", vec![], 0.021, 7);
 }
 
+/// An element-wise op followed by a Clip before the QuantizeLinear (how `quantkit qat`
+/// states 4-bit codes in u8: the Clip bounds are DQ(0) and DQ(15)) runs as one table on the
+/// codes, equal to the QDQ graph, every output code in the narrow range.
+#[test]
+fn table_op_then_clip_runs_on_codes_and_equals_the_qdq_graph() {
+    let (ys, yz) = (0.1f32, 3);
+    let body = vec![
+        Node::new("hs", "HardSwish", &["cf"], &["h"]),
+        Node::new("range", "Clip", &["h", "lo", "hi"], &["hc"]),
+    ];
+    let extra = vec![
+        ("lo", Tensor::scalar_f32((0 - yz) as f32 * ys)),
+        ("hi", Tensor::scalar_f32((15 - yz) as f32 * ys)),
+    ];
+    let g = check_codes_vs_float_executor(body, "hc", extra, ys, yz);
+    let plan = compile(&g, &EngineOptions::default()).unwrap();
+    let hs = plan.report().iter().find(|r| r.node == "hs").unwrap();
+    assert!(hs.is_integer(), "{hs:?}");
+}
+
 /// MaxPool with `auto_pad = SAME_UPPER | SAME_LOWER` (MTCNN's first pools) on codes: the
 /// pads follow from the input size (6×5, stride 2: one row and two columns of padding,
 /// split differently by the two rules) and padded taps are ignored (−∞), not the zero

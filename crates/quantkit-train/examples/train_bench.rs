@@ -5,7 +5,11 @@
 //! Each architecture runs twice in the same process: on the zoo's tape (`tape`), then
 //! exported to a graph and trained on the graph IR (`graph`: the registry's `eval` and
 //! `OpDef::backward`, as QAT runs). The graph path keeps BatchNormalization in inference
-//! mode, so only its speed is comparable for resnet8/mobilenet.
+//! mode, so only its speed is comparable for resnet8/mobilenet. Then the same graph
+//! trained with fake quantization at PTQ's points (`qat`, W8A8 as `quantkit qat` runs it;
+//! PTQ calibrated on the committed 1,000-image sample) and its cost against the tape per
+//! CPU-second, and the fake-quant step alone on the largest weight (forward + backward, the
+//! block form against the element-by-element reference).
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release -p quantkit-train --example train_bench -- [steps] [batch] [arch...]`
 
@@ -95,6 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = t.elapsed().as_secs_f64();
         let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+        let tape_cpu = cpu.map_or(s, |c| c) / steps as f64;
         println!(
             "{arch:12} tape  {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
             (steps * batch) as f64 / s,
@@ -154,6 +159,98 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
             s * 1e3 / steps as f64,
         );
+        if arch != "autoencoder" {
+            qat_bench(&arch, &graph, steps, batch, &x, &labels, tape_cpu)?;
+        }
     }
+    Ok(())
+}
+
+/// QAT steps (W8A8, per-channel weights) of `graph` on the graph IR: samples/s and the cost
+/// of a step against the tape's (`tape_cpu`, CPU seconds per step); then the fake-quant
+/// forward + backward of the largest weight, block form against the reference.
+fn qat_bench(
+    arch: &str,
+    graph: &quantkit_graph::Graph,
+    steps: usize,
+    batch: usize,
+    x: &[f32],
+    labels: &[usize],
+    tape_cpu: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use quantkit_train::qat::{Qat, QatOptions};
+    let mut float = graph.clone();
+    quantkit_ptq::prepare(&mut float)?;
+    let sample =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/fashion-mnist-sample");
+    let mut calib = quantkit_data::open_data(&sample, &quantkit_data::OpenOptions::default())?;
+    let cfg = quantkit_ptq::PtqConfig {
+        calib_samples: Some(256),
+        ..Default::default()
+    };
+    let (ptq, _) = quantkit_ptq::quantize_static(float.clone(), &mut calib, &cfg, &mut |_, _| {})?;
+    let mut qat = Qat::from_ptq(&float, &ptq, &QatOptions::default())?;
+    let mut adam = Adam::new(0.0);
+    let mut step = |q: &mut Qat| {
+        q.train_step(
+            &mut adam,
+            GTensor::from_f32(&[batch, 1, 28, 28], x.to_vec()),
+            LossKind::CrossEntropy,
+            Some(labels),
+            None,
+            1e-4,
+        )
+    };
+    for _ in 0..3 {
+        step(&mut qat)?;
+    }
+    let c0 = cpu_seconds();
+    let t = Instant::now();
+    for _ in 0..steps {
+        step(&mut qat)?;
+    }
+    let s = t.elapsed().as_secs_f64();
+    let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+    let per = cpu.map_or(s, |c| c) / steps as f64;
+    println!(
+        "{arch:12} qat   {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the tape's CPU time per step)",
+        (steps * batch) as f64 / s,
+        cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
+        s * 1e3 / steps as f64,
+        per / tape_cpu
+    );
+    // The fake-quant step alone on the largest weight.
+    let Some((_, f, xs, ss)) = qat
+        .net
+        .fake_quants()
+        .filter(|(_, f, ..)| f.is_weight)
+        .max_by_key(|(_, _, xs, _)| qat.net.stored(*xs).map_or(0, |t| t.len()))
+    else {
+        return Ok(());
+    };
+    let (w, sc) = (qat.net.stored(xs).unwrap(), qat.net.stored(ss).unwrap());
+    let (wv, sv) = (w.to_f32_vec(), sc.to_f32_vec());
+    let g: Vec<f32> = wv.iter().map(|v| v * 0.5).collect();
+    let reps = 50;
+    let time = |block: bool| {
+        let t = Instant::now();
+        for _ in 0..reps {
+            if block {
+                std::hint::black_box(f.forward(&wv, &w.shape, &sv));
+                std::hint::black_box(f.backward(&wv, &w.shape, &sv, &g));
+            } else {
+                std::hint::black_box(f.forward_reference(&wv, &w.shape, &sv));
+                std::hint::black_box(f.backward_reference(&wv, &w.shape, &sv, &g));
+            }
+        }
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    };
+    let (r, b) = (time(false), time(true));
+    println!(
+        "{arch:12} fake-quant of `{}` ({} values, fwd+bwd): reference {r:.3} ms, block form {b:.3} ms ({:.1}x)",
+        f.tensor,
+        wv.len(),
+        r / b
+    );
     Ok(())
 }

@@ -52,8 +52,106 @@ impl FakeQuant {
         move |i| (i / inner.max(1)) % c.max(1)
     }
 
-    /// The forward pass on `x` with scales `s` (one, or one per channel).
+    /// The runs of `x` sharing one scale and zero point: `(start, len, channel)`, in order.
+    fn blocks(&self, shape: &[usize], n: usize, per_channel: bool) -> Vec<(usize, usize, usize)> {
+        match self.axis {
+            Some(a) if per_channel && a < shape.len() => {
+                let inner = shape[a + 1..].iter().product::<usize>().max(1);
+                let c = shape[a].max(1);
+                (0..n.div_ceil(inner))
+                    .map(|b| (b * inner, inner.min(n - b * inner), b % c))
+                    .collect()
+            }
+            _ => vec![(0, n, 0)],
+        }
+    }
+
+    /// The forward pass on `x` with scales `s` (one, or one per channel): equations (1) then
+    /// (2) per element, `(clamp(round_half_even(x/s) + z, qmin, qmax) − z)·s`. Written per
+    /// run of one scale with f32 operations only (a true division, quantkit-core's
+    /// `round_half_even_saturating`, `max`/`min`; NaN → the zero point) so the loop
+    /// vectorises; bit for bit [`FakeQuant::forward_reference`] (test
+    /// `fake_quant_block_form_equals_the_reference`): below 2²² every step is exact and above
+    /// it both saturate.
     pub fn forward(&self, x: &[f32], shape: &[usize], s: &[f32]) -> Vec<f32> {
+        let per_channel = s.len() > 1 || self.zero_points.len() > 1;
+        let mut out = vec![0f32; x.len()];
+        let (lo, hi) = (self.qmin as f32, self.qmax as f32);
+        for (start, len, c) in self.blocks(shape, x.len(), per_channel) {
+            let sc = s[if s.len() == 1 { 0 } else { c }];
+            let z = self.zero_points[if self.zero_points.len() == 1 { 0 } else { c }] as f32;
+            for (o, &v) in out[start..start + len]
+                .iter_mut()
+                .zip(&x[start..start + len])
+            {
+                let d = v / sc;
+                let r = if d.is_nan() {
+                    0.0
+                } else {
+                    quantkit_core::linear::round_half_even_saturating(d)
+                };
+                *o = ((r + z).max(lo).min(hi) - z) * sc;
+            }
+        }
+        out
+    }
+
+    /// Gradients of `x` (STE: `g` where the code was not clipped, 0 where it was) and of the
+    /// scales (LSQ, Esser et al. 2020, eq. 3: `round(x/s) − x/s` inside the range,
+    /// `qmin − z` / `qmax − z` where clipped, times the gradient scale
+    /// `1/√(numel · qmax)`). Per run of one scale, the scale's sum in f64 in element order;
+    /// bit for bit [`FakeQuant::backward_reference`].
+    pub fn backward(
+        &self,
+        x: &[f32],
+        shape: &[usize],
+        s: &[f32],
+        g: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let per_channel = s.len() > 1 || self.zero_points.len() > 1;
+        let mut dx = vec![0f32; x.len()];
+        let mut ds = vec![0f64; s.len()];
+        let (lo, hi) = (self.qmin as f32, self.qmax as f32);
+        for (start, len, c) in self.blocks(shape, x.len(), per_channel) {
+            let ci = if s.len() == 1 { 0 } else { c };
+            let sc = s[ci];
+            let zi = self.zero_points[if self.zero_points.len() == 1 { 0 } else { c }];
+            let z = zi as f32;
+            let (below, above) = ((self.qmin - zi) as f64, (self.qmax - zi) as f64);
+            let mut acc = ds[ci];
+            for ((o, &v), &gi) in dx[start..start + len]
+                .iter_mut()
+                .zip(&x[start..start + len])
+                .zip(&g[start..start + len])
+            {
+                let d = v / sc;
+                let r = quantkit_core::linear::round_half_even_saturating(d);
+                // Exact below 2²²; above, far outside any code range either way (NaN: in).
+                let code = r + z;
+                let dsc = if code < lo {
+                    below
+                } else if code > hi {
+                    above
+                } else {
+                    *o = gi;
+                    r as f64 - d as f64
+                };
+                acc += gi as f64 * dsc;
+            }
+            ds[ci] = acc;
+        }
+        let numel = if self.is_weight {
+            x.len() / s.len().max(1)
+        } else {
+            x.len() / shape.first().copied().unwrap_or(1).max(1)
+        };
+        let gs = 1.0 / ((numel.max(1) as f64) * self.qmax.max(1) as f64).sqrt();
+        (dx, ds.into_iter().map(|v| (v * gs) as f32).collect())
+    }
+
+    /// [`FakeQuant::forward`] element by element with quantkit-core's `quantize_value` and
+    /// `dequantize_value`: the reference the block form is tested against, bit for bit.
+    pub fn forward_reference(&self, x: &[f32], shape: &[usize], s: &[f32]) -> Vec<f32> {
         let ch = self.channel_of(shape);
         let pick = |v: &[f32], i: usize| if v.len() == 1 { v[0] } else { v[ch(i)] };
         let pz = |i: usize| {
@@ -80,11 +178,9 @@ impl FakeQuant {
             .collect()
     }
 
-    /// Gradients of `x` (STE: `g` where the code was not clipped, 0 where it was) and of the
-    /// scales (LSQ, Esser et al. 2020, eq. 3: `round(x/s) − x/s` inside the range,
-    /// `qmin − z` / `qmax − z` where clipped, times the gradient scale
-    /// `1/√(numel · qmax)`).
-    pub fn backward(
+    /// [`FakeQuant::backward`] element by element: the reference the block form is tested
+    /// against, bit for bit.
+    pub fn backward_reference(
         &self,
         x: &[f32],
         shape: &[usize],

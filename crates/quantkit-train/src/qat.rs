@@ -26,6 +26,11 @@ use crate::graph::{FakeQuant, FqSpec, GraphNet, Role};
 pub struct QatOptions {
     /// Weight bits (2..=8, symmetric signed, as PTQ).
     pub weight_bits: u8,
+    /// Activation bits (2..=8). Below 8, PTQ's 8-bit activation ranges are re-quantized to
+    /// the narrow code range (`[0, 2^b − 1]` for u8 codes, `[−2^(b−1), 2^(b−1) − 1]` for
+    /// i8) and the export stores 8-bit codes with the range made explicit by a Clip in
+    /// front of each QuantizeLinear (see [`Qat::export`]).
+    pub activation_bits: u8,
     /// Learn the scales (LSQ) instead of keeping PTQ's.
     pub lsq: bool,
     /// Training steps during which activation ranges follow an EMA of the batch min/max
@@ -39,6 +44,7 @@ impl Default for QatOptions {
     fn default() -> Self {
         QatOptions {
             weight_bits: 8,
+            activation_bits: 8,
             lsq: false,
             observer_steps: 100,
             observer_momentum: 0.01,
@@ -71,6 +77,12 @@ struct ActMap {
     scale: String,
     zp: String,
     ema: Option<(f32, f32)>,
+    /// Below 8 bits: the activation (index in `acts`) whose scale and zero point this one
+    /// copies — the output of a MaxPool or layout operator reading that activation's codes.
+    /// Its fake-quant is then the identity on the values it receives, and the export needs
+    /// no Clip for it (the codes are moved or max-pooled, already in the narrow range), so
+    /// the engine keeps running the operator on the codes.
+    tied: Option<usize>,
 }
 
 /// A model prepared for quantization-aware training.
@@ -85,6 +97,21 @@ pub struct Qat {
     acts: Vec<ActMap>,
     opts: QatOptions,
     steps_done: usize,
+}
+
+/// The code range of `bits`-bit activations stored in 8-bit codes of type `dt` (u8: the low
+/// end of the range, i8: symmetric around 0, as ONNX's 4-bit types place them).
+fn narrow_range(dt: DType, bits: u8) -> Result<(i32, i32)> {
+    if !(2..=8).contains(&bits) {
+        return Err(err(format!("activation bits {bits}: expected 2..=8")));
+    }
+    match dt {
+        DType::U8 => Ok((0, (1 << bits) - 1)),
+        DType::I8 => Ok((-(1 << (bits - 1)), (1 << (bits - 1)) - 1)),
+        d => Err(err(format!(
+            "{bits}-bit activations need u8 or i8 codes, the activation has {d}"
+        ))),
+    }
 }
 
 fn err(msg: String) -> TrainError {
@@ -220,15 +247,43 @@ impl Qat {
                     })?;
                 let zp = n.inputs[2].clone();
                 let zt = &qdq.initializers[&zp];
-                let (qmin, qmax) = zt
+                let (mut qmin, mut qmax) = zt
                     .dtype
                     .int_range()
                     .ok_or_else(|| err(format!("zero point `{zp}` is not an integer")))?;
+                let mut zero_points = zps(zt);
+                if opts.activation_bits < 8 {
+                    // PTQ calibrated 8-bit codes: the same real range, re-quantized to the
+                    // narrow codes (quantkit-core's choose_qparams, as PTQ chooses them).
+                    let (nmin, nmax) = narrow_range(zt.dtype, opts.activation_bits)?;
+                    let sname = &n.inputs[1];
+                    let s = qdq
+                        .initializers
+                        .get(sname)
+                        .filter(|t| t.dtype == DType::F32 && t.len() == 1)
+                        .ok_or_else(|| {
+                            err(format!(
+                                "activation scale `{sname}` is not one f32 constant"
+                            ))
+                        })?
+                        .to_f32_vec()[0];
+                    let z = zero_points[0];
+                    let lo = s * (qmin as i32 - z) as f32;
+                    let hi = s * (qmax as i32 - z) as f32;
+                    let scheme = QuantScheme::new(opts.activation_bits, nmin < 0)
+                        .map_err(|e| err(format!("activation bits: {e}")))?;
+                    let (ns, nz) = quantkit_core::choose_qparams(sname, lo, hi, &scheme)
+                        .map_err(|e| err(e.to_string()))?;
+                    t.initializers
+                        .insert(sname.clone(), GTensor::from_f32(&[], vec![ns]));
+                    zero_points = vec![nz];
+                    (qmin, qmax) = (i64::from(nmin), i64::from(nmax));
+                }
                 pending.push(FqSpec {
                     fq: FakeQuant {
                         tensor: n.inputs[0].clone(),
                         axis: None,
-                        zero_points: zps(zt),
+                        zero_points,
                         qmin: qmin as i32,
                         qmax: qmax as i32,
                         learn_scale: opts.lsq,
@@ -238,11 +293,19 @@ impl Qat {
                     scale: n.inputs[1].clone(),
                     out: dq.outputs[0].clone(),
                 });
+                let tied = if opts.activation_bits < 8 {
+                    source_activation(qdq, &uses, &n.inputs[0])
+                        .and_then(|src| acts.iter().position(|a: &ActMap| a.scale == src))
+                        .map(|i| acts[i].tied.unwrap_or(i))
+                } else {
+                    None
+                };
                 acts.push(ActMap {
                     step: 0,
                     scale: n.inputs[1].clone(),
                     zp,
                     ema: None,
+                    tied,
                 });
                 continue;
             }
@@ -280,7 +343,7 @@ impl Qat {
                 a.step = step;
             }
         }
-        Ok(Qat {
+        let mut qat = Qat {
             net,
             template: qdq.clone(),
             weights,
@@ -288,7 +351,33 @@ impl Qat {
             acts,
             opts: opts.clone(),
             steps_done: 0,
-        })
+        };
+        qat.sync_tied();
+        Ok(qat)
+    }
+
+    /// Copies the scale and zero point of each tied activation from its source.
+    fn sync_tied(&mut self) {
+        for i in 0..self.acts.len() {
+            let Some(src) = self.acts[i].tied else {
+                continue;
+            };
+            let (from, to) = (self.acts[src].step, self.acts[i].step);
+            let Some((_, f, _, ss)) = self.net.fake_quants().find(|(j, ..)| *j == from) else {
+                continue;
+            };
+            let zp = f.zero_points.clone();
+            let Some(scale) = self.net.stored(ss) else {
+                continue;
+            };
+            let Some((_, _, _, ts)) = self.net.fake_quants().find(|(j, ..)| *j == to) else {
+                continue;
+            };
+            self.net.set_stored(ts, &scale.to_f32_vec());
+            if let Some(f) = self.net.fake_quant_mut(to) {
+                f.zero_points = zp;
+            }
+        }
     }
 
     /// Number of fake-quant steps for weights and activations.
@@ -305,7 +394,7 @@ impl Qat {
             return Ok(());
         }
         let m = self.opts.observer_momentum;
-        for a in self.acts.iter_mut() {
+        for a in self.acts.iter_mut().filter(|a| a.tied.is_none()) {
             let Some((_, f, xs, ss)) = self.net.fake_quants().find(|(i, ..)| *i == a.step) else {
                 continue;
             };
@@ -344,6 +433,7 @@ impl Qat {
                 f.zero_points = vec![z];
             }
         }
+        self.sync_tied();
         Ok(())
     }
 
@@ -382,6 +472,7 @@ impl Qat {
         drop(v);
         opt.step(&mut self.net.params, lr);
         self.clamp_scales();
+        self.sync_tied();
         // Fake quantization maps NaN to the zero point, so a diverged parameter need not
         // show in the loss: check the parameters themselves.
         if let Some(p) = self
@@ -532,6 +623,17 @@ impl Qat {
             .map_err(|e| err(e.to_string()))?;
             g.initializers.insert(a.zp.clone(), nz);
         }
+        if self.opts.activation_bits < 8 {
+            let ranges: Vec<(String, i32, i32)> = self
+                .acts
+                .iter()
+                .filter_map(|a| {
+                    let (_, f, _, _) = self.net.fake_quants().find(|(i, ..)| *i == a.step)?;
+                    Some((a.scale.clone(), f.qmin, f.qmax))
+                })
+                .collect();
+            express_narrow_ranges(&mut g, &ranges)?;
+        }
         for b in &self.biases {
             let bv = stored(&b.float)?;
             let s_in = g.initializers[&b.in_scale].to_f32_vec()[0];
@@ -549,4 +651,160 @@ impl Qat {
         }
         Ok(g)
     }
+}
+
+/// The scale initializer of the activation whose codes `value` holds after a MaxPool or
+/// layout operator: `value = op(DQ(Q(a)))` gives `a`'s QuantizeLinear scale.
+fn source_activation(g: &Graph, uses: &Uses, value: &str) -> Option<String> {
+    let p = &g.nodes[uses.producer(value)?];
+    if !(p.is(OpKind::MaxPool) || p.facts().layout) || p.outputs.len() != 1 {
+        return None;
+    }
+    let d = &g.nodes[uses.producer(p.inputs.first()?)?];
+    if !d.is(OpKind::DequantizeLinear) {
+        return None;
+    }
+    let q = &g.nodes[uses.producer(&d.inputs[0])?];
+    if !q.is(OpKind::QuantizeLinear) || d.inputs.get(1) != q.inputs.get(1) {
+        return None;
+    }
+    q.inputs.get(1).cloned()
+}
+
+/// Makes the narrow code range `[qmin, qmax]` of each activation (named by its scale
+/// initializer) explicit in the 8-bit QDQ graph `g`: ONNX QuantizeLinear saturates only to
+/// its code type, so a Clip to the real range `[DQ(qmin), DQ(qmax)]` goes in front of the
+/// QuantizeLinear. Since Q is monotone, `Q(clip(x, DQ(qmin), DQ(qmax))) = clamp(Q(x), qmin,
+/// qmax)` — the fake-quant model's codes — when `Q(DQ(qmin)) = qmin` and `Q(DQ(qmax)) =
+/// qmax`, which is checked. A Relu or Clip already in front (read only by the Q) becomes
+/// that Clip with the intersected bounds, so the engine's `[Relu | Clip] → Q` tail still
+/// fuses it into the producing Conv/Gemm/Add step as a clamp on the output codes. A
+/// MaxPool or layout operator reading codes of the same scale and zero point (already in
+/// range) gets no Clip.
+fn express_narrow_ranges(g: &mut Graph, ranges: &[(String, i32, i32)]) -> Result<()> {
+    use quantkit_graph::ops::clip::ClipBounds;
+    let opset = g.opset();
+    if opset < 11 {
+        return Err(err(format!(
+            "narrow activation ranges need Clip with bound inputs (opset 11+), the model has opset {opset}"
+        )));
+    }
+    let scalar = |g: &Graph, v: &str| -> Option<f32> {
+        g.initializers
+            .get(v)
+            .filter(|t| t.dtype == DType::F32 && t.len() == 1)
+            .map(|t| t.to_f32_vec()[0])
+    };
+    for (scale, qmin, qmax) in ranges {
+        let uses = Uses::new(g);
+        let Some(qi) = g
+            .nodes
+            .iter()
+            .position(|n| n.is(OpKind::QuantizeLinear) && n.inputs.get(1) == Some(scale))
+        else {
+            return Err(err(format!(
+                "no QuantizeLinear reads the activation scale `{scale}`"
+            )));
+        };
+        let q = g.nodes[qi].clone();
+        let s = scalar(g, scale)
+            .ok_or_else(|| err(format!("activation scale `{scale}` is not one f32")))?;
+        let zt = g
+            .initializers
+            .get(&q.inputs[2])
+            .ok_or_else(|| err(format!("`{}`: zero point is not a constant", q.name)))?;
+        let z = zt.to_i64_vec()[0] as i32;
+        let (tlo, thi) = zt
+            .dtype
+            .int_range()
+            .ok_or_else(|| err(format!("`{}`: zero point is not an integer", q.name)))?;
+        let lo = quantkit_core::linear::dequantize_value(*qmin, s, z);
+        let hi = quantkit_core::linear::dequantize_value(*qmax, s, z);
+        let requant = |v: f32| {
+            quantkit_core::linear::quantize_value(
+                v,
+                s,
+                z,
+                tlo as i32,
+                thi as i32,
+                quantkit_core::RoundingMode::HalfToEven,
+            )
+        };
+        if requant(lo) != *qmin || requant(hi) != *qmax {
+            return Err(err(format!(
+                "`{}`: the bounds {lo}, {hi} of codes [{qmin}, {qmax}] do not quantize back to them (scale {s}, zero point {z})",
+                q.name
+            )));
+        }
+        let x = q.inputs[0].clone();
+        let producer_at = uses.producer(&x);
+        let producer = producer_at.map(|i| g.nodes[i].clone());
+        let only_q = uses.sole_reader(&x) == Some(qi) && !g.outputs.iter().any(|o| o.name == x);
+        // Codes of the same scale and zero point moved or max-pooled: already in range.
+        if let Some(p) = &producer {
+            if p.is(OpKind::MaxPool) || p.facts().layout {
+                let same = p
+                    .inputs
+                    .first()
+                    .and_then(|v| uses.producer(v))
+                    .map(|i| &g.nodes[i])
+                    .filter(|d| d.is(OpKind::DequantizeLinear))
+                    .filter(|d| {
+                        uses.producer(&d.inputs[0])
+                            .is_some_and(|i| g.nodes[i].is(OpKind::QuantizeLinear))
+                    })
+                    .is_some_and(|d| {
+                        scalar(g, &d.inputs[1]) == Some(s)
+                            && d.inputs
+                                .get(2)
+                                .and_then(|z| g.initializers.get(z))
+                                .is_some_and(|t| {
+                                    t.dtype == zt.dtype && t.to_i64_vec() == [i64::from(z)]
+                                })
+                    });
+                if same {
+                    continue;
+                }
+            }
+        }
+        let (mut lo, mut hi) = (lo, hi);
+        let merge = producer
+            .as_ref()
+            .filter(|p| only_q && p.facts().clamp && p.outputs.len() == 1);
+        if let Some(p) = merge {
+            let b = ClipBounds::of(p, opset, |i| scalar(g, &p.inputs[i]).map(f64::from))
+                .map_err(|e| err(format!("`{}`: {e}", p.name)))?;
+            lo = lo.max(b.lo as f32);
+            hi = hi.min(b.hi as f32);
+        }
+        drop(uses);
+        let lo_name = format!("{}_range_lo", q.name);
+        let hi_name = format!("{}_range_hi", q.name);
+        g.initializers
+            .insert(lo_name.clone(), GTensor::from_f32(&[], vec![lo]));
+        g.initializers
+            .insert(hi_name.clone(), GTensor::from_f32(&[], vec![hi]));
+        match merge.zip(producer_at) {
+            Some((p, pi)) => {
+                let c = &mut g.nodes[pi];
+                c.op_type = "Clip".into();
+                c.domain = String::new();
+                c.attributes.clear();
+                c.inputs = vec![p.inputs[0].clone(), lo_name, hi_name];
+            }
+            None => {
+                let y = format!("{x}_range");
+                let mut c = quantkit_graph::Node::new(
+                    &format!("{}_range", q.name),
+                    "Clip",
+                    &[&x, &lo_name, &hi_name],
+                    &[&y],
+                );
+                c.doc_string = "narrow activation range (quantkit qat)".into();
+                g.nodes[qi].inputs[0] = y;
+                g.nodes.insert(qi, c);
+            }
+        }
+    }
+    Ok(())
 }

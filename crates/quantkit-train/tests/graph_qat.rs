@@ -119,6 +119,92 @@ fn fake_quant_equals_onnx_quantize_then_dequantize() {
 /// where it clipped. LSQ: the scale gradient equals the finite difference of
 /// `s·(q − z)` with `q = R + x/s − x/s₀ + z` inside the range (round frozen at
 /// R = round(x/s₀), its derivative taken as 1) and the clipped code outside, times the gradient scale `1/√(numel·qmax)`.
+/// The block form of the fake-quant forward and backward (runs of one scale, f32-only
+/// arithmetic that vectorises) equals the element-by-element reference built on
+/// quantkit-core's `quantize_value`/`dequantize_value`, bit for bit: per-channel on axis 0
+/// and 1, per tensor, 2/4/8 bits signed and unsigned, zero points at both ends of the
+/// range, ties, ±0, NaN, ±∞ and values far beyond 2²².
+#[test]
+fn fake_quant_block_form_equals_the_reference() {
+    let mut rng = Lcg(7);
+    let awkward = [
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e30,
+        -1e30,
+        4_194_304.5,
+        -8_388_607.0,
+        1e-30,
+    ];
+    // (shape, per-channel axis, qmin, qmax, is a weight)
+    type Case = (&'static [usize], Option<usize>, i32, i32, bool);
+    let cases: [Case; 7] = [
+        (&[5, 3, 3, 3], Some(0), -8, 7, true),
+        (&[7, 9], Some(1), -2, 1, true),
+        (&[6, 4], Some(0), -128, 127, true),
+        (&[4, 3, 5, 5], None, 0, 15, false),
+        (&[3, 33], None, 0, 255, false),
+        (&[2, 8, 3], None, 0, 3, false),
+        (&[3, 2, 4, 4], None, -8, 7, false),
+    ];
+    for (shape, axis, qmin, qmax, is_weight) in cases {
+        let n: usize = shape.iter().product();
+        let nc = axis.map_or(1, |a| shape[a]);
+        for zp_end in 0..3 {
+            let zero_points: Vec<i32> = (0..nc)
+                .map(|c| match zp_end {
+                    0 => qmin,
+                    1 => qmax,
+                    _ => qmin + ((c as i32 * 5) % (qmax - qmin + 1)),
+                })
+                .collect();
+            let zero_points = if axis.is_none() {
+                zero_points[..1].to_vec()
+            } else {
+                zero_points
+            };
+            let scales: Vec<f32> = (0..nc).map(|c| 0.01 + 0.037 * c as f32).collect();
+            let f = FakeQuant {
+                tensor: "t".into(),
+                axis,
+                zero_points,
+                qmin,
+                qmax,
+                learn_scale: true,
+                is_weight,
+            };
+            // Ties of every scale, random values across and beyond the range, awkward ones.
+            let mut x: Vec<f32> = (0..n)
+                .map(|i| {
+                    let s = scales[i % nc];
+                    match i % 4 {
+                        0 => (rng.next() * 20.0).round() * s + 0.5 * s,
+                        1 => rng.next() * s * (qmax - qmin) as f32 * 1.5,
+                        _ => rng.next() * 3.0,
+                    }
+                })
+                .collect();
+            for (i, &a) in awkward.iter().enumerate() {
+                x[(i * 7) % n] = a;
+            }
+            let g: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&f.forward(&x, shape, &scales)),
+                bits(&f.forward_reference(&x, shape, &scales)),
+                "forward {shape:?} axis {axis:?} [{qmin}, {qmax}]"
+            );
+            let (dx, ds) = f.backward(&x, shape, &scales, &g);
+            let (rdx, rds) = f.backward_reference(&x, shape, &scales, &g);
+            assert_eq!(bits(&dx), bits(&rdx), "dx {shape:?} axis {axis:?}");
+            assert_eq!(bits(&ds), bits(&rds), "ds {shape:?} axis {axis:?}");
+        }
+    }
+}
+
 #[test]
 fn ste_and_lsq_gradients() {
     let mut rng = Lcg(2);
@@ -316,6 +402,18 @@ fn top1(y: &GTensor) -> Vec<usize> {
 /// codes → the integer engine agrees with the fake-quant model on the held-out images.
 #[test]
 fn lenet_qat_w4a8_exports_to_the_engine() {
+    lenet_qat_exports_to_the_engine(8);
+}
+
+/// The same at W4A4: 4-bit activation codes in u8 storage, the range a Clip in front of
+/// each QuantizeLinear; exact mode equals the engine, whose requantization clamps to the
+/// narrow range (every activation code the exported graph produces is checked ≤ 15).
+#[test]
+fn lenet_qat_w4a4_exports_to_the_engine() {
+    lenet_qat_exports_to_the_engine(4);
+}
+
+fn lenet_qat_exports_to_the_engine(act_bits: u8) {
     let Some((x, labels)) = sample() else {
         panic!("the committed sample data/fashion-mnist-sample is missing");
     };
@@ -338,6 +436,7 @@ fn lenet_qat_w4a8_exports_to_the_engine() {
         &qdq,
         &QatOptions {
             weight_bits: 4,
+            activation_bits: act_bits,
             lsq: true,
             observer_steps: 4,
             ..Default::default()
@@ -385,6 +484,39 @@ fn lenet_qat_w4a8_exports_to_the_engine() {
     }
     let plan = quantkit_engine::compile(&out, &Default::default()).unwrap();
     let held = 1000 - train_n;
+    if act_bits < 8 {
+        // Every activation code of the exported graph (each QuantizeLinear's output, on the
+        // float executor) lies in the narrow range.
+        let mut g = out.clone();
+        let qs: Vec<String> = g
+            .nodes
+            .iter()
+            .filter(|n| n.is(OpKind::QuantizeLinear))
+            .map(|n| n.outputs[0].clone())
+            .collect();
+        assert!(qs.len() >= 4, "{} activation Q", qs.len());
+        for q in &qs {
+            let mut vi = ValueInfo::new(q, DType::U8, &[]);
+            vi.shape = None;
+            g.outputs.push(vi);
+        }
+        let xe = GTensor::from_f32(
+            &[64, 1, 28, 28],
+            x[train_n * per..(train_n + 64) * per].to_vec(),
+        );
+        let name = g.inputs[0].name.clone();
+        let mut top = 0;
+        for (n, t) in quantkit_graph::execute(&g, vec![(name, xe)]).unwrap() {
+            if qs.contains(&n) {
+                top = top.max(t.to_i64_vec().into_iter().max().unwrap());
+            }
+        }
+        assert!(
+            top < 1 << act_bits,
+            "an activation code {top} beyond {act_bits} bits"
+        );
+        assert_eq!(top, (1 << act_bits) - 1, "the top code is used");
+    }
     let xe = GTensor::from_f32(&[held, 1, 28, 28], x[train_n * per..].to_vec());
     let fake = top1(&qat.predict(xe.clone()).unwrap());
     let name = out.inputs[0].name.clone();
@@ -444,8 +576,15 @@ fn lenet_qat_w4a8_exports_to_the_engine() {
     eprintln!(
         "engine vs f32 fake-quant top-1: {agree}/{held}; vs exact mode {same}/{held}; engine accuracy {correct}/{held}"
     );
-    assert!(agree * 100 >= held * 99, "{agree}/{held}");
-    assert!(correct * 100 >= held * 70, "{correct}/{held}");
+    // The f32 fake-quant model is not the engine (docs/qat.md: accumulation order,
+    // requantization rounding, float bias); exact mode is, and is asserted equal above. At
+    // 4-bit activations one code is 1/15 of the range, so the rare code its f32 arithmetic
+    // flips moves a logit ~16x further than at 8 bits (measured: 474/488 here; LeNet W4A4
+    // on the full test set, BENCHMARKS.md: 98.2 %).
+    let f32_floor = if act_bits < 8 { 95 } else { 99 };
+    assert!(agree * 100 >= held * f32_floor, "{agree}/{held}");
+    let floor = if act_bits < 8 { 60 } else { 70 };
+    assert!(correct * 100 >= held * floor, "{correct}/{held}");
 }
 
 /// The scale of the DequantizeLinear writing the graph's output 0: one output step.

@@ -105,6 +105,61 @@ impl<'g> Matcher<'g> {
         })
     }
 
+    /// `DQ(x) → op → Relu | Clip → Q` for an element-wise `op`: one table
+    /// `Q(clip(op(DQ(code))))`. A clamp in front of the QuantizeLinear is how a model states
+    /// codes narrower than their 8-bit type (`quantkit qat --activation-bits 4`: u8 codes in
+    /// [0, 15]), so the table is the whole sandwich, exact as any table.
+    pub(super) fn codes_clamped(&self, ni: usize) -> Why<Matched> {
+        let n = &self.g.nodes[ni];
+        if !is_table_op(n) || n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err(format!("`{}` is not an element-wise operator", n.name));
+        }
+        for v in n.inputs.iter().skip(1).filter(|v| !v.is_empty()) {
+            if self.init(v).is_none() {
+                return Err(format!("input `{v}` is not a constant"));
+            }
+        }
+        let (dqx, xq, qx) = self.act_input(n)?;
+        let ci = self.sole_reader(&n.outputs[0])?;
+        let c = &self.g.nodes[ci];
+        if !c.facts().clamp || c.inputs.first() != n.outputs.first() {
+            return Err(format!(
+                "the result feeds {} `{}`, not a Relu/Clip",
+                c.op_type, c.name
+            ));
+        }
+        self.clip_range(c)?;
+        let qi = self.sole_reader(&c.outputs[0])?;
+        let q = &self.g.nodes[qi];
+        if !q.is(OpKind::QuantizeLinear) || q.inputs[0] != c.outputs[0] {
+            return Err(format!("`{}` does not feed a QuantizeLinear", c.name));
+        }
+        let qy = self.qparams(q)?;
+        let table = self.table_chain(&self.g.nodes[dqx], &[n, c], q)?;
+        let desc = format!(
+            "{} + {} on {} codes (table)",
+            n.op_type, c.op_type, qx.dtype
+        );
+        let mut inputs = vec![xq];
+        inputs.extend(n.inputs.iter().skip(1).cloned());
+        debug_assert!(matches!(qy.dtype, DType::U8 | DType::I8));
+        Ok(Matched {
+            kernel: Box::new(CodeStep {
+                layout: None,
+                table,
+                x_dtype: qx.dtype,
+                consts: Vec::new(),
+                nearest: false,
+                desc: desc.clone(),
+            }),
+            inputs,
+            output: q.outputs[0].clone(),
+            absorbed: vec![ci, qi],
+            through: vec![dqx],
+            kernel_desc: desc,
+        })
+    }
+
     /// A layout operator (Flatten, Reshape, ...) on codes another step produced: the graph
     /// operator on the 8-bit tensor, with constant other inputs.
     pub(super) fn layout_codes(&self, ni: usize, dtype: DType) -> Why<Matched> {

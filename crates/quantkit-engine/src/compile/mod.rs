@@ -22,7 +22,7 @@
 //! | `GlobalAveragePool` | `pool.rs` `global_avg_pool` | `pool.rs` `GlobalAvgPoolStep` |
 //! | `PRelu` | `prelu.rs` `prelu` | `prelu.rs` `ChannelTableStep` (a table per channel) |
 //! | layout ops (`Facts::layout`) | `codes.rs` `layout_codes` on codes, else `codes` | `codes.rs` `CodeStep` |
-//! | element-wise ops (`Facts::unary`) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
+//! | element-wise ops (`Facts::unary`) | `codes.rs` `codes`, else `codes_clamped` (the op and a Relu/Clip before the Q, one table) | `codes.rs` `CodeStep` |
 //! | value-moving ops (`is_move_op`: Slice, Gather, Tile, Resize nearest, Pad constant, ...) | `codes.rs` `codes` | `codes.rs` `CodeStep` |
 //!
 //! A node no pattern takes, or whose pattern's preconditions fail (the reason goes into the
@@ -119,7 +119,9 @@ impl<'g> Matcher<'g> {
                 Some(dt) => self.layout_codes(ni, dt),
                 None => self.codes(ni, true),
             },
-            _ if is_table_op(n) => self.codes(ni, false),
+            _ if is_table_op(n) => self
+                .codes(ni, false)
+                .or_else(|e| self.codes_clamped(ni).map_err(|_| e)),
             _ if is_move_op(n) => self.codes(ni, true),
             _ => return None,
         };

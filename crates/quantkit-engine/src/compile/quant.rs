@@ -279,6 +279,12 @@ impl<'g> Matcher<'g> {
     /// The table `code → Q(op(DQ(code)))`, evaluated with the graph crate's operators so it
     /// equals the QDQ graph on the float executor exactly; `None` when it is the identity.
     pub(super) fn table(&self, dq: &Node, op: Option<&Node>, q: &Node) -> Why<Option<Table>> {
+        self.table_chain(dq, op.as_slice(), q)
+    }
+
+    /// The table `code → Q(op_k(…op_1(DQ(code))))` of element-wise operators applied in
+    /// order (an operator and the Relu/Clip after it), evaluated as [`Matcher::table`] does.
+    pub(super) fn table_chain(&self, dq: &Node, chain: &[&Node], q: &Node) -> Why<Option<Table>> {
         let codes = match self.qparams(dq)?.dtype {
             DType::U8 => Tensor::new(vec![256], Data::U8((0..=255).collect())),
             _ => Tensor::new(vec![256], Data::I8((0..=255u8).map(|b| b as i8).collect())),
@@ -308,7 +314,7 @@ impl<'g> Matcher<'g> {
                 .ok_or_else(|| format!("`{}` produced nothing", node.name))
         };
         let mut v = run(dq, &codes)?;
-        if let Some(op) = op {
+        for op in chain {
             v = run(op, &v)?;
             if v.shape != [256] {
                 return Err(format!("`{}` is not element-wise", op.name));
