@@ -198,3 +198,26 @@ fn mtcnn_rnet_engine_agrees_with_the_qdq_reference() {
     assert!(agree >= 0.995, "agreement {agree}");
     assert!(cos > 0.999, "cosine {cos}");
 }
+
+/// The `engine` fuzz target's find (`fuzz/seeds/models/regress-resize-empty-codes.onnx`): a
+/// nearest Resize on codes whose scale (2.9e-42) empties an axis panicked in the gather's
+/// per-plane loop. The plan now runs it and gives the QDQ graph's (empty) result.
+#[test]
+fn nearest_resize_to_an_empty_axis_on_codes_equals_the_graph() {
+    let g = load_model(repo().join("fuzz/seeds/models/regress-resize-empty-codes.onnx")).unwrap();
+    let x = Tensor::from_f32(
+        &[1, 2, 4, 4],
+        (0..32).map(|i| i as f32 / 8.0 - 2.0).collect(),
+    );
+    let plan = compile(&g, &EngineOptions::default()).unwrap();
+    let got = plan.run(vec![("x", x.clone())]);
+    let want = execute(&g, vec![("x".into(), x)]);
+    match (got, want) {
+        (Ok(got), Ok(want)) => {
+            assert_eq!(got[0].1.shape, want[0].1.shape);
+            assert_eq!(got[0].1.to_f32_vec(), want[0].1.to_f32_vec());
+        }
+        (Err(_), Err(_)) => {}
+        (got, want) => panic!("engine {got:?} vs graph {want:?}"),
+    }
+}

@@ -81,7 +81,9 @@ fn resize_nearest(op: &GraphOp, x: &Val, args: &[Option<&Tensor>]) -> Result<Opt
     } else {
         [s[0], s[1], s[2], s[3]]
     };
-    if h * w >= 1 << 24 {
+    // Empty inputs (and outputs, below) go to the operator itself: there is nothing to
+    // gather, and the per-plane loops need non-empty planes.
+    if h * w >= 1 << 24 || n * c * h * w == 0 {
         return Ok(None);
     }
     let probe = Tensor::from_f32(&[1, 1, h, w], (0..h * w).map(|i| i as f32).collect());
@@ -92,6 +94,9 @@ fn resize_nearest(op: &GraphOp, x: &Val, args: &[Option<&Tensor>]) -> Result<Opt
         [1, 1, oh, ow] => (*oh, *ow),
         _ => return Ok(None),
     };
+    if oh * ow == 0 {
+        return Ok(None);
+    }
     let idx: Vec<usize> = idx.to_f32_vec().iter().map(|&v| v as usize).collect();
     if idx.iter().any(|&i| i >= h * w) {
         return Ok(None);
