@@ -187,6 +187,15 @@ fn conv_gradients() {
         true,
         &mut rng,
     );
+    // Six images: two chunks of the weight/bias gradient's fixed 4-image blocks.
+    conv_case(
+        "batch_across_chunks",
+        &[6, 2, 5, 4],
+        &[3, 2, 3, 3],
+        &[("pads", ints(&[1, 1, 1, 1]))],
+        true,
+        &mut rng,
+    );
     conv_case(
         "conv1d",
         &[2, 2, 9],
@@ -203,6 +212,51 @@ fn conv_gradients() {
         true,
         &mut rng,
     );
+}
+
+/// The Conv gradient sums weight and bias gradients over fixed blocks of images in a fixed
+/// order, so one thread and two give the same bits (training is reproducible on any
+/// machine).
+#[test]
+fn conv_gradients_do_not_depend_on_thread_count() {
+    let mut rng = Lcg(11);
+    let node = Node::of(OpKind::Conv, "c", &["x", "w", "b"], &["y"])
+        .with_attr("pads", ints(&[1, 1, 1, 1]));
+    let ins = [
+        Some(rng.tensor(&[13, 3, 9, 7], 1.0, &[], 0.0)),
+        Some(rng.tensor(&[8, 3, 3, 3], 0.5, &[], 0.0)),
+        Some(rng.tensor(&[8], 0.5, &[], 0.0)),
+    ];
+    let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+    let ctx = OpCtx {
+        node: &node,
+        opset: 17,
+    };
+    let y = (OpKind::Conv.def().eval)(&ctx, &refs).unwrap().remove(0);
+    let g: Vec<f32> = (0..y.len()).map(|_| rng.next()).collect();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            (OpKind::Conv.def().backward.unwrap())(
+                &ctx,
+                &GradIn {
+                    inputs: &refs,
+                    output: &y,
+                    grad: &g,
+                    needs: &[true, true, true],
+                },
+            )
+            .unwrap()
+            .into_iter()
+            .map(|t| t.unwrap().to_f32_vec())
+            .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(run(1), run(2));
+    assert_eq!(run(1), run(3));
 }
 
 #[test]

@@ -4,8 +4,8 @@
 //!
 //! Each architecture runs twice in the same process: on the zoo's tape (`tape`), then
 //! exported to a graph and trained on the graph IR (`graph`: the registry's `eval` and
-//! `OpDef::backward`, as QAT runs). The graph path keeps BatchNormalization in inference
-//! mode, so only its speed is comparable for resnet8/mobilenet. Then the same graph
+//! `OpDef::backward`, BatchNormalization in training mode, as `quantkit train` and QAT
+//! run it). Then the exported graph
 //! trained with fake quantization at PTQ's points (`qat`, W8A8 as `quantkit qat` runs it;
 //! PTQ calibrated on the committed 1,000-image sample) and its cost against the tape per
 //! CPU-second, and the fake-quant step alone on the largest weight (forward + backward, the
@@ -15,15 +15,12 @@
 
 use std::time::Instant;
 
-use std::collections::HashMap;
-
 use quantkit_graph::Tensor as GTensor;
-use quantkit_train::graph::{train_step as graph_step, GraphNet};
 use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{Adam, Sgd};
 use quantkit_train::rng::Rng;
 use quantkit_train::tensor::Tensor;
-use quantkit_train::trainer::train_step;
+use quantkit_train::trainer::{train_step, GraphModel};
 use quantkit_train::zoo;
 
 /// User + system CPU seconds of this process (Linux `/proc/self/stat`; `None` elsewhere).
@@ -35,6 +32,18 @@ fn cpu_seconds() -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0)
+}
+
+/// Prints and resets the per-operator times recorded since the last call.
+fn print_profile(steps: usize) {
+    for (name, f, b, n) in quantkit_train::tape::take_profile() {
+        println!(
+            "    {name:28} fwd {:8.2} ms/step  bwd {:8.2} ms/step  ({} calls/step)",
+            f * 1e3 / steps as f64,
+            b * 1e3 / steps as f64,
+            n / steps
+        );
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -108,17 +117,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             model.num_params()
         );
         if profile {
-            for (name, f, b, n) in quantkit_train::tape::take_profile() {
-                println!(
-                    "    {name:28} fwd {:8.2} ms/step  bwd {:8.2} ms/step  ({} calls/step)",
-                    f * 1e3 / steps as f64,
-                    b * 1e3 / steps as f64,
-                    n / steps
-                );
-            }
-            quantkit_train::tape::set_profiling(false);
+            print_profile(steps);
         }
-        let mut net = GraphNet::build(&graph, &HashMap::new(), &HashMap::new())?;
+        // The graph path as `quantkit train` runs it (BatchNormalization in training mode).
+        let mut gm = match GraphModel::new(&zoo::build(&arch, 1)?) {
+            Ok(gm) => gm,
+            Err(e) => {
+                println!("{arch:12} graph    not trainable on the graph IR: {e}");
+                continue;
+            }
+        };
         let mut sgd = Sgd::new(0.9, 5e-4);
         let mut adam = Adam::new(1e-4);
         let opt: &mut dyn quantkit_train::optim::Optimizer =
@@ -127,37 +135,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 &mut adam
             };
-        let (loss, target) = if arch == "autoencoder" {
-            (LossKind::Mse, Some(x.as_slice()))
-        } else {
-            (LossKind::CrossEntropy, None)
-        };
-        let mut step = |net: &mut GraphNet| {
-            graph_step(
-                net,
+        let mut step = |gm: &mut GraphModel| {
+            gm.step(
                 opt,
-                vec![GTensor::from_f32(&[batch, 1, 28, 28], x.clone())],
-                loss,
-                Some(&labels),
-                target,
+                Tensor::new(&[batch, 1, 28, 28], x.clone())?,
+                &labels,
                 1e-3,
             )
         };
         for _ in 0..3 {
-            step(&mut net)?;
+            step(&mut gm)?;
         }
+        quantkit_train::tape::take_profile();
         let c0 = cpu_seconds();
         let t = Instant::now();
         for _ in 0..steps {
-            step(&mut net)?;
+            step(&mut gm)?;
         }
         let s = t.elapsed().as_secs_f64();
         let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+        if profile {
+            print_profile(steps);
+        }
         println!(
-            "{arch:12} graph {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step)",
+            "{arch:12} graph {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the tape's CPU time per step)",
             (steps * batch) as f64 / s,
             cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
             s * 1e3 / steps as f64,
+            cpu.map_or(s, |c| c) / steps as f64 / tape_cpu,
         );
         if arch != "autoencoder" {
             qat_bench(&arch, &graph, steps, batch, &x, &labels, tape_cpu)?;
@@ -204,6 +209,7 @@ fn qat_bench(
     for _ in 0..3 {
         step(&mut qat)?;
     }
+    quantkit_train::tape::take_profile();
     let c0 = cpu_seconds();
     let t = Instant::now();
     for _ in 0..steps {
@@ -211,6 +217,9 @@ fn qat_bench(
     }
     let s = t.elapsed().as_secs_f64();
     let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
+    if std::env::var_os("QUANTKIT_PROFILE").is_some() {
+        print_profile(steps);
+    }
     let per = cpu.map_or(s, |c| c) / steps as f64;
     println!(
         "{arch:12} qat   {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the tape's CPU time per step)",

@@ -74,26 +74,59 @@ impl FakeQuant {
     /// `fake_quant_block_form_equals_the_reference`): below 2²² every step is exact and above
     /// it both saturate.
     pub fn forward(&self, x: &[f32], shape: &[usize], s: &[f32]) -> Vec<f32> {
+        use rayon::prelude::*;
         let per_channel = s.len() > 1 || self.zero_points.len() > 1;
         let mut out = vec![0f32; x.len()];
         let (lo, hi) = (self.qmin as f32, self.qmax as f32);
         for (start, len, c) in self.blocks(shape, x.len(), per_channel) {
             let sc = s[if s.len() == 1 { 0 } else { c }];
             let z = self.zero_points[if self.zero_points.len() == 1 { 0 } else { c }] as f32;
-            for (o, &v) in out[start..start + len]
-                .iter_mut()
-                .zip(&x[start..start + len])
-            {
-                let d = v / sc;
-                let r = if d.is_nan() {
-                    0.0
-                } else {
-                    quantkit_core::linear::round_half_even_saturating(d)
-                };
-                *o = ((r + z).max(lo).min(hi) - z) * sc;
-            }
+            // Element-wise, so splitting a long run over threads changes no bit.
+            out[start..start + len]
+                .par_chunks_mut(FQ_CHUNK)
+                .zip(x[start..start + len].par_chunks(FQ_CHUNK))
+                .for_each(|(o, xv)| {
+                    for (o, &v) in o.iter_mut().zip(xv) {
+                        let d = v / sc;
+                        let r = if d.is_nan() {
+                            0.0
+                        } else {
+                            quantkit_core::linear::round_half_even_saturating(d)
+                        };
+                        *o = ((r + z).max(lo).min(hi) - z) * sc;
+                    }
+                });
         }
         out
+    }
+
+    /// The STE gradient of `x` alone ([`FakeQuant::backward`]'s first result, bit for bit),
+    /// for a scale that is not learned: no LSQ sum, runs split over threads.
+    pub fn backward_x(&self, x: &[f32], shape: &[usize], s: &[f32], g: &[f32]) -> Vec<f32> {
+        use rayon::prelude::*;
+        let per_channel = s.len() > 1 || self.zero_points.len() > 1;
+        let mut dx = vec![0f32; x.len()];
+        let (lo, hi) = (self.qmin as f32, self.qmax as f32);
+        for (start, len, c) in self.blocks(shape, x.len(), per_channel) {
+            let sc = s[if s.len() == 1 { 0 } else { c }];
+            let z = self.zero_points[if self.zero_points.len() == 1 { 0 } else { c }] as f32;
+            let r = start..start + len;
+            dx[r.clone()]
+                .par_chunks_mut(FQ_CHUNK)
+                .zip(x[r.clone()].par_chunks(FQ_CHUNK))
+                .zip(g[r].par_chunks(FQ_CHUNK))
+                .for_each(|((o, xv), gv)| {
+                    for ((o, &v), &gi) in o.iter_mut().zip(xv).zip(gv) {
+                        let code =
+                            quantkit_core::linear::round_half_even_saturating(v / sc) + z;
+                        // NaN codes pass, as in `backward`.
+                        if !(code < lo || code > hi) {
+                            *o = gi;
+                        }
+                    }
+                });
+        }
+        dx
     }
 
     /// Gradients of `x` (STE: `g` where the code was not clipped, 0 where it was) and of the
@@ -222,6 +255,9 @@ impl FakeQuant {
     }
 }
 
+/// Elements per rayon task of the fake-quant loops.
+const FQ_CHUNK: usize = 1 << 14;
+
 #[derive(Clone, Debug)]
 enum StepKind {
     Op(Node),
@@ -259,6 +295,12 @@ pub struct GraphNet {
     /// Trainable tensors, by initializer name.
     pub params: ParamStore,
     fq_scale_params: Vec<(usize, usize)>,
+    /// `relu_of[i] = Some(j)`: Conv step `i` is read only by Relu step `j`, so the training
+    /// forward computes both at once (the ReLU applied while the output is in cache) and
+    /// leaves the Conv's own output unstored.
+    relu_of: Vec<Option<usize>>,
+    /// `fused_into[j] = Some(i)`: Relu step `j` is computed by Conv step `i`.
+    fused_into: Vec<Option<usize>>,
 }
 
 /// The values of one forward pass (every slot, kept for [`GraphNet::backward`]).
@@ -331,6 +373,8 @@ impl GraphNet {
             outputs: Vec::new(),
             params: ParamStore::new(),
             fq_scale_params: Vec::new(),
+            relu_of: Vec::new(),
+            fused_into: Vec::new(),
         };
         let mut slot: HashMap<String, usize> = HashMap::new();
         let mut role: HashMap<String, Role> = HashMap::new();
@@ -434,7 +478,56 @@ impl GraphNet {
             })?;
             net.outputs.push(s);
         }
+        net.plan_fusions();
         Ok(net)
+    }
+
+    /// Finds the Conv → Relu pairs the training forward computes as one step: a 2-D f32
+    /// Conv whose only reader is a Relu and whose output is not a graph output.
+    fn plan_fusions(&mut self) {
+        let n = self.steps.len();
+        self.relu_of = vec![None; n];
+        self.fused_into = vec![None; n];
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); self.names.len()];
+        for (i, st) in self.steps.iter().enumerate() {
+            for &v in st.inputs.iter().flatten() {
+                readers[v].push(i);
+            }
+        }
+        for (i, st) in self.steps.iter().enumerate() {
+            let StepKind::Op(node) = &st.kind else {
+                continue;
+            };
+            if !node.is(OpKind::Conv) || st.outputs.len() != 1 {
+                continue;
+            }
+            let o = st.outputs[0];
+            if self.outputs.contains(&o) {
+                continue;
+            }
+            let [j] = readers[o][..] else { continue };
+            if matches!(&self.steps[j].kind, StepKind::Op(r) if r.is(OpKind::Relu))
+                && self.steps[j].inputs.first() == Some(&Some(o))
+            {
+                self.relu_of[i] = Some(j);
+                self.fused_into[j] = Some(i);
+            }
+        }
+    }
+
+    /// The first node on the path from a trained parameter to the outputs whose operator
+    /// has no gradient yet, as `(node name, op type)`: training through it would fail at
+    /// the first backward pass.
+    pub fn missing_backward(&self) -> Option<(&str, &str)> {
+        self.steps.iter().find_map(|st| match &st.kind {
+            StepKind::Op(n)
+                if st.outputs.first().is_some_and(|&o| self.needs_grad[o])
+                    && n.kind().is_none_or(|k| k.def().backward.is_none()) =>
+            {
+                Some((n.name.as_str(), n.op_type.as_str()))
+            }
+            _ => None,
+        })
     }
 
     /// Names of the graph inputs.
@@ -504,6 +597,7 @@ impl GraphNet {
                 self.inputs.len()
             )));
         }
+        let t0 = std::time::Instant::now();
         let mut vals: Vec<Option<GTensor>> = self
             .sources
             .iter()
@@ -519,16 +613,44 @@ impl GraphNet {
         for (&s, t) in self.inputs.iter().zip(inputs) {
             vals[s] = Some(t);
         }
-        for step in &self.steps {
+        if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::tape::record("(values)", 0, t0);
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if self.fused_into[i].is_some() {
+                continue;
+            }
+            let t0 = std::time::Instant::now();
+            let relu = self.relu_of[i];
             let outs = {
                 let ins: Vec<Option<&GTensor>> = step
                     .inputs
                     .iter()
                     .map(|s| s.and_then(|s| vals[s].as_ref()))
                     .collect();
-                self.run_step(step, &ins)?
+                match (&step.kind, relu) {
+                    (StepKind::Op(node), Some(_)) => quantkit_graph::ops::conv::eval_fused(
+                        &OpCtx {
+                            node,
+                            opset: self.opset,
+                        },
+                        &ins,
+                        true,
+                    )
+                    .map_err(|e| {
+                        TrainError::Graph(format!("node `{}` ({}): {e}", node.name, node.op_type))
+                    })?,
+                    _ => self.run_step(step, &ins)?,
+                }
             };
-            for (&o, t) in step.outputs.iter().zip(outs) {
+            if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
+                crate::tape::record(step_name(step), 0, t0);
+            }
+            let targets = match relu {
+                Some(j) => &self.steps[j].outputs,
+                None => &step.outputs,
+            };
+            for (&o, t) in targets.iter().zip(outs) {
                 vals[o] = Some(t);
             }
         }
@@ -552,7 +674,7 @@ impl GraphNet {
             }
             StepKind::FakeQuant(f) => {
                 let (x, s) = fq_inputs(f, ins)?;
-                let y = f.forward(&x.to_f32_vec(), &x.shape, &s.to_f32_vec());
+                let y = f.forward(&f32_view(x), &x.shape, &s.to_f32_vec());
                 Ok(vec![GTensor::from_f32(&x.shape, y)])
             }
         }
@@ -674,7 +796,7 @@ impl GraphNet {
                 accumulate(&mut grads[s], g);
             }
         }
-        for step in self.steps.iter().rev() {
+        for (i, step) in self.steps.iter().enumerate().rev() {
             let Some(&o) = step.outputs.first() else {
                 continue;
             };
@@ -682,6 +804,20 @@ impl GraphNet {
                 continue;
             }
             let Some(g) = grads[o].take() else { continue };
+            let t0 = std::time::Instant::now();
+            if let (Some(c), Some(y)) = (self.fused_into[i], v.vals[o].as_ref()) {
+                // The Relu of a fused pair: `g·[x > 0]`, read from its output (`y > 0`
+                // exactly where `x > 0`), onto the Conv's output.
+                let co = self.steps[c].outputs[0];
+                let d = relu_grad(&f32_view(y), g);
+                accumulate(&mut grads[co], d);
+                if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
+                    crate::tape::record(step_name(step), 1, t0);
+                }
+                continue;
+            }
+            // A fused Conv's own output was never stored; its gradient does not read it.
+            let out_slot = self.relu_of[i].map_or(o, |j| self.steps[j].outputs[0]);
             let ins: Vec<Option<&GTensor>> = step
                 .inputs
                 .iter()
@@ -699,7 +835,12 @@ impl GraphNet {
                         node: node.name.clone(),
                         op_type: node.op_type.clone(),
                     })?;
-                    let out = v.vals[o].as_ref().expect("computed in forward");
+                    let out = v.vals[out_slot].as_ref().ok_or_else(|| {
+                        TrainError::Graph(format!(
+                            "node `{}` ({}): output not computed in the forward pass",
+                            node.name, node.op_type
+                        ))
+                    })?;
                     bw(
                         &OpCtx {
                             node,
@@ -719,13 +860,18 @@ impl GraphNet {
                         ))
                     })?
                     .into_iter()
-                    .map(|t| t.map(|t| t.to_f32_vec()))
+                    .map(|t| t.map(into_f32))
                     .collect()
                 }
                 StepKind::FakeQuant(f) => {
                     let (x, s) = fq_inputs(f, &ins)?;
-                    let (dx, ds) = f.backward(&x.to_f32_vec(), &x.shape, &s.to_f32_vec(), &g);
-                    vec![Some(dx), f.learn_scale.then_some(ds)]
+                    if f.learn_scale {
+                        let (dx, ds) = f.backward(&f32_view(x), &x.shape, &s.to_f32_vec(), &g);
+                        vec![Some(dx), Some(ds)]
+                    } else {
+                        let dx = f.backward_x(&f32_view(x), &x.shape, &s.to_f32_vec(), &g);
+                        vec![Some(dx), None]
+                    }
                 }
             };
             for ((s, gi), need) in step.inputs.iter().zip(gin).zip(needs) {
@@ -733,7 +879,11 @@ impl GraphNet {
                     accumulate(&mut grads[*s], gi);
                 }
             }
+            if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
+                crate::tape::record(step_name(step), 1, t0);
+            }
         }
+        let t0 = std::time::Instant::now();
         for (s, src) in self.sources.iter().enumerate() {
             if let (Source::Param(id), Some(g)) = (src, grads[s].take()) {
                 let p = self.params.get_mut(*id);
@@ -745,6 +895,9 @@ impl GraphNet {
                         .for_each(|(a, b)| *a += b);
                 }
             }
+        }
+        if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::tape::record("(values)", 1, t0);
         }
         Ok(())
     }
@@ -805,6 +958,60 @@ fn fq_inputs<'a>(f: &FakeQuant, ins: &[Option<&'a GTensor>]) -> Result<(&'a GTen
             "fake-quant of `{}`: missing input",
             f.tensor
         ))),
+    }
+}
+
+/// The profile key of a step: the operator's registry name, or `FakeQuant`.
+fn step_name(step: &Step) -> &'static str {
+    match &step.kind {
+        StepKind::Op(n) => n.kind().map_or("?", |k| k.def().name),
+        StepKind::FakeQuant(_) => "FakeQuant",
+    }
+}
+
+/// The smallest and largest value of `t` (NaN ignored; `(∞, −∞)` when there is none),
+/// in parallel blocks (min and max are exact, so the split changes nothing).
+pub fn min_max(t: &GTensor) -> (f32, f32) {
+    use rayon::prelude::*;
+    f32_view(t)
+        .par_chunks(FQ_CHUNK)
+        .map(|c| {
+            c.iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| {
+                    (l.min(x), h.max(x))
+                })
+        })
+        .reduce(
+            || (f32::INFINITY, f32::NEG_INFINITY),
+            |a, b| (a.0.min(b.0), a.1.max(b.1)),
+        )
+}
+
+/// `g·[y > 0]`, in parallel blocks.
+fn relu_grad(y: &[f32], mut g: Vec<f32>) -> Vec<f32> {
+    use rayon::prelude::*;
+    g.par_iter_mut()
+        .with_min_len(1 << 14)
+        .zip(y.par_iter())
+        // A select, not a branch: half the values are 0 in no predictable pattern.
+        .for_each(|(g, &y)| *g = if y > 0.0 { *g } else { 0.0 });
+    g
+}
+
+/// A tensor's values as f32, borrowed when it is f32.
+fn f32_view(t: &GTensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.as_f32() {
+        Some(v) => std::borrow::Cow::Borrowed(v),
+        None => std::borrow::Cow::Owned(t.to_f32_vec()),
+    }
+}
+
+/// A tensor's values as f32, taking the buffer when it is f32 (a gradient can be
+/// megabytes).
+fn into_f32(t: GTensor) -> Vec<f32> {
+    match t.data {
+        quantkit_graph::Data::F32(v) if t.dtype == DType::F32 => v,
+        _ => t.to_f32_vec(),
     }
 }
 

@@ -400,12 +400,7 @@ impl Qat {
             };
             let (qmin, qmax, signed) = (f.qmin, f.qmax, f.qmin < 0);
             let Some(x) = v.slot(xs) else { continue };
-            let xv = x.to_f32_vec();
-            let (lo, hi) = xv
-                .iter()
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &x| {
-                    (l.min(x), h.max(x))
-                });
+            let (lo, hi) = crate::graph::min_max(x);
             if !lo.is_finite() || !hi.is_finite() {
                 continue;
             }

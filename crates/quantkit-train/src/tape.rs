@@ -37,7 +37,7 @@ pub trait Op: Send + Any {
     fn as_any(&self) -> &dyn Any;
 }
 
-static PROFILE_ON: AtomicBool = AtomicBool::new(false);
+pub(crate) static PROFILE_ON: AtomicBool = AtomicBool::new(false);
 static PROFILE: Mutex<BTreeMap<&'static str, [f64; 3]>> = Mutex::new(BTreeMap::new());
 
 /// Turns per-op timing on or off (off by default; costs two clock reads per op when on).
@@ -57,7 +57,7 @@ pub fn take_profile() -> Vec<(&'static str, f64, f64, usize)> {
     out
 }
 
-fn record(name: &'static str, slot: usize, t: Instant) {
+pub(crate) fn record(name: &'static str, slot: usize, t: Instant) {
     let dt = t.elapsed().as_secs_f64();
     let mut p = PROFILE.lock().unwrap_or_else(|e| e.into_inner());
     let e = p.entry(name).or_insert([0.0; 3]);

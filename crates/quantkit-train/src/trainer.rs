@@ -11,8 +11,13 @@ use crate::model::{Model, Task};
 use crate::ops::{MseLoss, SoftmaxCrossEntropy};
 use crate::optim::{cosine_lr, Adam, Optimizer, Sgd};
 use crate::rng::Rng;
+use crate::graph::GraphNet;
 use crate::tape::Tape;
 use crate::tensor::Tensor;
+use quantkit_graph::ir::AttrValue;
+use quantkit_graph::ops::OpKind;
+use quantkit_graph::Tensor as GTensor;
+use std::collections::HashMap;
 
 /// Labelled images held as u8 (a Fashion-MNIST split is 47 MB) and turned into
 /// `pixel / 255` f32 batches on demand.
@@ -132,6 +137,19 @@ pub struct TrainConfig {
     pub weight_decay: f32,
     /// Stop each epoch after this many steps (for smoke tests and benchmarks).
     pub max_steps_per_epoch: Option<usize>,
+    /// Which differentiation path trains ([`TrainPath::Graph`] by default).
+    pub path: TrainPath,
+}
+
+/// The differentiation path of [`train`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainPath {
+    /// The graph IR ([`GraphModel`]): the operator registry's `eval` forward, the same
+    /// function the float executor and QAT run, and `OpDef::backward`.
+    Graph,
+    /// The zoo's own tape ([`train_step`]), kept for the autoencoder (ConvTranspose has no
+    /// gradient on the graph yet) and as the reference the graph path is measured against.
+    Tape,
 }
 
 impl TrainConfig {
@@ -153,6 +171,11 @@ impl TrainConfig {
                 5e-4
             },
             max_steps_per_epoch: None,
+            path: if arch == "autoencoder" {
+                TrainPath::Tape
+            } else {
+                TrainPath::Graph
+            },
         }
     }
 }
@@ -245,6 +268,149 @@ fn count_correct(logits: &Tensor, labels: &[usize]) -> usize {
         .count()
 }
 
+/// A zoo model prepared for training on the graph IR ([`GraphNet`]): the exported graph
+/// (the same nodes `quantkit-graph`'s float executor and QAT run), with every
+/// BatchNormalization switched to training mode (batch statistics; the running statistics
+/// it returns are written back after each step).
+pub struct GraphModel {
+    /// The network being trained (its parameters are copies of the model's).
+    pub net: GraphNet,
+    /// Per BatchNormalization: slots of the running mean and variance (constants) and of
+    /// the updated values the node returns.
+    bn: Vec<[usize; 4]>,
+    task: Task,
+}
+
+impl GraphModel {
+    /// Exports `model` and prepares it for training. Fails, naming the node, when an
+    /// operator on a parameter's path has no gradient on the graph yet.
+    pub fn new(model: &Model) -> Result<Self> {
+        let mut g = crate::export::to_graph(model);
+        let mut names = Vec::new();
+        for n in &mut g.nodes {
+            if n.is(OpKind::BatchNormalization) && n.inputs.len() == 5 {
+                let (m, v) = (
+                    format!("{}.running_mean.next", n.name),
+                    format!("{}.running_var.next", n.name),
+                );
+                *n = n.clone().with_attr("training_mode", AttrValue::Int(1));
+                n.outputs.push(m.clone());
+                n.outputs.push(v.clone());
+                names.push([n.inputs[3].clone(), n.inputs[4].clone(), m, v]);
+            }
+        }
+        let net = GraphNet::build(&g, &HashMap::new(), &HashMap::new())?;
+        if let Some((node, op_type)) = net.missing_backward() {
+            return Err(TrainError::NoBackward {
+                node: node.to_string(),
+                op_type: op_type.to_string(),
+            });
+        }
+        let bn = names
+            .iter()
+            .map(|ns| {
+                let mut slots = [0usize; 4];
+                for (s, n) in slots.iter_mut().zip(ns) {
+                    *s = net.slot_of(n).ok_or_else(|| {
+                        TrainError::Graph(format!("value `{n}` is not in the training graph"))
+                    })?;
+                }
+                Ok(slots)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            net,
+            bn,
+            task: model.task,
+        })
+    }
+
+    /// One optimisation step on a batch: forward, loss (cross-entropy or, for a
+    /// reconstruction, MSE against the input), backward, optimizer update, running
+    /// statistics. A non-finite loss is returned before any parameter changes.
+    pub fn step(
+        &mut self,
+        opt: &mut dyn Optimizer,
+        x: Tensor,
+        labels: &[usize],
+        lr: f32,
+    ) -> Result<StepStats> {
+        let target = matches!(self.task, Task::Reconstruct).then(|| x.data().to_vec());
+        let shape = x.shape().to_vec();
+        let x = GTensor::from_f32(&shape, x.into_data());
+        let v = self.net.forward(vec![x])?;
+        let out = self
+            .net
+            .outputs(&v)
+            .first()
+            .copied()
+            .ok_or_else(|| TrainError::Graph("the graph has no output".into()))?;
+        let y = out.as_f32().ok_or_else(|| {
+            TrainError::Graph(format!("output of type {} is not f32", out.dtype))
+        })?;
+        let (loss, g, correct) = match self.task {
+            Task::Classify { classes } => {
+                let (l, g) = crate::losses::cross_entropy(y, classes.max(1), labels);
+                let logits = Tensor::new(&out.shape, y.to_vec())?;
+                (l, g, count_correct(&logits, labels))
+            }
+            Task::Reconstruct => {
+                let t = target.as_deref().unwrap_or_default();
+                let (l, g) = crate::losses::mse(y, t);
+                (l, g, 0)
+            }
+        };
+        if !loss.is_finite() {
+            return Ok(StepStats { loss, correct });
+        }
+        let stats: Vec<(usize, Vec<f32>)> = self
+            .bn
+            .iter()
+            .flat_map(|&[m, var, nm, nv]| [(m, nm), (var, nv)])
+            .filter_map(|(dst, src)| v.slot(src).map(|t| (dst, t.to_f32_vec())))
+            .collect();
+        self.net.params.zero_grad();
+        let mut seeds = vec![None; self.net.outputs(&v).len()];
+        seeds[0] = Some(g);
+        self.net.backward(&v, seeds)?;
+        drop(v);
+        opt.step(&mut self.net.params, lr);
+        for (dst, val) in stats {
+            self.net.set_stored(dst, &val);
+        }
+        Ok(StepStats { loss, correct })
+    }
+
+    /// Copies the trained parameters and running statistics back into `model`.
+    pub fn write_back(&self, model: &mut Model) {
+        let mut by_name: HashMap<&str, &[f32]> = self
+            .net
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), p.value.data()))
+            .collect();
+        let running: Vec<(String, Vec<f32>)> = self
+            .bn
+            .iter()
+            .flat_map(|&[m, var, ..]| [m, var])
+            .filter_map(|s| {
+                let t = self.net.stored(s)?;
+                Some((self.net.name_of(s).to_string(), t.to_f32_vec()))
+            })
+            .collect();
+        for (n, v) in &running {
+            by_name.insert(n.as_str(), v.as_slice());
+        }
+        for p in model.params.iter_mut() {
+            if let Some(v) = by_name.get(p.name.as_str()) {
+                if v.len() == p.value.len() {
+                    p.value.data_mut().copy_from_slice(v);
+                }
+            }
+        }
+    }
+}
+
 /// Trains `model` on `data` for `cfg.epochs` epochs, calling `progress` after every step.
 /// Batches are drawn in an order shuffled by `cfg.seed` and the epoch; an incomplete last
 /// batch is dropped. Deterministic for a fixed seed on one thread (and, because every
@@ -265,6 +431,10 @@ pub fn train(
     let mut opt: Box<dyn Optimizer> = match cfg.optimizer {
         OptimizerKind::Sgd { momentum } => Box::new(Sgd::new(momentum, cfg.weight_decay)),
         OptimizerKind::Adam => Box::new(Adam::new(cfg.weight_decay)),
+    };
+    let mut graph = match cfg.path {
+        TrainPath::Graph => Some(GraphModel::new(model)?),
+        TrainPath::Tape => None,
     };
     let mut steps = data.len() / cfg.batch_size;
     if let Some(m) = cfg.max_steps_per_epoch {
@@ -287,8 +457,14 @@ pub fn train(
             let idx = &order[step * cfg.batch_size..(step + 1) * cfg.batch_size];
             let (x, labels) = data.batch(idx);
             let lr = cosine_lr(cfg.lr, global, total, warmup);
-            let s = train_step(model, opt.as_mut(), x, &labels, lr)?;
+            let s = match graph.as_mut() {
+                Some(gm) => gm.step(opt.as_mut(), x, &labels, lr)?,
+                None => train_step(model, opt.as_mut(), x, &labels, lr)?,
+            };
             if !s.loss.is_finite() {
+                if let Some(gm) = &graph {
+                    gm.write_back(model);
+                }
                 return Err(TrainError::NonFiniteLoss {
                     value: s.loss,
                     epoch,
@@ -309,6 +485,9 @@ pub fn train(
                 samples_per_sec: seen as f32 / start.elapsed().as_secs_f32().max(1e-9),
                 lr,
             });
+        }
+        if let Some(gm) = &graph {
+            gm.write_back(model);
         }
     }
     Ok(())
@@ -360,4 +539,87 @@ pub fn evaluate(model: &Model, data: &ImageData, batch_size: usize) -> Result<Ev
             samples: data.len(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(n: usize, seed: u64) -> (Tensor, Vec<usize>) {
+        let mut rng = Rng::new(seed);
+        let x: Vec<f32> = (0..n * 784).map(|_| rng.uniform()).collect();
+        let labels = (0..n).map(|_| rng.below(10)).collect();
+        (Tensor::new(&[n, 1, 28, 28], x).unwrap(), labels)
+    }
+
+    /// Every reduction of the graph path runs in a fixed order, so LeNet's parameters after
+    /// two steps are the same bits on one thread and on three.
+    #[test]
+    fn graph_training_does_not_depend_on_thread_count() {
+        let (x, labels) = batch(9, 3);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut model = crate::zoo::build("lenet", 1).unwrap();
+                let mut gm = GraphModel::new(&model).unwrap();
+                let mut opt = Adam::new(1e-4);
+                for _ in 0..2 {
+                    gm.step(&mut opt, x.clone(), &labels, 1e-3).unwrap();
+                }
+                gm.write_back(&mut model);
+                model
+                    .params
+                    .iter()
+                    .map(|p| p.value.data().to_vec())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(run(1), run(3));
+    }
+
+    /// The graph path trains: the loss of a fixed batch falls, BatchNormalization's running
+    /// statistics move towards the batch's and come back into the model.
+    #[test]
+    fn graph_training_fits_a_batch_and_writes_back_running_statistics() {
+        let (x, labels) = batch(16, 5);
+        let mut model = crate::zoo::build("resnet8", 2).unwrap();
+        let before: Vec<Vec<f32>> = model.params.iter().map(|p| p.value.data().to_vec()).collect();
+        let mut gm = GraphModel::new(&model).unwrap();
+        let mut opt = Sgd::new(0.9, 0.0);
+        let first = gm.step(&mut opt, x.clone(), &labels, 0.05).unwrap().loss;
+        let mut last = first;
+        for _ in 0..8 {
+            last = gm.step(&mut opt, x.clone(), &labels, 0.05).unwrap().loss;
+        }
+        assert!(last < first * 0.7, "loss {first} -> {last}");
+        gm.write_back(&mut model);
+        let mut changed = (0, 0);
+        for (p, b) in model.params.iter().zip(&before) {
+            if p.value.data() != b.as_slice() {
+                if p.trainable {
+                    changed.0 += 1;
+                } else {
+                    changed.1 += 1;
+                }
+            }
+        }
+        let stats = model.params.iter().filter(|p| !p.trainable).count();
+        assert!(stats > 0);
+        assert_eq!(changed.1, stats, "every running statistic moved");
+        assert_eq!(changed.0, model.params.iter().filter(|p| p.trainable).count());
+    }
+
+    /// An operator without a gradient on the graph is refused before training, by name.
+    #[test]
+    fn graph_path_names_an_operator_without_gradient() {
+        let model = crate::zoo::build("autoencoder", 0).unwrap();
+        match GraphModel::new(&model) {
+            Err(TrainError::NoBackward { op_type, .. }) => assert_eq!(op_type, "ConvTranspose"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("ConvTranspose has no gradient yet"),
+        }
+    }
 }

@@ -141,7 +141,10 @@ fn fake_quant_block_form_equals_the_reference() {
     ];
     // (shape, per-channel axis, qmin, qmax, is a weight)
     type Case = (&'static [usize], Option<usize>, i32, i32, bool);
-    let cases: [Case; 7] = [
+    let cases: [Case; 9] = [
+        // Runs longer than one parallel task of the block form (2¹⁴ elements).
+        (&[2, 16, 40, 40], None, 0, 255, false),
+        (&[3, 20_000], Some(0), -8, 7, true),
         (&[5, 3, 3, 3], Some(0), -8, 7, true),
         (&[7, 9], Some(1), -2, 1, true),
         (&[6, 4], Some(0), -128, 127, true),
@@ -201,6 +204,11 @@ fn fake_quant_block_form_equals_the_reference() {
             let (rdx, rds) = f.backward_reference(&x, shape, &scales, &g);
             assert_eq!(bits(&dx), bits(&rdx), "dx {shape:?} axis {axis:?}");
             assert_eq!(bits(&ds), bits(&rds), "ds {shape:?} axis {axis:?}");
+            assert_eq!(
+                bits(&f.backward_x(&x, shape, &scales, &g)),
+                bits(&rdx),
+                "dx without the scale's gradient {shape:?} axis {axis:?}"
+            );
         }
     }
 }

@@ -5,6 +5,7 @@
 use super::{f32_input, input, make, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
+use rayon::prelude::*;
 
 /// Evaluates `BatchNormalization`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -30,12 +31,20 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     }
     let (mean, var): (Vec<f32>, Vec<f32>) = if training {
         let cnt = (n * plane) as f64;
+        // Channels in parallel; within one, the values in index order (batch-major), so
+        // the sums do not depend on the thread count.
         (0..c)
+            .into_par_iter()
             .map(|ci| {
-                let it = (0..n)
-                    .flat_map(|ni| xv[(ni * c + ci) * plane..(ni * c + ci + 1) * plane].iter());
-                let m = it.clone().map(|&v| v as f64).sum::<f64>() / cnt;
-                let v = it.map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / cnt;
+                let planes = || (0..n).map(|ni| &xv[(ni * c + ci) * plane..(ni * c + ci + 1) * plane]);
+                let m = planes()
+                    .map(|p| p.iter().map(|&v| v as f64).sum::<f64>())
+                    .fold(0.0, |a, b| a + b)
+                    / cnt;
+                let v = planes()
+                    .map(|p| p.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>())
+                    .fold(0.0, |a, b| a + b)
+                    / cnt;
                 (m as f32, v as f32)
             })
             .unzip()
@@ -43,14 +52,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         (rmean.to_vec(), rvar.to_vec())
     };
     let mut y = xv;
-    for ni in 0..n {
-        for ci in 0..c {
+    if plane > 0 {
+        y.par_chunks_mut(plane).enumerate().for_each(|(i, p)| {
+            let ci = i % c;
             let k = scale[ci] / (var[ci] + eps).sqrt();
             let b = bias[ci] - mean[ci] * k;
-            y[(ni * c + ci) * plane..(ni * c + ci + 1) * plane]
-                .iter_mut()
-                .for_each(|v| *v = *v * k + b);
-        }
+            p.iter_mut().for_each(|v| *v = *v * k + b);
+        });
     }
     let mut out = vec![make(DType::F32, x.shape.clone(), Data::F32(y))?.cast(x.dtype)];
     if training {
@@ -86,35 +94,62 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
     let (n, c) = (x.shape[0], x.shape[1]);
     let plane: usize = x.shape[2..].iter().product();
     let g = gi.grad;
-    let idx = |ci: usize| (0..n).flat_map(move |ni| (ni * c + ci) * plane..(ni * c + ci + 1) * plane);
+    if g.len() != x.len() {
+        return Err(OpError::shape(
+            format!("output gradient of {} elements", x.len()),
+            g.len(),
+        ));
+    }
     let m = (n * plane) as f64;
-    let (mut dx, mut dg, mut db) = (vec![0f32; x.len()], vec![0f32; c], vec![0f32; c]);
-    for ci in 0..c {
-        let (mean, var) = if training {
-            let mu = idx(ci).map(|i| xv[i] as f64).sum::<f64>() / m;
-            let v = idx(ci).map(|i| (xv[i] as f64 - mu).powi(2)).sum::<f64>() / m;
-            (mu, v)
-        } else {
-            (rmean[ci] as f64, rvar[ci] as f64)
-        };
-        let sigma = (var + eps as f64).sqrt();
-        let (mut sg, mut sgx) = (0f64, 0f64);
-        for i in idx(ci) {
-            let xh = (xv[i] as f64 - mean) / sigma;
-            sg += g[i] as f64;
-            sgx += g[i] as f64 * xh;
-        }
-        dg[ci] = sgx as f32;
-        db[ci] = sg as f32;
-        let k = scale[ci] as f64 / sigma;
-        for i in idx(ci) {
-            dx[i] = if training {
-                let xh = (xv[i] as f64 - mean) / sigma;
-                (k / m * (m * g[i] as f64 - sg - xh * sgx)) as f32
+    // Per channel, in parallel (each in index order, batch-major, so the result does not
+    // depend on the thread count): the statistics and the two gradient sums.
+    let stats: Vec<(f64, f64, f64, f64)> = (0..c)
+        .into_par_iter()
+        .map(|ci| {
+            let at = |ni: usize| (ni * c + ci) * plane..(ni * c + ci + 1) * plane;
+            let (mean, var) = if training {
+                let mu = (0..n)
+                    .map(|ni| xv[at(ni)].iter().map(|&v| v as f64).sum::<f64>())
+                    .fold(0.0, |a, b| a + b)
+                    / m;
+                let v = (0..n)
+                    .map(|ni| xv[at(ni)].iter().map(|&v| (v as f64 - mu).powi(2)).sum::<f64>())
+                    .fold(0.0, |a, b| a + b)
+                    / m;
+                (mu, v)
             } else {
-                (g[i] as f64 * k) as f32
+                (rmean[ci] as f64, rvar[ci] as f64)
             };
-        }
+            let sigma = (var + eps as f64).sqrt();
+            let (mut sg, mut sgx) = (0f64, 0f64);
+            for ni in 0..n {
+                for (&xi, &gi) in xv[at(ni)].iter().zip(&g[at(ni)]) {
+                    let xh = (xi as f64 - mean) / sigma;
+                    sg += gi as f64;
+                    sgx += gi as f64 * xh;
+                }
+            }
+            (mean, sigma, sg, sgx)
+        })
+        .collect();
+    let dg: Vec<f32> = stats.iter().map(|s| s.3 as f32).collect();
+    let db: Vec<f32> = stats.iter().map(|s| s.2 as f32).collect();
+    let mut dx = vec![0f32; x.len()];
+    if plane > 0 {
+        dx.par_chunks_mut(plane).enumerate().for_each(|(i, dp)| {
+            let ci = i % c;
+            let (mean, sigma, sg, sgx) = stats[ci];
+            let k = scale[ci] as f64 / sigma;
+            let (xp, gp) = (&xv[i * plane..(i + 1) * plane], &g[i * plane..(i + 1) * plane]);
+            for ((d, &xi), &gi) in dp.iter_mut().zip(xp).zip(gp) {
+                *d = if training {
+                    let xh = (xi as f64 - mean) / sigma;
+                    (k / m * (m * gi as f64 - sg - xh * sgx)) as f32
+                } else {
+                    (gi as f64 * k) as f32
+                };
+            }
+        });
     }
     let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
     if gi.need(0) {

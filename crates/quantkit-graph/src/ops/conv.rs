@@ -380,7 +380,7 @@ pub fn eval_fused(
 
 /// The tensor's values as f32: borrowed when it already is f32 (activations can be tens of
 /// megabytes; copying them costs as much as a ReLU pass), converted otherwise.
-fn borrow_f32(t: &Tensor) -> std::borrow::Cow<'_, [f32]> {
+pub(crate) fn borrow_f32(t: &Tensor) -> std::borrow::Cow<'_, [f32]> {
     match t.as_f32() {
         Some(v) => std::borrow::Cow::Borrowed(v),
         None => std::borrow::Cow::Owned(t.to_f32_vec()),
@@ -476,12 +476,19 @@ pub fn conv_f32_act(
     y
 }
 
+/// Images per partial weight/bias gradient in [`backward`]. Fixed (not derived from the
+/// thread count) so the summation order, hence the result, is the same on any number of
+/// threads.
+pub const GRAD_CHUNK: usize = 4;
+
 /// Gradient of `Conv`, per image `n` and group `g` (`col` = im2col of the input):
 /// `∂W[g] += G[n,g] · colᵀ`, `∂x[n] = col2im(W[g]ᵀ · G[n,g])`, `∂B = Σ G`.
 ///
-/// Images run in parallel in fixed blocks of `⌈N/8⌉`, whose partial weight gradients are
-/// summed in block order, so the result does not depend on the thread count or on
-/// scheduling.
+/// The input gradient runs image by image in parallel, each writing its own slice of `∂x`
+/// (a 1×1 stride-1 convolution writes the GEMM's result there directly, no col2im). The
+/// weight and bias gradients are summed over fixed chunks of [`GRAD_CHUNK`] images, whose
+/// partial sums are added in chunk order, so the result does not depend on the thread
+/// count or on scheduling (test `conv_gradients_do_not_depend_on_thread_count`).
 pub fn backward(
     ctx: &OpCtx,
     gi: &super::grad::GradIn,
@@ -499,37 +506,87 @@ pub fn backward(
     let mg = g.m / g.group;
     let cg = g.c / g.group;
     let gy = gi.grad;
-    let blocks = g.n.clamp(1, 8);
-    let per = g.n.div_ceil(blocks).max(1);
+    if gy.len() != g.n * g.m * p {
+        return Err(OpError::shape(
+            format!("output gradient of {} elements", g.n * g.m * p),
+            gy.len(),
+        ));
+    }
+    let pointwise = g.is_pointwise();
+    // One image: split the GEMMs over threads instead.
     let par_inner = g.n < 2;
-    let run_block = |bi: usize| -> (Vec<f32>, Vec<f32>) {
-        let (i0, i1) = ((bi * per).min(g.n), ((bi + 1) * per).min(g.n));
-        let mut dw = if need_w { vec![0f32; w.len()] } else { Vec::new() };
-        let mut dx = if need_x {
-            vec![0f32; (i1 - i0) * in_len]
-        } else {
-            Vec::new()
-        };
-        let mut col = vec![0f32; rows * p];
-        let mut dcol = if need_x { vec![0f32; rows * p] } else { Vec::new() };
-        for ni in i0..i1 {
-            let xn = &xv[ni * in_len..(ni + 1) * in_len];
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if need_x && in_len > 0 {
+        let mut dx = vec![0f32; x.len()];
+        let new_col = || vec![0f32; if pointwise { 0 } else { rows * p }];
+        let run = |dcol: &mut Vec<f32>, (dxn, gyn): (&mut [f32], &[f32])| {
             for gr in 0..g.group {
-                let c0 = gr * cg;
-                let gyg = &gy[(ni * g.m + gr * mg) * p..(ni * g.m + (gr + 1) * mg) * p];
-                if need_w {
-                    g.im2col(xn, c0, &mut col, 0.0);
+                let wg = MatRef {
+                    data: &wv[gr * mg * rows..(gr + 1) * mg * rows],
+                    rs: 1,
+                    cs: rows,
+                };
+                let gyg = MatRef {
+                    data: &gyn[gr * mg * p..(gr + 1) * mg * p],
+                    rs: p,
+                    cs: 1,
+                };
+                if pointwise {
+                    // im2col is the identity: Wᵀ·G is the input gradient itself.
+                    let dxg = &mut dxn[gr * cg * p..(gr + 1) * cg * p];
+                    sgemm(rows, p, mg, wg, gyg, dxg, false, par_inner);
+                } else {
+                    sgemm(rows, p, mg, wg, gyg, dcol, false, par_inner);
+                    g.col2im_add(dcol, gr * cg, dxn);
+                }
+            }
+        };
+        if par_inner {
+            let mut dcol = new_col();
+            dx.chunks_mut(in_len)
+                .zip(gy.chunks(g.m * p.max(1)))
+                .for_each(|item| run(&mut dcol, item));
+        } else {
+            dx.par_chunks_mut(in_len)
+                .zip(gy.par_chunks(g.m * p.max(1)))
+                .for_each_init(new_col, run);
+        }
+        out[0] = Some(tensor(&x.shape, dx)?);
+    }
+    if (need_w || need_b) && g.n > 0 && p > 0 {
+        let chunk = |ci: usize| -> (Vec<f32>, Vec<f64>) {
+            let (i0, i1) = (ci * GRAD_CHUNK, ((ci + 1) * GRAD_CHUNK).min(g.n));
+            let mut dw = vec![0f32; if need_w { w.len() } else { 0 }];
+            let mut db = vec![0f64; if need_b { g.m } else { 0 }];
+            let mut col = vec![0f32; if need_w && !pointwise { rows * p } else { 0 }];
+            for ni in i0..i1 {
+                let gyn = &gy[ni * g.m * p..(ni + 1) * g.m * p];
+                for (d, row) in db.iter_mut().zip(gyn.chunks_exact(p)) {
+                    *d += sum8(row) as f64;
+                }
+                if !need_w {
+                    continue;
+                }
+                let xn = &xv[ni * in_len..(ni + 1) * in_len];
+                for gr in 0..g.group {
+                    let c0 = gr * cg;
+                    let colm: &[f32] = if pointwise {
+                        &xn[c0 * p..(c0 + cg) * p]
+                    } else {
+                        g.im2col(xn, c0, &mut col, 0.0);
+                        &col
+                    };
                     sgemm(
                         mg,
                         rows,
                         p,
                         MatRef {
-                            data: gyg,
+                            data: &gyn[gr * mg * p..(gr + 1) * mg * p],
                             rs: p,
                             cs: 1,
                         },
                         MatRef {
-                            data: &col,
+                            data: colm,
                             rs: 1,
                             cs: p,
                         },
@@ -538,57 +595,55 @@ pub fn backward(
                         par_inner,
                     );
                 }
-                if need_x {
-                    let wg = &wv[gr * mg * rows..(gr + 1) * mg * rows];
-                    sgemm(
-                        rows,
-                        p,
-                        mg,
-                        MatRef {
-                            data: wg,
-                            rs: 1,
-                            cs: rows,
-                        },
-                        MatRef {
-                            data: gyg,
-                            rs: p,
-                            cs: 1,
-                        },
-                        &mut dcol,
-                        false,
-                        par_inner,
-                    );
-                    g.col2im_add(&dcol, c0, &mut dx[(ni - i0) * in_len..(ni - i0 + 1) * in_len]);
-                }
             }
+            (dw, db)
+        };
+        let chunks = g.n.div_ceil(GRAD_CHUNK);
+        let parts: Vec<(Vec<f32>, Vec<f64>)> = if par_inner {
+            (0..chunks).map(chunk).collect()
+        } else {
+            (0..chunks).into_par_iter().map(chunk).collect()
+        };
+        let mut parts = parts.into_iter();
+        let (mut dw, mut db) = parts.next().expect("at least one image");
+        for (pw, pb) in parts {
+            dw.iter_mut().zip(&pw).for_each(|(a, b)| *a += b);
+            db.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
         }
-        (dw, dx)
-    };
-    let parts: Vec<(Vec<f32>, Vec<f32>)> = if need_x || need_w {
-        (0..blocks).into_par_iter().map(run_block).collect()
+        if need_w {
+            out[1] = Some(tensor(&w.shape, dw)?);
+        }
+        if need_b {
+            out[2] = Some(tensor(&[g.m], db.into_iter().map(|v| v as f32).collect())?);
+        }
     } else {
-        Vec::new()
-    };
-    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
-    if need_w {
-        let mut dw = vec![0f32; w.len()];
-        for (pw, _) in &parts {
-            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+        if need_w {
+            out[1] = Some(tensor(&w.shape, vec![0f32; w.len()])?);
         }
-        out[1] = Some(tensor(&w.shape, dw)?);
-    }
-    if need_x {
-        let dx: Vec<f32> = parts.iter().flat_map(|(_, d)| d.iter().copied()).collect();
-        out[0] = Some(tensor(&x.shape, dx)?);
-    }
-    if need_b {
-        let mut db = vec![0f64; g.m];
-        for (i, row) in gy.chunks(p.max(1)).enumerate() {
-            db[i % g.m] += row.iter().map(|&v| v as f64).sum::<f64>();
+        if need_b {
+            out[2] = Some(tensor(&[g.m], vec![0f32; g.m])?);
         }
-        out[2] = Some(tensor(&[g.m], db.into_iter().map(|v| v as f32).collect())?);
     }
     Ok(out)
+}
+
+/// Sum with eight independent partial sums, which the compiler keeps in one SIMD register
+/// (a plain `iter().sum()` is a serial chain of scalar adds, since float addition is not
+/// reassociated). The order is fixed, so the result is deterministic.
+pub(crate) fn sum8(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += *v;
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for v in rest {
+        s += *v;
+    }
+    s
 }
 
 /// Static shape rule (see [`super::registry::InferFn`]).

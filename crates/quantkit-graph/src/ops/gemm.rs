@@ -33,8 +33,8 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             &b.shape,
         ));
     }
-    let av = a.to_f32_vec();
-    let bv = b.to_f32_vec();
+    // Borrowed when f32: a Gemm weight can be megabytes, copied for nothing every call.
+    let (av, bv) = (super::conv::borrow_f32(a), super::conv::borrow_f32(b));
     let mut y = vec![0f32; m * nn];
     let (op_a, op_b) = (
         MatRef::row_major(&av, a.shape[1], ta),
@@ -47,7 +47,14 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     if alpha != 1.0 {
         y.iter_mut().for_each(|v| *v *= alpha);
     }
-    if let Some(c) = opt_input(inputs, 2) {
+    if let Some(c) = opt_input(inputs, 2).filter(|c| c.len() == nn && c.shape.last() == Some(&nn) && c.rank() <= 2 && c.dtype == DType::F32) {
+        // A bias row (`[N]` or `[1, N]`), the common case: added in place, the same
+        // `y + β·c` as the broadcast below.
+        let cv = c.as_f32().expect("checked f32");
+        for row in y.chunks_exact_mut(nn.max(1)) {
+            row.iter_mut().zip(cv).for_each(|(y, &c)| *y += beta * c);
+        }
+    } else if let Some(c) = opt_input(inputs, 2) {
         let cv = c.to_f32_vec();
         let (s2, out) = broadcast(&y, &[m, nn], &cv, &c.shape, |y, c| y + beta * c)?;
         if s2 != [m, nn] {

@@ -96,14 +96,27 @@ pub fn unary(
     gi: &GradIn,
     dydx: impl Fn(f32, f32) -> f32 + Sync,
 ) -> Result<Vec<Option<Tensor>>, OpError> {
+    use rayon::prelude::*;
     let mut out: Vec<Option<Tensor>> = gi.inputs.iter().map(|_| None).collect();
     if gi.need(0) {
         let x = f32s(gi.inputs, 0)?;
-        let y = gi.output.to_f32_vec();
+        let y = match gi.output.as_f32() {
+            Some(v) => std::borrow::Cow::Borrowed(v),
+            None => std::borrow::Cow::Owned(gi.output.to_f32_vec()),
+        };
+        if y.len() != x.len() || gi.grad.len() != x.len() {
+            return Err(OpError::shape(
+                format!("output and gradient of {} elements", x.len()),
+                (y.len(), gi.grad.len()),
+            ));
+        }
+        // Collected straight into the result, in parallel blocks large enough that
+        // scheduling costs nothing next to the pass over memory.
         let d: Vec<f32> = gi
             .grad
-            .iter()
-            .zip(x.iter().zip(&y))
+            .par_iter()
+            .with_min_len(1 << 14)
+            .zip(x.par_iter().zip(y.par_iter()))
             .map(|(g, (&x, &y))| g * dydx(x, y))
             .collect();
         out[0] = Some(tensor(&super::input(gi.inputs, 0)?.shape, d)?);

@@ -203,7 +203,6 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 /// Gradient: each output's `g` to the input that `eval` picked (the first maximum of its
 /// window).
 pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
-    use rayon::prelude::*;
     let x = input(gi.inputs, 0)?;
     let g = PoolGeom::new(ctx, &x.shape)?;
     let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
@@ -211,32 +210,108 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
         return Ok(out);
     }
     let xv = super::grad::f32s(gi.inputs, 0)?;
+    let out_len: usize = g.out_sp.iter().product();
+    if gi.grad.len() != g.planes * out_len {
+        return Err(OpError::shape(
+            format!("output gradient of {} elements", g.planes * out_len),
+            gi.grad.len(),
+        ));
+    }
+    let mut d = vec![0f32; x.len()];
+    if is_2x2_stride_2(&g) {
+        backward_2x2(&g, &xv, gi.grad, &mut d);
+        out[0] = Some(super::grad::tensor(&x.shape, d)?);
+        return Ok(out);
+    }
+    backward_taps(&g, &xv, gi.grad, &mut d);
+    out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    Ok(out)
+}
+
+/// The gradient of any pool through the tap table: each output's `g` to the first maximum
+/// of its valid taps. The reference of [`backward_2x2`].
+fn backward_taps(g: &PoolGeom, xv: &[f32], grad: &[f32], d: &mut [f32]) {
+    use rayon::prelude::*;
     let in_len: usize = g.in_sp.iter().product();
     let out_len: usize = g.out_sp.iter().product();
     let klen: usize = g.k.iter().product::<usize>().max(1);
+    if in_len == 0 || out_len == 0 {
+        return;
+    }
     let taps = g.taps();
-    let mut d = vec![0f32; x.len()];
-    if in_len > 0 && out_len > 0 {
-        d.par_chunks_mut(in_len).enumerate().for_each(|(p, dp)| {
-            let xp = &xv[p * in_len..(p + 1) * in_len];
-            let gp = &gi.grad[p * out_len..(p + 1) * out_len];
-            for (o, &go) in gp.iter().enumerate() {
-                let mut best: Option<usize> = None;
-                for &(t, _) in &taps[o * klen..(o + 1) * klen] {
-                    if let Some(i) = t {
-                        if best.is_none_or(|b| xp[i] > xp[b]) {
-                            best = Some(i);
-                        }
+    d.par_chunks_mut(in_len).enumerate().for_each(|(p, dp)| {
+        let xp = &xv[p * in_len..(p + 1) * in_len];
+        let gp = &grad[p * out_len..(p + 1) * out_len];
+        for (o, &go) in gp.iter().enumerate() {
+            let mut best: Option<usize> = None;
+            for &(t, _) in &taps[o * klen..(o + 1) * klen] {
+                if let Some(i) = t {
+                    if best.is_none_or(|b| xp[i] > xp[b]) {
+                        best = Some(i);
                     }
                 }
-                if let Some(b) = best {
-                    dp[b] += go;
+            }
+            if let Some(b) = best {
+                dp[b] += go;
+            }
+        }
+    });
+}
+
+/// Whether the pool is 2-D, 2×2 with stride 2, undilated and unpadded, with every window
+/// inside the input (the common CNN pool): [`backward_2x2`] applies.
+fn is_2x2_stride_2(g: &PoolGeom) -> bool {
+    g.k == [2, 2]
+        && g.strides == [2, 2]
+        && g.dilations == [1, 1]
+        && g.pad_begin.iter().all(|&p| p == 0)
+        && g.out_sp.len() == 2
+        && 2 * g.out_sp[0] <= g.in_sp[0]
+        && 2 * g.out_sp[1] <= g.in_sp[1]
+}
+
+/// The gradient of a 2×2/2 pool ([`is_2x2_stride_2`]): each output's `g` to the first
+/// maximum of its window, taps in row-major order with `v > best` replacing (the rule of
+/// `eval`, so a NaN tap is picked only when it comes first), planes in parallel. The same
+/// result as the generic tap-table loop (test `max_pool_2x2_backward_equals_the_tap_table`).
+fn backward_2x2(g: &PoolGeom, x: &[f32], grad: &[f32], d: &mut [f32]) {
+    use rayon::prelude::*;
+    let [ih, iw] = [g.in_sp[0], g.in_sp[1]];
+    let [oh, ow] = [g.out_sp[0], g.out_sp[1]];
+    if ih * iw == 0 || oh * ow == 0 {
+        return;
+    }
+    d.par_chunks_mut(ih * iw)
+        .zip(x.par_chunks(ih * iw))
+        .zip(grad.par_chunks(oh * ow))
+        .for_each(|((dp, xp), gp)| {
+            for (oy, grow) in gp.chunks_exact(ow).enumerate() {
+                let (r0, r1) = (2 * oy * iw, (2 * oy + 1) * iw);
+                let (x0, x1) = (&xp[r0..r0 + 2 * ow], &xp[r1..r1 + 2 * ow]);
+                let (d0, d1) = dp[r0..r1 + 2 * ow].split_at_mut(iw);
+                // Every tap of the window is written (the gradient or 0), with selects
+                // rather than branches: on activations the winner is random, and a
+                // mispredicted branch per window cost more than the arithmetic.
+                for (((&go, (xa, xb)), da), db) in grow
+                    .iter()
+                    .zip(x0.chunks_exact(2).zip(x1.chunks_exact(2)))
+                    .zip(d0.chunks_exact_mut(2))
+                    .zip(d1[..2 * ow].chunks_exact_mut(2))
+                {
+                    let mut best = xa[0];
+                    let mut bi = 0u8;
+                    for (i, v) in [(1u8, xa[1]), (2, xb[0]), (3, xb[1])] {
+                        let t = v > best;
+                        best = if t { v } else { best };
+                        bi = if t { i } else { bi };
+                    }
+                    da[0] = if bi == 0 { go } else { 0.0 };
+                    da[1] = if bi == 1 { go } else { 0.0 };
+                    db[0] = if bi == 2 { go } else { 0.0 };
+                    db[1] = if bi == 3 { go } else { 0.0 };
                 }
             }
         });
-    }
-    out[0] = Some(super::grad::tensor(&x.shape, d)?);
-    Ok(out)
 }
 
 /// `MaxPool` in the operator registry.
@@ -248,3 +323,45 @@ pub const DEF: super::OpDef =
             monotone: true,
             ..super::Facts::MOVES
         });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 2×2/2 fast path against the tap table, on inputs full of ties and NaN, with odd
+    /// sizes (the last row/column is dropped).
+    #[test]
+    fn max_pool_2x2_backward_equals_the_tap_table() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state >> 32
+        };
+        for (h, w) in [(2, 2), (4, 6), (5, 7), (28, 28), (9, 4)] {
+            let attrs = super::super::pool::PoolAttrs {
+                kernel_shape: vec![2, 2],
+                strides: Some(vec![2, 2]),
+                dilations: None,
+                pads: super::super::PadSpec::Explicit(None),
+                ceil_mode: false,
+            };
+            let g = PoolGeom::with(&attrs, &[2, 3, h, w]).unwrap();
+            assert!(is_2x2_stride_2(&g));
+            let x: Vec<f32> = (0..6 * h * w)
+                .map(|_| match next() % 10 {
+                    0 => f32::NAN,
+                    r => (r % 4) as f32 - 1.5,
+                })
+                .collect();
+            let gr: Vec<f32> = (0..6 * (h / 2) * (w / 2))
+                .map(|_| (next() % 100) as f32 / 7.0)
+                .collect();
+            let (mut fast, mut reference) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+            backward_2x2(&g, &x, &gr, &mut fast);
+            backward_taps(&g, &x, &gr, &mut reference);
+            assert_eq!(fast, reference, "{h}x{w}");
+        }
+    }
+}
