@@ -505,15 +505,28 @@ pub struct Evaluation {
 }
 
 /// Top-1 accuracy (classifiers) or mean squared reconstruction error (autoencoder) over all
-/// of `data`, in inference mode.
+/// of `data`, in inference mode, on `quantkit-graph`'s float executor running the exported
+/// graph (the operators' own `eval`, as training on the graph IR and every other command).
 pub fn evaluate(model: &Model, data: &ImageData, batch_size: usize) -> Result<Evaluation> {
     let batch_size = batch_size.max(1);
+    let graph = crate::export::to_graph(model);
     let (mut correct, mut sq, mut count) = (0usize, 0f64, 0usize);
     let idx: Vec<usize> = (0..data.len()).collect();
     for chunk in idx.chunks(batch_size) {
         let (x, labels) = data.batch(chunk);
         let target = x.clone();
-        let y = model.infer(x)?;
+        let shape = x.shape().to_vec();
+        let out = quantkit_graph::execute(
+            &graph,
+            vec![("input".into(), GTensor::from_f32(&shape, x.into_data()))],
+        )
+        .map_err(|e| TrainError::Graph(format!("evaluating the exported graph: {e}")))?;
+        let y = out
+            .into_iter()
+            .next()
+            .ok_or_else(|| TrainError::Graph("the exported graph has no output".into()))?
+            .1;
+        let y = Tensor::new(&y.shape, y.to_f32_vec())?;
         match model.task {
             Task::Classify { .. } => correct += count_correct(&y, &labels),
             Task::Reconstruct => {

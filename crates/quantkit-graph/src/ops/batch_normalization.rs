@@ -38,11 +38,11 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             .map(|ci| {
                 let planes = || (0..n).map(|ni| &xv[(ni * c + ci) * plane..(ni * c + ci + 1) * plane]);
                 let m = planes()
-                    .map(|p| p.iter().map(|&v| v as f64).sum::<f64>())
+                    .map(|p| sum4(p, |v| v as f64))
                     .fold(0.0, |a, b| a + b)
                     / cnt;
                 let v = planes()
-                    .map(|p| p.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>())
+                    .map(|p| sum4(p, |v| (v as f64 - m).powi(2)))
                     .fold(0.0, |a, b| a + b)
                     / cnt;
                 (m as f32, v as f32)
@@ -109,11 +109,11 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
             let at = |ni: usize| (ni * c + ci) * plane..(ni * c + ci + 1) * plane;
             let (mean, var) = if training {
                 let mu = (0..n)
-                    .map(|ni| xv[at(ni)].iter().map(|&v| v as f64).sum::<f64>())
+                    .map(|ni| sum4(&xv[at(ni)], |v| v as f64))
                     .fold(0.0, |a, b| a + b)
                     / m;
                 let v = (0..n)
-                    .map(|ni| xv[at(ni)].iter().map(|&v| (v as f64 - mu).powi(2)).sum::<f64>())
+                    .map(|ni| sum4(&xv[at(ni)], |v| (v as f64 - mu).powi(2)))
                     .fold(0.0, |a, b| a + b)
                     / m;
                 (mu, v)
@@ -121,15 +121,29 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
                 (rmean[ci] as f64, rvar[ci] as f64)
             };
             let sigma = (var + eps as f64).sqrt();
-            let (mut sg, mut sgx) = (0f64, 0f64);
+            // Σg and Σg·x̂ with x̂ = (x − μ)/σ, as Σg·x − μ·Σg over σ: four partial sums
+            // per plane (a single f64 chain is bound by the adder's latency).
+            let (mut sg, mut sgx_raw) = (0f64, 0f64);
             for ni in 0..n {
-                for (&xi, &gi) in xv[at(ni)].iter().zip(&g[at(ni)]) {
-                    let xh = (xi as f64 - mean) / sigma;
-                    sg += gi as f64;
-                    sgx += gi as f64 * xh;
+                let (xs, gs) = (&xv[at(ni)], &g[at(ni)]);
+                let (mut a, mut b) = ([0f64; 4], [0f64; 4]);
+                let (xc, gc) = (xs.chunks_exact(4), gs.chunks_exact(4));
+                let (xr, gr) = (xc.remainder(), gc.remainder());
+                for (x4, g4) in xc.zip(gc) {
+                    for l in 0..4 {
+                        a[l] += g4[l] as f64;
+                        b[l] += g4[l] as f64 * x4[l] as f64;
+                    }
                 }
+                let (mut pa, mut pb) = ((a[0] + a[1]) + (a[2] + a[3]), (b[0] + b[1]) + (b[2] + b[3]));
+                for (&xi, &gi) in xr.iter().zip(gr) {
+                    pa += gi as f64;
+                    pb += gi as f64 * xi as f64;
+                }
+                sg += pa;
+                sgx_raw += pb;
             }
-            (mean, sigma, sg, sgx)
+            (mean, sigma, sg, (sgx_raw - mean * sg) / sigma)
         })
         .collect();
     let dg: Vec<f32> = stats.iter().map(|s| s.3 as f32).collect();
@@ -141,13 +155,19 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
             let (mean, sigma, sg, sgx) = stats[ci];
             let k = scale[ci] as f64 / sigma;
             let (xp, gp) = (&xv[i * plane..(i + 1) * plane], &g[i * plane..(i + 1) * plane]);
-            for ((d, &xi), &gi) in dp.iter_mut().zip(xp).zip(gp) {
-                *d = if training {
-                    let xh = (xi as f64 - mean) / sigma;
-                    (k / m * (m * gi as f64 - sg - xh * sgx)) as f32
-                } else {
-                    (gi as f64 * k) as f32
-                };
+            if training {
+                // k/M·(M·g − Σg − x̂·Σg·x̂) = α·g + β·x + γ per channel, in f32 so the
+                // loop vectorises.
+                let alpha = k as f32;
+                let beta = (-k * sgx / (m * sigma)) as f32;
+                let gamma = (k * (sgx * mean / sigma - sg) / m) as f32;
+                for ((d, &xi), &gi) in dp.iter_mut().zip(xp).zip(gp) {
+                    *d = alpha * gi + beta * xi + gamma;
+                }
+            } else {
+                for (d, &gi) in dp.iter_mut().zip(gp) {
+                    *d = (gi as f64 * k) as f32;
+                }
             }
         });
     }
@@ -162,6 +182,24 @@ pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tens
         out[2] = Some(super::grad::tensor(&[c], db)?);
     }
     Ok(out)
+}
+
+/// `Σ f(x)` over a slice with four f64 partial sums in a fixed order (deterministic; a
+/// single chain of f64 additions runs at the adder's latency).
+fn sum4(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    let mut a = [0f64; 4];
+    let chunks = x.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in a.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    let mut s = (a[0] + a[1]) + (a[2] + a[3]);
+    for &v in rest {
+        s += f(v);
+    }
+    s
 }
 
 /// `BatchNormalization` in the operator registry.
