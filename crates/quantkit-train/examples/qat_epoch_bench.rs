@@ -54,7 +54,9 @@ fn loadavg() -> String {
 }
 
 /// Wall and CPU seconds of `f`.
-fn timed(f: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+fn timed(
+    f: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
     let (c0, t0) = (cpu_seconds(), Instant::now());
     f()?;
     Ok((t0.elapsed().as_secs_f64(), cpu_seconds() - c0))

@@ -117,8 +117,7 @@ impl FakeQuant {
                 .zip(g[r].par_chunks(FQ_CHUNK))
                 .for_each(|((o, xv), gv)| {
                     for ((o, &v), &gi) in o.iter_mut().zip(xv).zip(gv) {
-                        let code =
-                            quantkit_core::linear::round_half_even_saturating(v / sc) + z;
+                        let code = quantkit_core::linear::round_half_even_saturating(v / sc) + z;
                         // NaN codes pass, as in `backward`.
                         if !(code < lo || code > hi) {
                             *o = gi;

@@ -7,11 +7,11 @@ use quantkit_data::idx::{IdxDataset, Split};
 use quantkit_data::Dataset;
 
 use crate::error::{shape_err, Result, TrainError};
+use crate::graph::GraphNet;
 use crate::model::{Model, Task};
 use crate::ops::{MseLoss, SoftmaxCrossEntropy};
 use crate::optim::{cosine_lr, Adam, Optimizer, Sgd};
 use crate::rng::Rng;
-use crate::graph::GraphNet;
 use crate::tape::Tape;
 use crate::tensor::Tensor;
 use quantkit_graph::ir::AttrValue;
@@ -345,9 +345,9 @@ impl GraphModel {
             .first()
             .copied()
             .ok_or_else(|| TrainError::Graph("the graph has no output".into()))?;
-        let y = out.as_f32().ok_or_else(|| {
-            TrainError::Graph(format!("output of type {} is not f32", out.dtype))
-        })?;
+        let y = out
+            .as_f32()
+            .ok_or_else(|| TrainError::Graph(format!("output of type {} is not f32", out.dtype)))?;
         let (loss, g, correct) = match self.task {
             Task::Classify { classes } => {
                 let (l, g) = crate::losses::cross_entropy(y, classes.max(1), labels);
@@ -599,7 +599,11 @@ mod tests {
     fn graph_training_fits_a_batch_and_writes_back_running_statistics() {
         let (x, labels) = batch(16, 5);
         let mut model = crate::zoo::build("resnet8", 2).unwrap();
-        let before: Vec<Vec<f32>> = model.params.iter().map(|p| p.value.data().to_vec()).collect();
+        let before: Vec<Vec<f32>> = model
+            .params
+            .iter()
+            .map(|p| p.value.data().to_vec())
+            .collect();
         let mut gm = GraphModel::new(&model).unwrap();
         let mut opt = Sgd::new(0.9, 0.0);
         let first = gm.step(&mut opt, x.clone(), &labels, 0.05).unwrap().loss;
@@ -622,7 +626,10 @@ mod tests {
         let stats = model.params.iter().filter(|p| !p.trainable).count();
         assert!(stats > 0);
         assert_eq!(changed.1, stats, "every running statistic moved");
-        assert_eq!(changed.0, model.params.iter().filter(|p| p.trainable).count());
+        assert_eq!(
+            changed.0,
+            model.params.iter().filter(|p| p.trainable).count()
+        );
     }
 
     /// An operator without a gradient on the graph is refused before training, by name.
