@@ -272,6 +272,15 @@ fn ste_and_lsq_gradients() {
 }
 
 fn small_graph(with_sin: bool) -> Graph {
+    small_graph_with(if with_sin {
+        OpKind::Sin
+    } else {
+        OpKind::Sigmoid
+    })
+}
+
+/// Conv (stride 2) → `act` → Flatten → Gemm.
+fn small_graph_with(act: OpKind) -> Graph {
     let mut rng = Lcg(3);
     let mut g = Graph {
         opset_imports: vec![(String::new(), 17)],
@@ -293,11 +302,6 @@ fn small_graph(with_sin: bool) -> Graph {
         Node::of(OpKind::Conv, "conv", &["x", "w", "b"], &["c"])
             .with_attr("strides", AttrValue::Ints(vec![2, 2])),
     );
-    let act = if with_sin {
-        OpKind::Sin
-    } else {
-        OpKind::Sigmoid
-    };
     g.nodes.push(Node::of(act, "act", &["c"], &["a"]));
     g.nodes
         .push(Node::of(OpKind::Flatten, "flat", &["a"], &["f"]));
@@ -313,7 +317,14 @@ fn small_graph(with_sin: bool) -> Graph {
 /// of the cross-entropy of its forward.
 #[test]
 fn graph_parameter_gradients_match_finite_differences() {
-    let g = small_graph(false);
+    // Sigmoid: every step on its own; Relu: the Conv → Relu pair GraphNet fuses.
+    for act in [OpKind::Sigmoid, OpKind::Relu] {
+        parameter_gradients_match_finite_differences(act);
+    }
+}
+
+fn parameter_gradients_match_finite_differences(act: OpKind) {
+    let g = small_graph_with(act);
     let mut net = GraphNet::build(&g, &HashMap::new(), &HashMap::new()).unwrap();
     let mut rng = Lcg(4);
     let x = GTensor::from_f32(&[2, 2, 5, 5], rng.vec(100, 1.0));
@@ -325,6 +336,9 @@ fn graph_parameter_gradients_match_finite_differences() {
     };
     let v = net.forward(vec![x.clone()]).unwrap();
     let y = net.outputs(&v)[0].to_f32_vec();
+    // The training forward (fused or not) computes what the float executor computes.
+    let exec = quantkit_graph::execute(&g, vec![("x".into(), x.clone())]).unwrap();
+    assert_eq!(y, exec[0].1.to_f32_vec(), "{act:?}: forward = executor");
     let (_, seed) = quantkit_train::losses::cross_entropy(&y, 4, &labels);
     net.params.zero_grad();
     net.backward(&v, vec![Some(seed)]).unwrap();
@@ -341,7 +355,7 @@ fn graph_parameter_gradients_match_finite_differences() {
             let num = (loss_of(&p) - loss_of(&m)) / 2e-2;
             assert!(
                 (num - gj as f64).abs() < 1e-3 + 1e-2 * num.abs(),
-                "{name}[{j}]: analytic {gj} numeric {num}"
+                "{act:?} {name}[{j}]: analytic {gj} numeric {num}"
             );
         }
     }
