@@ -93,10 +93,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut float_opt = Adam::new(1e-4);
 
     // QAT: the committed LeNet, PTQ W8A8 per channel, as `quantkit qat` starts.
-    let mut fg = quantkit_graph::load_model(&root.join("models/lenet.onnx"))?;
+    let mut fg = quantkit_graph::load_model(root.join("models/lenet.onnx"))?;
     quantkit_ptq::prepare(&mut fg)?;
     let mut calib = quantkit_data::open_data(
-        &root.join("data/fashion-mnist-sample"),
+        root.join("data/fashion-mnist-sample"),
         &quantkit_data::OpenOptions::default(),
     )?;
     let cfg = quantkit_ptq::PtqConfig {
