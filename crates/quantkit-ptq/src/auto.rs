@@ -22,7 +22,19 @@
 //! relative squared error, so outputs of different scales count alike), summed over the
 //! samples. Cost: at most `1 + 3·A` runs of the quantized model on the choosing half (`A`
 //! activations) and `2 + reverts` on the checking half; [`AutoReport`] gives the count
-//! and the time.
+//! and the time. A run on the choosing half is incremental ([`Incremental`]): only the
+//! nodes from the first one the candidate changes, on the values cached at that cut (bit
+//! for bit a full run's outputs); on the zoo and the shared models that is 50–63 % of the
+//! node evaluations of full re-runs.
+//!
+//! A candidate must also not lose top-1 agreement with the float model on the choosing
+//! half (for outputs that are a row of scores per sample) beyond noise: among the samples
+//! whose agreement changes, the lost ones may not outnumber the gained ones by more than
+//! [`AUTO_Z`] standard errors (a sign test, as McNemar's); the check undoes changes
+//! until the checking half passes the same test against minmax. Output error is not top-1
+//! (issue 18: on resnet8 the logit error halved while top-1 on TEST lost 7 images), but a
+//! strict "no image lost" rule acts on one image of 128, which is the noise the paired
+//! error test exists to ignore.
 //!
 //! A graph output keeps the minmax range: its reader is the user, and clipping a
 //! classifier's largest scores turns them into ties that change the top-1.
@@ -347,7 +359,8 @@ pub struct AutoReport {
     pub auto_agree: usize,
     /// Top-1 agreements with float on the checking half, all-minmax model.
     pub minmax_check_agree: usize,
-    /// The same for the chosen model (never below `minmax_check_agree`).
+    /// The same for the chosen model (not below `minmax_check_agree` beyond noise: see
+    /// the module docs).
     pub auto_check_agree: usize,
     /// Node evaluations the incremental search ran on the choosing half (each candidate
     /// from the first node it changes on, plus moving the cached cut forward).
@@ -358,7 +371,10 @@ pub struct AutoReport {
     pub reverted: Vec<String>,
     /// Runs of the quantized model (on either half).
     pub model_runs: usize,
-    /// Wall time of the search in seconds.
+    /// Of [`AutoReport::seconds`], the time spent computing the candidate ranges from the
+    /// histograms (mostly entropy's KL search: quadratic in the bins, per activation).
+    pub candidate_seconds: f64,
+    /// Wall time of the search in seconds (candidates included).
     pub seconds: f64,
 }
 
@@ -372,9 +388,31 @@ struct Errors {
     /// are a row of scores per sample (`[N, C]`, `C ≥ 2`) whose largest score is the float
     /// model's.
     agree: usize,
+    /// Per (sample, scores output) pair, in a fixed order: whether its top-1 is the
+    /// float model's.
+    agrees: Vec<bool>,
 }
 
 impl Errors {
+    /// Whether `self` loses top-1 agreement with the float model against `base` beyond
+    /// the noise of the samples: of the pairs whose agreement differs, those `self` lost
+    /// outnumber those it gained by more than [`AUTO_Z`] standard errors (a sign test
+    /// on the discordant pairs, as McNemar's). One image of 128 is not evidence.
+    fn loses_agreement(&self, base: &Errors) -> bool {
+        if self.agrees.len() != base.agrees.len() {
+            return false;
+        }
+        let (mut lost, mut gained) = (0f64, 0f64);
+        for (a, b) in self.agrees.iter().zip(&base.agrees) {
+            match (a, b) {
+                (false, true) => lost += 1.0,
+                (true, false) => gained += 1.0,
+                _ => {}
+            }
+        }
+        lost - gained > AUTO_Z * (lost + gained).sqrt()
+    }
+
     /// Whether `self` is lower than `base` beyond the noise of the samples: the mean of the
     /// paired per-sample differences is below zero by more than [`AUTO_Z`] standard errors.
     fn significantly_below(&self, base: &Errors) -> bool {
@@ -413,7 +451,7 @@ fn output_error(feeds: &[Feed], outs: &[Outputs], reference: &[Outputs]) -> Erro
         }
     }
     let mut per_sample = Vec::new();
-    let mut agree = 0usize;
+    let mut agrees = Vec::new();
     for ((feed, r), out) in feeds.iter().zip(reference).zip(outs) {
         let rows = batch_of(feed).max(1);
         let base = per_sample.len();
@@ -440,8 +478,8 @@ fn output_error(feeds: &[Feed], outs: &[Outputs], reference: &[Outputs]) -> Erro
                         *x += e / rows as f64;
                     }
                 }
-                if scores && argmax(a) == argmax(b) {
-                    agree += 1;
+                if scores {
+                    agrees.push(argmax(a) == argmax(b));
                 }
             }
         }
@@ -449,7 +487,8 @@ fn output_error(feeds: &[Feed], outs: &[Outputs], reference: &[Outputs]) -> Erro
     Errors {
         total: per_sample.iter().sum(),
         per_sample,
-        agree,
+        agree: agrees.iter().filter(|&&a| a).count(),
+        agrees,
     }
 }
 
@@ -526,7 +565,10 @@ pub fn choose(
         act.insert(t.clone(), list[0].2);
         cands.insert(t.as_str(), list);
     }
-    let mut report = AutoReport::default();
+    let mut report = AutoReport {
+        candidate_seconds: t0.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
     if feeds.is_empty() || cands.is_empty() {
         report.choices = cands
             .iter()
@@ -598,7 +640,10 @@ pub fn choose(
                 scores.push((c.0, e.total));
                 // Lower output error beyond the noise, and no top-1 lost to the float
                 // model on the choosing half (logit error is not top-1: issue 18).
-                if e.total < best.total && e.significantly_below(&start) && e.agree >= start.agree {
+                if e.total < best.total
+                    && e.significantly_below(&start)
+                    && !e.loses_agreement(&start)
+                {
                     best = e;
                     cur = ci;
                 }
@@ -632,8 +677,8 @@ pub fn choose(
         check_error(&act)?
     };
     // Undo, the last first, until the checking half is no worse than minmax in output
-    // error and in top-1 agreement with the float model.
-    while check_err.total > mm_check.total || check_err.agree < mm_check.agree {
+    // error and loses no top-1 agreement with the float model beyond noise.
+    while check_err.total > mm_check.total || check_err.loses_agreement(&mm_check) {
         let Some((t, mm)) = accepted.pop() else {
             break;
         };
