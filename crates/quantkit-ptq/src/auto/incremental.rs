@@ -305,9 +305,7 @@ impl<'f> Incremental<'f> {
                 self.frontier = self.feeds.to_vec();
             }
         }
-        if g.nodes.len() != self.base.nodes.len() {
-            self.constant = constant_nodes(&g);
-        }
+        self.constant = constant_nodes(&g);
         self.base = g;
     }
 }
