@@ -232,6 +232,13 @@ fn auto_reports_its_search() {
     assert!(f("auto_error") <= f("minmax_error"));
     assert!(f("auto_check_error") <= f("minmax_check_error"));
     assert!(a["model_runs"].as_u64().unwrap() >= 3);
+    // Incremental runs: some node evaluations, fewer than full re-runs would do.
+    let (run, full) = (
+        a["nodes_run"].as_u64().unwrap(),
+        a["nodes_full"].as_u64().unwrap(),
+    );
+    assert!(run > 0 && run < full, "{run} of {full}");
+    assert!(f("candidate_seconds") <= f("seconds"));
     let (ok, stdout, err) = quantize(&[
         "--calib",
         calib.to_str().unwrap(),
@@ -244,7 +251,9 @@ fn auto_reports_its_search() {
     ]);
     assert!(ok, "{err}");
     assert!(
-        stdout.contains("auto: ") && stdout.contains("activations off minmax"),
+        stdout.contains("auto: ")
+            && stdout.contains("activations off minmax")
+            && stdout.contains("node evaluations of full re-runs"),
         "{stdout}"
     );
     let _ = std::fs::remove_file(&out);

@@ -16,7 +16,7 @@ use common::{rand_vec, repo};
 use quantkit_core::{CalibrationMethod, Granularity, Observer};
 use quantkit_graph::{execute, execute_with, DType, Dim, Graph, Node, Tensor, ValueInfo};
 use quantkit_ptq::analyze::{Feed, Setup};
-use quantkit_ptq::auto::{choose_local, AUTO_SAMPLES};
+use quantkit_ptq::auto::{choose_local, Incremental, AUTO_SAMPLES};
 use quantkit_ptq::{insert_qdq, PtqConfig};
 use std::collections::{BTreeMap, HashMap};
 
@@ -221,5 +221,93 @@ fn auto_is_not_worse_than_minmax_on_held_out_mobilenet_samples() {
     assert!(
         e_au <= e_mm,
         "auto's held-out output error {e_au:.4e} is above minmax's {e_mm:.4e}"
+    );
+}
+
+/// The incremental search's evaluation (`auto::Incremental`: each candidate run from the
+/// first node it changes, on the cached values crossing that cut) equals a full run of the
+/// candidate's QDQ graph bit for bit, on ResNet-8 (residual Adds: the cut carries the skip
+/// branch too), with candidates accepted along the way (the base graph moves) and one
+/// candidate that changes an earlier tensor than the cut (the cache starts over).
+#[test]
+fn incremental_evaluation_equals_a_full_rerun_bit_for_bit() {
+    let path = repo().join("models/resnet8.onnx");
+    let g = quantkit_graph::load_model(&path).unwrap();
+    let input = g.inputs[0].name.clone();
+    let mut data = sample_feeds();
+    for f in &mut data {
+        f[0].0 = input.clone();
+    }
+    let setup = Setup::new(g, &PtqConfig::default(), &data[..2], &mut |_, _| {}).unwrap();
+    // Two small batches keep the debug build quick.
+    let feeds: Vec<Feed> = (0..2)
+        .map(|b| {
+            let x = &data[4 + b][0].1;
+            let per = x.len() / x.shape[0];
+            let mut shape = x.shape.clone();
+            shape[0] = 3;
+            let v = x.as_f32().unwrap()[..3 * per].to_vec();
+            vec![(input.clone(), Tensor::from_f32(&shape, v))]
+        })
+        .collect();
+    let qdq = |act: &BTreeMap<String, (f32, i32)>| {
+        insert_qdq(setup.float.clone(), &setup.plan, act, &setup.options).unwrap()
+    };
+    let mut act = setup.act.clone();
+    let mut inc = Incremental::new(qdq(&act), &feeds);
+    // Activations in the order their producers run.
+    let pos: HashMap<&str, usize> = setup
+        .float
+        .nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.as_str(), i + 1)))
+        .collect();
+    let mut order: Vec<String> = act.keys().cloned().collect();
+    order.sort_by_key(|t| pos.get(t.as_str()).copied().unwrap_or(0));
+    assert!(order.len() > 5, "{order:?}");
+    let mut tried = 0;
+    for (k, t) in order.iter().enumerate() {
+        let (s, z) = act[t];
+        for factor in [0.6f32, 1.3] {
+            let mut a = act.clone();
+            a.insert(t.clone(), (s * factor, z));
+            let mut cand = qdq(&a);
+            let full: Vec<Vec<(String, Tensor)>> = feeds
+                .iter()
+                .map(|f| execute(&cand, f.clone()).unwrap())
+                .collect();
+            let part = inc.run(&mut cand).unwrap();
+            assert_eq!(full, part, "activation `{t}` scaled by {factor}");
+            tried += 1;
+            if k % 3 == 0 && factor > 1.0 {
+                act = a;
+                inc.accept(cand);
+            }
+        }
+        if k == order.len() / 2 {
+            // Back to the first activation: a change before the cut.
+            let first = &order[0];
+            let mut a = act.clone();
+            a.insert(first.clone(), (act[first].0 * 0.9, act[first].1));
+            let mut cand = qdq(&a);
+            let full: Vec<Vec<(String, Tensor)>> = feeds
+                .iter()
+                .map(|f| execute(&cand, f.clone()).unwrap())
+                .collect();
+            assert_eq!(full, inc.run(&mut cand).unwrap(), "`{first}` after the cut");
+        }
+    }
+    eprintln!(
+        "{tried} candidates: {} of {} node evaluations ({:.0} %)",
+        inc.nodes_run,
+        inc.nodes_full,
+        100.0 * inc.nodes_run as f64 / inc.nodes_full as f64
+    );
+    assert!(
+        inc.nodes_run * 10 < inc.nodes_full * 8,
+        "the incremental runs should save work: {} of {}",
+        inc.nodes_run,
+        inc.nodes_full
     );
 }

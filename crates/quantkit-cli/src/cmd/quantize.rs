@@ -38,7 +38,8 @@ pub struct Args {
     /// activation the one of minmax, percentile=99.99, mse and entropy that makes the
     /// quantized model's output closest to the float model's: a greedy search from
     /// minmax on half of the first 256 calibration samples, checked on the other half;
-    /// up to 3 runs of the model on 128 samples per activation; docs/quantization.md §6).
+    /// up to 3 runs on 128 samples per activation of the part of the model downstream of
+    /// it; docs/quantization.md §6).
     /// Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
@@ -284,7 +285,7 @@ fn report(
             .map(|c| format!("{} {}", c.tensor, c.method))
             .collect();
         println!(
-            "  auto: {} of {} activations off minmax{}; output error vs float {:.3e} (all minmax {:.3e}) on {} choosing samples, {:.3e} ({:.3e}) on {} checking samples; {} model runs in {:.2} s{}",
+            "  auto: {} of {} activations off minmax{}; output error vs float {:.3e} (all minmax {:.3e}) on {} choosing samples, {:.3e} ({:.3e}) on {} checking samples; {} model runs in {:.2} s ({:.2} s of it computing the candidates; {:.0} % of the node evaluations of full re-runs){}",
             moved.len(),
             a.choices.len(),
             if moved.is_empty() {
@@ -300,6 +301,8 @@ fn report(
             a.check_samples,
             a.model_runs,
             a.seconds,
+            a.candidate_seconds,
+            100.0 * a.nodes_run as f64 / a.nodes_full.max(1) as f64,
             if a.reverted.is_empty() {
                 String::new()
             } else {
