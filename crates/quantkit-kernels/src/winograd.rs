@@ -1,4 +1,5 @@
-//! Winograd F(2×2, 3×3) for quantized 3×3 stride-1 convolutions, exact in integers.
+//! Winograd F(2×2, 3×3) and F(4×4, 3×3) for quantized 3×3 stride-1 convolutions, exact in
+//! integers.
 //!
 //! # The algorithm (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)
 //! A 2×2 block of outputs of a 3×3 cross-correlation of a 4×4 input tile `d` with a kernel
@@ -29,6 +30,38 @@
 //!   point 0.
 //!
 //! So the result is the direct convolution's `Σ (x − za)(w − zw)`, bit for bit, on every ISA.
+//!
+//! # F(4×4, 3×3)
+//! The same construction with 6×6 input tiles and 4×4 outputs (Lavin & Gray's F(4×4, 3×3),
+//! points 0, ±1, ±2, ∞): 36 products for 16 outputs, 2.25 per output instead of F(2×2)'s
+//! 4 and the direct conv's 9. That matters on AVX-512 VNNI, where `vpdpbusd` multiplies
+//! 64 u8×i8 pairs per instruction and `vpdpwssd` only 32 i16 pairs: F(2×2) needs
+//! `4/32` instructions per output and channel pair against the direct conv's `9/64`,
+//! F(4×4) `2.25/32`. Its `G` has fractions, so the integer form scales and divides back:
+//! ```text
+//!      ⎡4  0 −5  0  1  0⎤         ⎡ 1  0  0⎤                      ⎡6  4  4  1  1  0⎤
+//!      ⎢0 −4 −4  1  1  0⎥         ⎢−1 −1 −1⎥                      ⎢0  4 −4  2 −2  0⎥
+//! Bᵀ = ⎢0  4 −4 −1  1  0⎥   G' =  ⎢−1  1 −1⎥ = diag(s)·G    A''ᵀ = ⎢0  4  4  4  4  0⎥
+//!      ⎢0 −2 −1  2  1  0⎥         ⎢ 1  2  4⎥   s = (4, 6, 6,       ⎣0  4 −4  8 −8 24⎦
+//!      ⎢0  2 −1 −2  1  0⎥         ⎢ 1 −2  4⎥       24, 24, 1)     = Aᵀ·diag(24/s)
+//!      ⎣0  4  0 −5  0  1⎦         ⎣ 0  0  1⎦
+//! ```
+//! - `V = Bᵀ d B`: row sums of `|Bᵀ|` are at most 10, so `|V| ≤ 100·255 = 25,500`, an i16
+//!   (and so is every partial sum of the two passes);
+//! - `U' = G' g G'ᵀ`: row sums of `|G'|` are at most 7, so `|U'| ≤ 49·max_g ≤ 12,495`;
+//!   a pair sum of the GEMM is at most `2·25,500·12,495 < 2^31`, exact in `vpmaddwd` /
+//!   `vpdpwssd`, and the GEMMs add in wrapping i32 (`M'`, exact modulo 2^32);
+//! - since `M = M' / (s sᵀ)` elementwise, `Y = Aᵀ M A = A''ᵀ M' A'' / 576`: the output
+//!   transform computes `Z = A''ᵀ M' A''` in wrapping i32, i.e. `576·Y` modulo 2^32.
+//!   `576 = 2^6·9` and 9 is odd, so `Z·9⁻¹` (the inverse modulo 2^32, `0x38E38E39`) is
+//!   `64·Y` modulo 2^32, and its arithmetic shift right by 6 is `Y` exactly whenever
+//!   `−2^25 ≤ Y < 2^25`.
+//!
+//! `|Y| ≤ 255·Σ|w − zw|` over the output channel's `9·C_in` weights, so the weights are
+//! packed for F(4×4) only when that is below 2^25 for every output channel (a per-channel
+//! L1 bound, not `9·C_in·max_g`: real weights are far from all-extreme; all-extreme i8
+//! weights pass up to 114 channels). Tiles are 4×4 outputs, bands four output rows; a fused 2×2 max pool takes
+//! four windows per tile.
 //!
 //! # Layout
 //! Work is split into bands: one image's pair of output rows `(b, ty)`, `⌈OW/2⌉` tiles wide.

@@ -163,7 +163,8 @@ pub(crate) struct Rates {
 impl Rates {
     /// The model's rates for `isa`, fitted to `quantkit bench conv --algo …` on the
     /// LeNet, conv-net and ResNet layers, one thread, on an AMD EPYC (Zen 4) with AVX-512
-    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md.
+    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md
+    /// (`p_wino4`: the conv net's three Winograd layers at batch 1, 2026-11-25).
     pub(crate) fn of(isa: Isa) -> Rates {
         match isa {
             // Portable code: only a forced choice or a machine without SIMD runs it, and
@@ -191,7 +192,7 @@ impl Rates {
                 p_pair: 9.2,
                 r_i16: 80.0,
                 p_wino: 0.074,
-                p_wino4: 0.12,
+                p_wino4: 0.33,
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 3.0,
@@ -207,7 +208,7 @@ impl Rates {
                 p_pair: 17.7,
                 r_i16: 113.0,
                 p_wino: 0.087,
-                p_wino4: 0.12,
+                p_wino4: 0.25,
                 r_direct: 200.0,
                 p_direct: 18.0,
                 r_dw: 4.0,
@@ -298,6 +299,13 @@ mod tests {
             Direct
         );
         assert_eq!(vnni.cheapest(&shape(128, 256, 0), &three), Winograd);
+        // F(4×4) wherever Winograd applies, on both (BENCHMARKS.md, 2026-11-25: the conv
+        // net's 32→64, 64→128 and 128→256 layers at batch 1).
+        let wino = [Im2col, Winograd, Winograd4, Direct];
+        for (ci, co) in [(32, 64), (64, 128), (128, 256)] {
+            assert_eq!(avx2.cheapest(&shape(ci, co, 0), &wino), Winograd4);
+            assert_eq!(vnni.cheapest(&shape(ci, co, 0), &wino), Winograd4);
+        }
         assert_ne!(vnni.cheapest(&shape(64, 128, 0), &all), Im2col);
         // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
         // on AVX2.
