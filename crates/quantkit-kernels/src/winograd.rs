@@ -508,6 +508,8 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             Tile([0; TILE]),
             Tile([0; TILE]),
         ];
+        // One tile's 4×4 outputs, written in place by `output_tile_f4` (no copy per tile).
+        let mut y = [[[0i32; NR]; 4]; 4];
         let (ph, pw) = (self.oh / 2, self.ow / 2);
         for p in panels {
             let cols = (c_out - p * NR).min(NR);
@@ -529,7 +531,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                         // oh, ow are even: pooled rows 2ty, 2ty+1 (the second may be past
                         // the output when oh is not a multiple of 4), columns 2tx...
                         for k in 0..len {
-                            let y = output_tile_f4(m, r + k);
+                            output_tile_f4(m, r + k, &mut y);
                             for (py, tile) in run.iter_mut().take(2).enumerate() {
                                 for px in 0..2 {
                                     let o = &mut tile.0[(2 * k + px) * NR..][..NR];
@@ -557,7 +559,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                         continue;
                     }
                     for k in 0..len {
-                        let y = output_tile_f4(m, r + k);
+                        output_tile_f4(m, r + k, &mut y);
                         for (tile, ydy) in run.iter_mut().zip(&y) {
                             for (dx, v) in ydy.iter().enumerate() {
                                 tile.0[(4 * k + dx) * NR..][..NR].copy_from_slice(v);
@@ -612,17 +614,20 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                 }
             }
         }
+        // Buffers of the channel blocks, written in place (the last block's lanes past
+        // `c` keep earlier values, which are never stored).
+        let mut d = [[0i16; CB]; XI4];
+        let mut vt = [[0i16; CB]; XI4];
         let mut c0 = 0;
         while c0 < c {
             let n = (c - c0).min(CB);
-            let mut d = [[0i16; CB]; XI4];
             for (dk, sk) in d.iter_mut().zip(&src) {
                 for (o, &x) in dk.iter_mut().zip(&sk[c0..c0 + n]) {
                     let x = if T::SIGNED { x as i8 as i32 } else { x as i32 };
                     *o = (x - za) as i16;
                 }
             }
-            let vt = transform_input_f4(&d);
+            transform_input_f4(&d, &mut vt);
             for (xi, vx) in vt.iter().enumerate() {
                 v[xi * plane + off + c0..][..n].copy_from_slice(&vx[..n]);
             }
@@ -694,7 +699,7 @@ const XI4: usize = 36;
 /// [0,4,0,−5,0,1]]`: down each column, then along each row. Every partial sum is at most
 /// `10·255` (first pass) and `100·255` (second) in magnitude, so i16 is exact.
 #[inline(always)]
-fn transform_input_f4(d: &[[i16; CB]; XI4]) -> [[i16; CB]; XI4] {
+fn transform_input_f4(d: &[[i16; CB]; XI4], v: &mut [[i16; CB]; XI4]) {
     #[inline(always)]
     fn bt(x: [i16; 6]) -> [i16; 6] {
         let [d0, d1, d2, d3, d4, d5] = x;
@@ -707,7 +712,6 @@ fn transform_input_f4(d: &[[i16; CB]; XI4]) -> [[i16; CB]; XI4] {
             4 * d1 - 5 * d3 + d5,
         ]
     }
-    let mut v = [[0i16; CB]; XI4];
     for l in 0..CB {
         let mut t = [0i16; XI4];
         for j in 0..6 {
@@ -723,7 +727,6 @@ fn transform_input_f4(d: &[[i16; CB]; XI4]) -> [[i16; CB]; XI4] {
             }
         }
     }
-    v
 }
 
 /// `2^32`-inverse of 9: `576·Y·INV9 = 64·Y` modulo 2^32.
@@ -732,10 +735,10 @@ const _: () = assert!(INV9.wrapping_mul(9) == 1);
 
 /// The F(4×4, 3×3) output transform of tile row `r` of the 36 `M'_ξ` tiles: `Z = A''ᵀ M' A''`
 /// with `A''ᵀ = [[6,4,4,1,1,0],[0,4,−4,2,−2,0],[0,4,4,4,4,0],[0,4,−4,8,−8,24]]` is `576·Y`
-/// modulo 2^32 (module docs), so `Y = (Z·9⁻¹) >> 6` whenever `|Y| < 2^25`. Returns the
-/// 4×4 outputs (`[dy][dx]`), 16 channels each.
+/// modulo 2^32 (module docs), so `Y = (Z·9⁻¹) >> 6` whenever `|Y| < 2^25`. Writes the
+/// 4×4 outputs to `y` (`[dy][dx]`), 16 channels each.
 #[inline(always)]
-fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize) -> [[[i32; NR]; 4]; 4] {
+fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize, y: &mut [[[i32; NR]; 4]; 4]) {
     #[inline(always)]
     fn at(x: [i32; 6]) -> [i32; 4] {
         let [m0, m1, m2, m3, m4, m5] = x;
@@ -752,7 +755,6 @@ fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize) -> [[[i32; NR]; 4]; 4] {
                 .wrapping_add(m5.wrapping_mul(24)),
         ]
     }
-    let mut y = [[[0i32; NR]; 4]; 4];
     let rows: [&[i32; NR]; XI4] =
         std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
     for l in 0..NR {
@@ -770,7 +772,6 @@ fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize) -> [[[i32; NR]; 4]; 4] {
             }
         }
     }
-    y
 }
 
 /// `Aᵀ M A >> 2` of tile row `r` of the 16 `M_ξ` tiles: the 2×2 outputs (`[dy][dx]`), 16
