@@ -28,7 +28,7 @@ enum Command {
     /// Measure speed on this machine: a model float vs int8 (`bench MODEL.onnx`), the int8
     /// kernels (`bench gemm`, `bench conv`), the ISA in use (`bench --isa`). The environment
     /// variables QUANTKIT_ISA (scalar, avx2, avx512vnni) and QUANTKIT_CONV_ALGO (auto,
-    /// im2col, winograd, pairs, direct) force the kernels' instruction set and the conv
+    /// im2col, winograd, winograd4, pairs, direct) force the kernels' instruction set and the conv
     /// algorithm (default: the cost model's choice per ISA); QUANTKIT_DECONV_ALGO (auto,
     /// col2im, blocks) the transposed conv's.
     Bench(cmd::bench::Args),

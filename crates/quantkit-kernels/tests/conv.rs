@@ -500,6 +500,12 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ([2, 9, 10, 24], 40, p, "winograd"),
         ([1, 8, 8, 16], 16, p, "winograd"),
         ([3, 7, 5, 9], 21, p, "winograd"),
+        // F(4×4): 4×4 tiles of 2×2 pool windows; outputs that are not multiples of 4
+        // (the second pooled row/column of the last tiles dropped), odd C_in.
+        ([2, 9, 10, 24], 40, p, "winograd4"),
+        ([1, 8, 8, 16], 16, p, "winograd4"),
+        ([3, 7, 5, 9], 21, p, "winograd4"),
+        ([1, 14, 14, 32], 20, p, "winograd4"),
         // The GEMM paths: pooled blocks of 3 rows (8 pooled rows: 3 + 3 + 2), odd widths.
         ([2, 16, 15, 3], 20, p, "gemm-pairs"),
         ([1, 17, 28, 1], 32, p, "gemm-pairs"),
@@ -527,6 +533,7 @@ fn conv_with_max_pool_equals_conv_then_pool() {
             .collect();
         let algo = match method {
             "winograd" => ConvAlgorithm::Winograd,
+            "winograd4" => ConvAlgorithm::Winograd4,
             "gemm-pairs" => ConvAlgorithm::Pairs,
             "direct" => ConvAlgorithm::Direct,
             _ => ConvAlgorithm::Im2col,
@@ -696,6 +703,79 @@ fn winograd_is_exact_at_its_bound_and_declines_past_it() {
     }
 }
 
+/// F(4×4, 3×3)'s exactness bound at its edge (`255·Σ|w − zw| < 2^25` per output channel):
+/// 114 channels of extreme values (|x − za| = 255, |w − zw| = 128: |Y| within 0.2 % of
+/// 2^25, both signs) are exact on every ISA, and at 115 channels a forced `winograd4`
+/// falls back to F(2×2).
+#[test]
+fn winograd4_is_exact_at_its_bound_and_declines_past_it() {
+    let p = ConvParams::new(3, 3);
+    let c_out = 3;
+    let past = ConvWeights::with_algorithm(
+        &vec![-128i8; c_out * 115 * 9],
+        c_out,
+        115,
+        p,
+        &[0],
+        ConvAlgorithm::Winograd4,
+    )
+    .unwrap();
+    assert_eq!(past.method(), "winograd");
+    let c_in = 114;
+    let mut rng = Rng(6);
+    // Channel 0: all −128; the others random extremes (their Σ|w| is the same).
+    let w: Vec<i8> = (0..c_out * c_in * 9)
+        .map(|i| {
+            if i < c_in * 9 || rng.next().is_multiple_of(2) {
+                -128
+            } else {
+                127
+            }
+        })
+        .collect();
+    let cw =
+        ConvWeights::with_algorithm(&w, c_out, c_in, p, &[0], ConvAlgorithm::Winograd4).unwrap();
+    assert_eq!(cw.method(), "winograd4");
+    let wi: Vec<i32> = w.iter().map(|&v| v as i32).collect();
+    let shape = [1, 6, 7, c_in];
+    for (za, hi) in [(0, 255), (255, 0)] {
+        let xi: Vec<i32> = (0..shape.iter().product::<usize>())
+            .map(|i| {
+                // Rows 0–2, columns 0–2 at the far end (output (0, 0) reaches the bound),
+                // random extremes elsewhere.
+                let (y, x) = (i / c_in / 7, (i / c_in) % 7);
+                if (y < 3 && x < 3) || rng.next().is_multiple_of(2) {
+                    hi
+                } else {
+                    za
+                }
+            })
+            .collect();
+        let x: Vec<u8> = xi.iter().map(|&v| v as u8).collect();
+        let input = NhwcInput {
+            data: &x,
+            shape,
+            zero_point: za,
+        };
+        let (want, oshape) = reference(&xi, shape, za, &wi, &[0; 3], c_out, &p);
+        let edge = 9 * 255 * 128 * c_in as i64;
+        assert!(
+            want.iter().any(|&v| v.abs() == edge),
+            "the bound is reached"
+        );
+        assert!(edge < 1 << 25);
+        for isa in supported() {
+            let mut got = vec![0i32; oshape.iter().product()];
+            conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+            let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
+            assert!(
+                got == want,
+                "{isa}, za {za}: winograd4 at the bound is not exact"
+            );
+        }
+    }
+}
+
 /// Convs with 1–4 input channels take the pairs packing (`gemm-pairs`: channel pairs, and
 /// row pairs of the last channel of an odd C_in) and agree with the plain im2col bit for bit
 /// on every ISA, 1 and 2 threads: u8 and i8 activations, weight zero points (so the packed
@@ -811,6 +891,60 @@ proptest! {
             }
             let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
             prop_assert_eq!(&got, &want, "{} {:?} c_in {} c_out {}", isa, shape, c_in, c_out);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Winograd F(4×4, 3×3), forced: random 3×3 stride-1 convs with 8–40 input channels,
+    /// sizes 1–17 (outputs that are not multiples of 4, several tiles and bands), pads 0–2
+    /// per side, batch 1–3, u8 or i8 activations, any zero points and weight zero points.
+    /// Raw sums on every ISA equal the i64 reference exactly, and the quantized output
+    /// equals the im2col path's.
+    #[test]
+    fn winograd4_path_equals_the_reference(
+        n in 1usize..4, h in 1usize..18, w in 1usize..18,
+        c_in in 8usize..41, c_out in 1usize..40,
+        pads in proptest::array::uniform4(0usize..3), seed in any::<u64>(), signed in any::<bool>(),
+    ) {
+        let p = ConvParams { pads, ..ConvParams::new(3, 3) };
+        prop_assume!(p.output_size(h, w).is_ok());
+        let mut rng = Rng(seed);
+        let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+        let shape = [n, h, w, c_in];
+        let x: Vec<i32> = (0..shape.iter().product::<usize>()).map(|_| rng.range(lo, hi)).collect();
+        let zx = rng.range(lo, hi);
+        let wv: Vec<i32> = (0..c_out * c_in * 9).map(|_| rng.range(-128, 127)).collect();
+        let zw: Vec<i32> = (0..c_out).map(|_| if rng.next().is_multiple_of(3) { rng.range(-128, 127) } else { 0 }).collect();
+        let w8: Vec<i8> = wv.iter().map(|&v| v as i8).collect();
+        let cw = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, ConvAlgorithm::Winograd4).unwrap();
+        prop_assert_eq!(cw.method(), "winograd4");
+        let gemm = ConvWeights::with_algorithm(&w8, c_out, c_in, p, &zw, ConvAlgorithm::Im2col).unwrap();
+        let (want, oshape) = reference(&x, shape, zx, &wv, &zw, c_out, &p);
+        let total = oshape.iter().product::<usize>();
+        let scales: Vec<f32> = (0..c_out).map(|i| 3e-5 * (1 + i % 5) as f32).collect();
+        let stage = OutputStage::float(scales, 3).with_bias(vec![77; c_out]);
+        for isa in supported() {
+            let mut got = vec![0i32; total];
+            let mut q = vec![0u8; total];
+            let mut q_gemm = vec![0u8; total];
+            if signed {
+                let xt: Vec<i8> = x.iter().map(|&v| v as i8).collect();
+                let input = NhwcInput { data: &xt, shape, zero_point: zx };
+                conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+                conv2d_quant_with(isa, &input, &cw, &stage, &mut q).unwrap();
+                conv2d_quant_with(Isa::Scalar, &input, &gemm, &stage, &mut q_gemm).unwrap();
+            } else {
+                let xt: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+                let input = NhwcInput { data: &xt, shape, zero_point: zx };
+                conv2d_i32_with(isa, &input, &cw, &mut got).unwrap();
+                conv2d_quant_with(isa, &input, &cw, &stage, &mut q).unwrap();
+                conv2d_quant_with(Isa::Scalar, &input, &gemm, &stage, &mut q_gemm).unwrap();
+            }
+            let got: Vec<i64> = got.iter().map(|&v| v as i64).collect();
+            prop_assert_eq!(&got, &want, "{} {:?} c_in {} c_out {}", isa, shape, c_in, c_out);
+            prop_assert_eq!(&q, &q_gemm, "{} quantized", isa);
         }
     }
 }

@@ -61,7 +61,8 @@ struct ConvArgs {
     #[arg(long, default_value_t = 1)]
     batch: usize,
     /// Force the algorithm of every conv that can use it: auto (the cost model),
-    /// winograd, im2col or pairs (overrides QUANTKIT_CONV_ALGO).
+    /// winograd (F(2×2, 3×3)), winograd4 (F(4×4, 3×3)), im2col, pairs or direct (overrides
+    /// QUANTKIT_CONV_ALGO).
     #[arg(long)]
     algo: Option<String>,
     /// Only layers whose name contains this text.

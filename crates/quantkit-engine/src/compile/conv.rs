@@ -236,6 +236,7 @@ pub(crate) fn conv_kind(weights: &ConvWeights) -> &'static str {
     match weights.method() {
         "depthwise" => "depthwise conv2d",
         "winograd" => "winograd conv2d",
+        "winograd4" => "winograd4 conv2d",
         "direct" => "direct conv2d",
         _ => "conv2d",
     }

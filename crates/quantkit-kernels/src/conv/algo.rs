@@ -9,18 +9,20 @@
 //! im2col   K·C_out / R_u8        + K·p_pack + T·p_tap   (K = T·C_in bytes gathered and packed, T taps)
 //! pairs    2·W·C_out / R_pair    + p_pair               (W words of channel/row pairs, C_in ≤ 4)
 //! winograd 4·C_in·C_out / R_i16  + 4·(C_in + C_out)·p_wino
+//! wino4    2.25·C_in·C_out / R_i16 + 2.25·(C_in + C_out)·p_wino4
 //! direct   T·C4·C_out / R_direct + p_direct             (C4 = C_in rounded up to quads)
 //! ```
 //!
 //! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
 //! input transform 16 values per input channel and its output transform 16 sums per output
-//! channel; the output stage costs every algorithm the same and is left out). The rates
+//! channel; F(4×4, 3×3): 36 products per pair for 16 pixels, 36 values per channel each
+//! way; the output stage costs every algorithm the same and is left out). The rates
 //! `R` (multiply-accumulates per nanosecond the micro-kernel sustains on one core) and the
 //! per-element costs `p` (nanoseconds) are per ISA, in [`Rates::of`]: fitted to
 //! `quantkit bench conv --algo …` (BENCHMARKS.md) and rough, but the choices they make only
 //! have to be right where the algorithms differ by more than the model's error. (The
 //! estimate is per output pixel: Winograd's tiles past an odd output edge, e.g. 7×7, are
-//! not counted.) `QUANTKIT_CONV_ALGO=auto|im2col|winograd|pairs` (or
+//! not counted.) `QUANTKIT_CONV_ALGO=auto|im2col|winograd|winograd4|pairs|direct` (or
 //! [`ConvWeights::for_isa`](super::ConvWeights::for_isa) with an explicit choice) overrides
 //! the model for every conv the forced algorithm can run, so a measurement can confirm or
 //! correct it.
@@ -46,6 +48,11 @@ pub enum ConvAlgorithm {
     /// padded input (`small_cin`) wherever it applies: one group, C_in ≤ 4, not 1×1
     /// stride-1 unpadded, weight zero points in the i8 range; the model's choice elsewhere.
     Pairs,
+    /// Exact integer Winograd F(4×4, 3×3) ([`crate::winograd`], "F(4×4, 3×3)"): 2.25
+    /// products per output instead of F(2×2)'s 4, wherever it applies (as
+    /// [`Self::Winograd`]) and every output channel's `255·Σ|w − zw|` is below 2^25;
+    /// F(2×2) where only that one is exact; the model's choice elsewhere.
+    Winograd4,
     /// The direct (im2col-free) convolution: the `vpdpbusd` tile reads the words of four
     /// channels straight from a padded copy of the input (`conv/direct.rs`) wherever it
     /// applies: one group, weight zero points 0, not 1×1 stride-1 unpadded; the model's
@@ -54,7 +61,8 @@ pub enum ConvAlgorithm {
 }
 
 /// Names accepted by `QUANTKIT_CONV_ALGO` and [`ConvAlgorithm::parse`].
-pub const CONV_ALGO_NAMES: [&str; 5] = ["auto", "im2col", "winograd", "pairs", "direct"];
+pub const CONV_ALGO_NAMES: [&str; 6] =
+    ["auto", "im2col", "winograd", "winograd4", "pairs", "direct"];
 
 impl ConvAlgorithm {
     /// Its name as `QUANTKIT_CONV_ALGO` spells it.
@@ -63,6 +71,7 @@ impl ConvAlgorithm {
             ConvAlgorithm::Auto => "auto",
             ConvAlgorithm::Im2col => "im2col",
             ConvAlgorithm::Winograd => "winograd",
+            ConvAlgorithm::Winograd4 => "winograd4",
             ConvAlgorithm::Pairs => "pairs",
             ConvAlgorithm::Direct => "direct",
         }
@@ -76,6 +85,7 @@ impl ConvAlgorithm {
             "im2col" | "gemm" => ConvAlgorithm::Im2col,
             "direct" => ConvAlgorithm::Direct,
             "winograd" => ConvAlgorithm::Winograd,
+            "winograd4" => ConvAlgorithm::Winograd4,
             "pairs" | "small-cin" => ConvAlgorithm::Pairs,
             _ => return None,
         })
@@ -114,6 +124,7 @@ pub(crate) enum Candidate {
     Im2col,
     Pairs,
     Winograd,
+    Winograd4,
     Direct,
 }
 
@@ -135,6 +146,8 @@ pub(crate) struct Rates {
     r_i16: f64,
     /// ns per value of Winograd's input and output transforms.
     p_wino: f64,
+    /// ns per value of F(4×4, 3×3)'s transforms (6-point, with small multipliers).
+    p_wino4: f64,
     /// u8×i8 MACs/ns of the direct conv's tile (channels padded to quads).
     r_direct: f64,
     /// ns per output pixel of the direct conv (padded copy, tile set-up).
@@ -150,7 +163,8 @@ pub(crate) struct Rates {
 impl Rates {
     /// The model's rates for `isa`, fitted to `quantkit bench conv --algo …` on the
     /// LeNet, conv-net and ResNet layers, one thread, on an AMD EPYC (Zen 4) with AVX-512
-    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md.
+    /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md
+    /// (`p_wino4`: the conv net's three Winograd layers at batch 1, 2026-11-25).
     pub(crate) fn of(isa: Isa) -> Rates {
         match isa {
             // Portable code: only a forced choice or a machine without SIMD runs it, and
@@ -163,6 +177,7 @@ impl Rates {
                 p_pair: 18.0,
                 r_i16: 8.0,
                 p_wino: 0.3,
+                p_wino4: 0.5,
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 1.0,
@@ -177,6 +192,7 @@ impl Rates {
                 p_pair: 9.2,
                 r_i16: 80.0,
                 p_wino: 0.074,
+                p_wino4: 0.33,
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 3.0,
@@ -192,6 +208,7 @@ impl Rates {
                 p_pair: 17.7,
                 r_i16: 113.0,
                 p_wino: 0.087,
+                p_wino4: 0.25,
                 r_direct: 200.0,
                 p_direct: 18.0,
                 r_dw: 4.0,
@@ -209,6 +226,7 @@ impl Rates {
             Candidate::Im2col => k * co / self.r_u8 + k * self.p_pack + taps * self.p_tap,
             Candidate::Pairs => 2.0 * shape.pair_words as f64 * co / self.r_pair + self.p_pair,
             Candidate::Winograd => 4.0 * ci * co / self.r_i16 + 4.0 * (ci + co) * self.p_wino,
+            Candidate::Winograd4 => 2.25 * ci * co / self.r_i16 + 2.25 * (ci + co) * self.p_wino4,
             Candidate::Direct => {
                 taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
             }
@@ -281,6 +299,13 @@ mod tests {
             Direct
         );
         assert_eq!(vnni.cheapest(&shape(128, 256, 0), &three), Winograd);
+        // F(4×4) wherever Winograd applies, on both (BENCHMARKS.md, 2026-11-25: the conv
+        // net's 32→64, 64→128 and 128→256 layers at batch 1).
+        let wino = [Im2col, Winograd, Winograd4, Direct];
+        for (ci, co) in [(32, 64), (64, 128), (128, 256)] {
+            assert_eq!(avx2.cheapest(&shape(ci, co, 0), &wino), Winograd4);
+            assert_eq!(vnni.cheapest(&shape(ci, co, 0), &wino), Winograd4);
+        }
         assert_ne!(vnni.cheapest(&shape(64, 128, 0), &all), Im2col);
         // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
         // on AVX2.

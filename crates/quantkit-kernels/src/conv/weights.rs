@@ -152,6 +152,7 @@ impl ConvWeights {
         }
         if winograd_shape {
             eligible.push(Candidate::Winograd);
+            eligible.push(Candidate::Winograd4);
         }
         // The direct conv needs zw = 0 (no activation row sums) and one group.
         let direct_shape = g == 1 && !one_by_one && (0..c_out).all(|co| zp(co) == 0);
@@ -162,6 +163,7 @@ impl ConvWeights {
             ConvAlgorithm::Auto => None,
             ConvAlgorithm::Im2col => Some(Candidate::Im2col),
             ConvAlgorithm::Winograd => Some(Candidate::Winograd),
+            ConvAlgorithm::Winograd4 => Some(Candidate::Winograd4),
             ConvAlgorithm::Pairs => Some(Candidate::Pairs),
             ConvAlgorithm::Direct => Some(Candidate::Direct),
         };
@@ -176,15 +178,27 @@ impl ConvWeights {
             Some(f) => f,
             None => rates.cheapest(&shape, &eligible),
         };
-        let winograd = if choice == Candidate::Winograd && !depthwise {
-            WinogradWeights::new(weights, c_out, c_in, zp)
-        } else {
-            None
-        };
-        if choice == Candidate::Winograd && winograd.is_none() {
-            // Outside Winograd's exactness bound: the next best.
-            eligible.retain(|&c| c != Candidate::Winograd);
-            choice = rates.cheapest(&shape, &eligible);
+        let mut winograd = None;
+        if choice == Candidate::Winograd4 && !depthwise {
+            winograd = WinogradWeights::new_f4(weights, c_out, c_in, zp);
+            if winograd.is_none() {
+                // Outside F(4×4)'s exactness bound: F(2×2) when the choice was forced
+                // (the same family), the next best otherwise.
+                eligible.retain(|&c| c != Candidate::Winograd4);
+                choice = if forced == Some(Candidate::Winograd4) {
+                    Candidate::Winograd
+                } else {
+                    rates.cheapest(&shape, &eligible)
+                };
+            }
+        }
+        if choice == Candidate::Winograd && !depthwise {
+            winograd = WinogradWeights::new(weights, c_out, c_in, zp);
+            if winograd.is_none() {
+                // Outside Winograd's exactness bound: the next best.
+                eligible.retain(|&c| c != Candidate::Winograd && c != Candidate::Winograd4);
+                choice = rates.cheapest(&shape, &eligible);
+            }
         }
         let kind = if let Some(ww) = winograd {
             Kind::Winograd(ww)
@@ -242,6 +256,7 @@ impl ConvWeights {
                 blocks: Some(_), ..
             } => rates.depthwise_blocks_cost(kh * kw, c_out),
             Kind::Depthwise { .. } => rates.depthwise_cost(kh * kw, c_out),
+            Kind::Winograd(ww) if ww.is_f4() => rates.cost(&shape, Candidate::Winograd4),
             Kind::Winograd(_) => rates.cost(&shape, Candidate::Winograd),
             Kind::Direct(_) => rates.cost(&shape, Candidate::Direct),
             Kind::SmallCin(_) => rates.cost(&shape, Candidate::Pairs),
@@ -271,12 +286,14 @@ impl ConvWeights {
         matches!(self.kind, Kind::Depthwise { .. })
     }
 
-    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"`, `"direct"`
+    /// The kernel family that runs this conv: `"depthwise"`, `"winograd"` (F(2×2, 3×3)),
+    /// `"winograd4"` (F(4×4, 3×3)), `"direct"`
     /// (the im2col-free `vpdpbusd` conv), `"gemm-pairs"` (im2col + GEMM over channels
     /// padded to pairs, for C_in ≤ 4) or `"gemm"`.
     pub fn method(&self) -> &'static str {
         match self.kind {
             Kind::Depthwise { .. } => "depthwise",
+            Kind::Winograd(ref ww) if ww.is_f4() => "winograd4",
             Kind::Winograd(_) => "winograd",
             Kind::Direct(_) => "direct",
             Kind::SmallCin(_) => "gemm-pairs",
