@@ -88,6 +88,41 @@ pub fn distill_kl(student: &[f32], teacher: &[f32], k: usize, t: f32) -> (f32, V
     ((loss * (t * t) as f64 / n as f64) as f32, grad)
 }
 
+/// `mean_n KL(p_teacher ‖ p_student)` over rows of `k` when both are already
+/// probabilities (the output of a Softmax): the loss is computed on `probs`, the student's
+/// probabilities before any output quantization, and the returned gradient is with respect
+/// to those probabilities, `−p_t / p_s / N`, so that the Softmax's own backward turns it
+/// into `(p_s − p_t) / N` on its logits (`p_s` is floored at 1e-30).
+pub fn distill_kl_probs(probs: &[f32], teacher: &[f32], k: usize) -> (f32, Vec<f32>) {
+    let n = (probs.len() / k.max(1)).max(1);
+    let mut loss = 0f64;
+    let grad = probs
+        .iter()
+        .zip(teacher)
+        .map(|(&ps, &pt)| {
+            let (ps, pt) = (f64::from(ps).max(1e-30), f64::from(pt).max(0.0));
+            if pt > 0.0 {
+                loss += pt * (pt.ln() - ps.ln());
+            }
+            (-pt / ps / n as f64) as f32
+        })
+        .collect();
+    ((loss / n as f64) as f32, grad)
+}
+
+/// Mean squared error divided by `norm` (the variance of the teacher's output, so the
+/// loss is dimensionless: 1 − R² when the student predicts the teacher's mean).
+pub fn mse_normalised(y: &[f32], t: &[f32], norm: f32) -> (f32, Vec<f32>) {
+    let (l, mut g) = mse(y, t);
+    let norm = if norm.is_finite() && norm > 0.0 {
+        norm
+    } else {
+        1.0
+    };
+    g.iter_mut().for_each(|v| *v /= norm);
+    (l / norm, g)
+}
+
 /// The loss of `kind` for `output` (`[N, K]`, row length `k`), given labels or a target.
 pub fn compute(
     kind: LossKind,
@@ -134,6 +169,29 @@ mod tests {
             let (_, g) = distill_kl(&x, &t, 4, temp);
             fd(|v| distill_kl(v, &t, 4, temp).0, &x, &g);
         }
+        let p: Vec<f32> = x
+            .chunks(4)
+            .flat_map(|r| softmax_row(r, 1.0).into_iter().map(|v| v as f32))
+            .collect();
+        let q: Vec<f32> = t
+            .chunks(4)
+            .flat_map(|r| softmax_row(r, 1.0).into_iter().map(|v| v as f32))
+            .collect();
+        let (_, g) = distill_kl_probs(&p, &q, 4);
+        fd(|v| distill_kl_probs(v, &q, 4).0, &p, &g);
+        // Through the softmax, the probability gradient becomes p_s − p_t on the logits:
+        // the same as distill_kl on the logits at T = 1.
+        let (_, gl) = distill_kl(&x, &t, 4, 1.0);
+        for (r, (gp, pr)) in gl.chunks(4).zip(g.chunks(4).zip(p.chunks(4))) {
+            let dot: f32 = gp.iter().zip(pr).map(|(a, b)| a * b).sum();
+            for j in 0..4 {
+                let via = pr[j] * (gp[j] - dot);
+                assert!((via - r[j]).abs() < 1e-5, "{via} vs {}", r[j]);
+            }
+        }
+        let (l, g) = mse_normalised(&x, &t, 4.0);
+        assert!((l - mse(&x, &t).0 / 4.0).abs() < 1e-6);
+        fd(|v| mse_normalised(v, &t, 4.0).0, &x, &g);
         // KL of identical distributions is 0.
         assert!(distill_kl(&x, &x, 4, 2.0).0.abs() < 1e-6);
     }
