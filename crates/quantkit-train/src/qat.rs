@@ -68,9 +68,12 @@ impl Default for QatOptions {
 pub enum OutputLoss {
     /// Not trained on (weight 0).
     Ignore,
-    /// `KL(p_teacher ‖ p_student)` on an output that already holds a Softmax's
-    /// probabilities ([`Qat::softmax_probs_of`] names them).
-    KlProbs,
+    /// `T² · KL(q_teacher ‖ q_student)`, `q = softmax(ln p / T)`, on an output that
+    /// already holds a Softmax's probabilities `p` ([`Qat::softmax_probs_of`] names them).
+    KlProbs {
+        /// Temperature (1: the KL of the probabilities themselves).
+        temperature: f32,
+    },
     /// `T² · KL(softmax(teacher/T) ‖ softmax(student/T))` on raw logits.
     KlLogits {
         /// Temperature.
@@ -625,7 +628,7 @@ impl Qat {
                     seeds.push(None);
                     continue;
                 }
-                OutputLoss::KlProbs => {
+                OutputLoss::KlProbs { temperature } => {
                     let name = self.softmax_probs_of(i).ok_or_else(|| {
                         err(format!(
                             "distillation: output {i} is not a Softmax's probabilities; use KL on logits or MSE"
@@ -639,7 +642,7 @@ impl Qat {
                         .slot(slot)
                         .ok_or_else(|| err(format!("`{name}` was not computed")))?
                         .to_f32_vec();
-                    let (l, gp) = crate::losses::distill_kl_probs(&p, t, k);
+                    let (l, gp) = crate::losses::distill_kl_probs(&p, t, k, temperature);
                     (l, gp)
                 }
                 OutputLoss::KlLogits { temperature } => {

@@ -193,7 +193,7 @@ fn every_output_is_distilled() {
             weight: 1.0,
         },
         OutputTerm {
-            loss: OutputLoss::KlProbs,
+            loss: OutputLoss::KlProbs { temperature: 1.0 },
             weight: 1.0,
         },
     ];
@@ -226,7 +226,7 @@ fn an_output_with_weight_zero_leaves_its_head_alone() {
                 weight: w0,
             },
             OutputTerm {
-                loss: OutputLoss::KlProbs,
+                loss: OutputLoss::KlProbs { temperature: 1.0 },
                 weight: 1.0,
             },
         ]
@@ -257,11 +257,11 @@ fn a_kl_term_on_a_regressor_is_an_error() {
     let t = teacher_outputs(&teacher, &x[..32 * IN], 32);
     let terms = [
         OutputTerm {
-            loss: OutputLoss::KlProbs,
+            loss: OutputLoss::KlProbs { temperature: 1.0 },
             weight: 1.0,
         },
         OutputTerm {
-            loss: OutputLoss::KlProbs,
+            loss: OutputLoss::KlProbs { temperature: 1.0 },
             weight: 1.0,
         },
     ];

@@ -81,6 +81,10 @@ pub struct Args {
     /// Softmax output and for the only output of a one-output model, `mse` otherwise.
     #[arg(long, default_value = "auto")]
     distill_loss: String,
+    /// Distillation temperature of the KL terms (Hinton et al. 2015; the loss is scaled by
+    /// T²). On a Softmax output the probabilities are softened as softmax(ln p / T).
+    #[arg(long, default_value_t = 1.0)]
+    distill_temperature: f32,
     /// Weight of each output's loss (comma-separated, one per output or one for all;
     /// 0 leaves an output out). Default 1 for every output.
     #[arg(long)]
@@ -424,6 +428,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     {
         bail!("--distill-loss {o}: expected kl, mse or auto");
     }
+    anyhow::ensure!(
+        args.distill_temperature.is_finite() && args.distill_temperature > 0.0,
+        "--distill-temperature must be a positive number, got {}",
+        args.distill_temperature
+    );
     let weights: Vec<f32> = match &args.distill_weights {
         None => vec![1.0],
         Some(w) => w
@@ -560,9 +569,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let loss = if w == 0.0 {
                 OutputLoss::Ignore
             } else if kind == "kl" && probs {
-                OutputLoss::KlProbs
+                OutputLoss::KlProbs {
+                    temperature: args.distill_temperature,
+                }
             } else if kind == "kl" {
-                OutputLoss::KlLogits { temperature: 1.0 }
+                OutputLoss::KlLogits {
+                    temperature: args.distill_temperature,
+                }
             } else {
                 let (s, ss, n) = var[i];
                 let n = n.max(1) as f64;
