@@ -78,6 +78,10 @@ def main():
     ap.add_argument("--lr", default="1e-4")
     ap.add_argument("--lsq", action="store_true")
     ap.add_argument("--extra", default="", help="more quantkit qat arguments")
+    ap.add_argument("--augment", action="store_true",
+                    help="add a transformed copy of every training input (O-Net: mirrored "
+                         "along x; PP-OCR: rotated by 180 degrees); distillation needs no "
+                         "labels, so the teacher labels the copies itself")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for m in a.models:
@@ -85,10 +89,17 @@ def main():
         files = {}
         for tag, idx in (("train", tr), ("heldout", ho)):
             files[tag] = os.path.join(a.out, f"{m}_{tag}.npy")
-            np.save(files[tag], np.ascontiguousarray(x[idx]))
+            xs = x[idx]
+            if tag == "train" and a.augment:
+                files[tag] = os.path.join(a.out, f"{m}_{tag}_aug.npy")
+                t = xs[:, ::-1] if m == "onet" else xs[:, :, ::-1, ::-1]
+                xs = np.concatenate([xs, t])
+            np.save(files[tag], np.ascontiguousarray(xs))
         lab = os.path.join(a.out, f"{m}_heldout_labels.npy")
         np.save(lab, y[ho].astype(np.int64))
         tag = f"{m}_w{a.wbits}a{a.abits}_e{a.epochs}_b{a.batch}_lr{a.lr}" + ("_lsq" if a.lsq else "")
+        if a.augment:
+            tag += "_aug"
         if a.extra:
             tag += "_" + "".join(c if c.isalnum() else "-" for c in a.extra)
         out = os.path.join(a.out, tag + ".onnx")
@@ -108,7 +119,8 @@ def main():
             row = json.loads(r.stdout.strip().splitlines()[-1])
             row.update({"model": m, "cmd": " ".join(cmd[1:]).replace(ROOT + "/", ""),
                         "wall_s": wall, "load_before": l0, "load_after": load(),
-                        "train_samples": len(tr), "heldout_samples": len(ho),
+                        "train_samples": len(tr) * (2 if a.augment else 1),
+                        "augment": a.augment, "heldout_samples": len(ho),
                         "file_bytes": os.path.getsize(out)})
             import onnx
             g = onnx.load(out).graph
