@@ -84,7 +84,13 @@ fn student(teacher: &Graph, x: &[f32], n: usize) -> Qat {
             .collect();
         *t = GTensor::from_f32(&t.shape.clone(), v);
     }
-    let dir = std::env::temp_dir().join(format!("quantkit-distill-{}", std::process::id()));
+    // One folder per call: the tests of this file run in parallel threads.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "quantkit-distill-{}-{k}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("x.npy");
     let arr = quantkit_data::npy::NpyArray::new(
