@@ -87,10 +87,7 @@ fn student(teacher: &Graph, x: &[f32], n: usize) -> Qat {
     // One folder per call: the tests of this file run in parallel threads.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "quantkit-distill-{}-{k}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("quantkit-distill-{}-{k}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("x.npy");
     let arr = quantkit_data::npy::NpyArray::new(
