@@ -642,8 +642,7 @@ impl Qat {
                         .slot(slot)
                         .ok_or_else(|| err(format!("`{name}` was not computed")))?
                         .to_f32_vec();
-                    let (l, gp) = crate::losses::distill_kl_probs(&p, t, k, temperature);
-                    (l, gp)
+                    crate::losses::distill_kl_probs(&p, t, k, temperature)
                 }
                 OutputLoss::KlLogits { temperature } => {
                     crate::losses::distill_kl(&y, t, k, temperature)
