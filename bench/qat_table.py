@@ -14,7 +14,8 @@ Usage:
     python3 bench/qat_table.py --runs lenet:8:8:1:20000 lenet:4:4:3:20000:lsq ... \\
         [--quantkit target/release/quantkit] [--data /usr/share/datasets/fashion-mnist] \\
         [--out DIR] [--results FILE.jsonl] [--lr 1e-4]
-A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last] (last: --eval-last).
+A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill] (last: --eval-last;
+fl8: --first-last-8bit; distill: --distill, no labels in training).
 """
 import argparse, gzip, json, os, subprocess, sys, time
 
@@ -82,6 +83,10 @@ def main():
                 lr = e[3:]
             elif e == "last":
                 cmd.append("--eval-last")
+            elif e == "distill":
+                cmd.append("--distill")
+            elif e == "fl8":
+                cmd.append("--first-last-8bit")
             elif e.startswith("obs="):
                 cmd += ["--observer-steps", e[4:]]
             else:

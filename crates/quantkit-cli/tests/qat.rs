@@ -187,8 +187,9 @@ fn argmax_rows(v: &[f32], k: usize) -> Vec<usize> {
         .collect()
 }
 
-/// W4A4: 4-bit activations are stored as u8 codes with a Clip in front of each
-/// QuantizeLinear. The written file runs on the engine (exact mode = engine on every
+/// W4A4: 4-bit weights are stored as ONNX int4 initializers (a smaller file), 4-bit
+/// activations as u8 codes with a Clip in front of each QuantizeLinear. The written file
+/// runs on the engine (exact mode = engine on every
 /// image), every activation code it holds is in [0, 15] (the float executor's Q outputs),
 /// and ONNX Runtime runs it with the engine's top-1 on ≥ 99.5 % of the images.
 #[test]
@@ -240,6 +241,31 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
         .unwrap();
     let x = Tensor::from_f32(&b.shape, b.data.clone());
     let mut g = quantkit_graph::load_model(&out).unwrap();
+    // The 4-bit weights are stored as ONNX int4 (opset 21), two codes per byte: the same
+    // model with the codes in int8 is a larger file.
+    assert_eq!(g.opset(), 21);
+    let int4: Vec<&String> = g
+        .initializers
+        .iter()
+        .filter(|(_, t)| t.dtype == DType::I4)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(int4.len() >= 4, "int4 initializers: {int4:?}");
+    let mut as8 = g.clone();
+    for t in as8.initializers.values_mut() {
+        if t.dtype == DType::I4 {
+            *t = t.clone().with_dtype(DType::I8);
+        }
+    }
+    let out8 = tmp("w4a4-int8.onnx");
+    quantkit_graph::save_model(&as8, &out8).unwrap();
+    let (s4, s8) = (
+        std::fs::metadata(&out).unwrap().len(),
+        std::fs::metadata(&out8).unwrap().len(),
+    );
+    eprintln!("W4A4 LeNet file: {s4} bytes with int4 weights, {s8} with int8");
+    assert!(s4 * 10 < s8 * 6, "{s4} vs {s8} bytes");
+    let _ = std::fs::remove_file(&out8);
     let input = g.inputs[0].name.clone();
     let plan = quantkit_engine::compile(&g, &Default::default()).unwrap();
     let ey = plan

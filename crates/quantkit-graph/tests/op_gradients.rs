@@ -431,6 +431,22 @@ fn arithmetic_and_layout_gradients() {
             &[0, 1],
         );
     }
+    // Div: a divisor kept away from 0 (|b| in [0.5, 1.5]).
+    let b: Vec<f32> = rng
+        .tensor(&[3, 1], 0.5, &[], 0.0)
+        .to_f32_vec()
+        .iter()
+        .map(|v| if *v < 0.0 { v - 1.0 } else { v + 1.0 })
+        .collect();
+    check(
+        Node::of(OpKind::Div, "div", &["a", "b"], &["y"]),
+        14,
+        vec![
+            Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0)),
+            Some(Tensor::from_f32(&[3, 1], b)),
+        ],
+        &[0, 1],
+    );
     check(
         Node::of(OpKind::Concat, "cat", &["a", "b", "c"], &["y"])
             .with_attr("axis", AttrValue::Int(1)),
@@ -510,6 +526,7 @@ fn every_registered_gradient_is_tested() {
         OpKind::BatchNormalization,
         OpKind::Add,
         OpKind::Mul,
+        OpKind::Div,
         OpKind::Concat,
         OpKind::Reshape,
         OpKind::Flatten,

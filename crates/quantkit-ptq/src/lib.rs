@@ -30,6 +30,7 @@ pub mod check;
 pub mod dynamic;
 pub mod error;
 pub mod feed;
+pub mod int4;
 pub mod mixed;
 pub mod prepare;
 pub mod qdq;
@@ -40,6 +41,7 @@ pub use calibrate::{calibrate, CalibrateOptions, Calibration};
 pub use dynamic::quantize_dynamic;
 pub use error::{PtqError, Result};
 pub use feed::{input_specs, open_data_for_graph, run_tensors, to_tensor};
+pub use int4::store_weights_int4;
 pub use prepare::{
     fold_batch_norms, fold_bias_adds, localize_constants, prepare, upgrade_opset_13,
     upgrade_opset_21, PrepareReport,

@@ -88,6 +88,59 @@ pub fn distill_kl(student: &[f32], teacher: &[f32], k: usize, t: f32) -> (f32, V
     ((loss * (t * t) as f64 / n as f64) as f32, grad)
 }
 
+/// `T² · mean_n KL(q_teacher ‖ q_student)` over rows of `k` when both are already
+/// probabilities (the output of a Softmax), with `q = softmax(ln p / T)` (at T = 1, `q = p`):
+/// the loss is computed on `probs`, the student's probabilities before any output
+/// quantization. The returned gradient is with respect to those probabilities,
+/// `T · (q_s − q_t) / (N · p_s)`, chosen so that the Softmax's own backward
+/// (`p ⊙ (g − ⟨p, g⟩)`, and the entries sum to 0) turns it into `T · (q_s − q_t) / N` on
+/// its logits — the gradient of the same KL computed on the logits (`p_s` is floored at
+/// 1e-30).
+pub fn distill_kl_probs(probs: &[f32], teacher: &[f32], k: usize, t: f32) -> (f32, Vec<f32>) {
+    let n = (probs.len() / k.max(1)).max(1);
+    let t = f64::from(t);
+    let soften = |p: &[f32]| -> Vec<f64> {
+        let l: Vec<f64> = p
+            .iter()
+            .map(|&v| f64::from(v).max(1e-30).ln() / t)
+            .collect();
+        let m = l.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        let e: Vec<f64> = l.iter().map(|v| (v - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.into_iter().map(|v| v / s).collect()
+    };
+    let mut loss = 0f64;
+    let mut grad = vec![0f32; probs.len()];
+    for ((ps, pt), g) in probs
+        .chunks(k)
+        .zip(teacher.chunks(k))
+        .zip(grad.chunks_mut(k))
+    {
+        let (qs, qt) = (soften(ps), soften(pt));
+        for j in 0..k {
+            if qt[j] > 0.0 {
+                loss += qt[j] * (qt[j].ln() - qs[j].max(1e-300).ln());
+            }
+            let p = f64::from(ps[j]).max(1e-30);
+            g[j] = (t * (qs[j] - qt[j]) / n as f64 / p) as f32;
+        }
+    }
+    ((loss * t * t / n as f64) as f32, grad)
+}
+
+/// Mean squared error divided by `norm` (the variance of the teacher's output, so the
+/// loss is dimensionless: 1 − R² when the student predicts the teacher's mean).
+pub fn mse_normalised(y: &[f32], t: &[f32], norm: f32) -> (f32, Vec<f32>) {
+    let (l, mut g) = mse(y, t);
+    let norm = if norm.is_finite() && norm > 0.0 {
+        norm
+    } else {
+        1.0
+    };
+    g.iter_mut().for_each(|v| *v /= norm);
+    (l / norm, g)
+}
+
 /// The loss of `kind` for `output` (`[N, K]`, row length `k`), given labels or a target.
 pub fn compute(
     kind: LossKind,
@@ -134,6 +187,34 @@ mod tests {
             let (_, g) = distill_kl(&x, &t, 4, temp);
             fd(|v| distill_kl(v, &t, 4, temp).0, &x, &g);
         }
+        let p: Vec<f32> = x
+            .chunks(4)
+            .flat_map(|r| softmax_row(r, 1.0).into_iter().map(|v| v as f32))
+            .collect();
+        let q: Vec<f32> = t
+            .chunks(4)
+            .flat_map(|r| softmax_row(r, 1.0).into_iter().map(|v| v as f32))
+            .collect();
+        // At T = 1 the loss is the plain KL of the probabilities (finite differences in
+        // p); at any T, the probability gradient taken through the softmax's backward is
+        // the gradient of the same KL computed on the logits, and so is the loss.
+        let (_, g) = distill_kl_probs(&p, &q, 4, 1.0);
+        fd(|v| distill_kl_probs(v, &q, 4, 1.0).0, &p, &g);
+        for temp in [1.0f32, 3.0] {
+            let (lp, g) = distill_kl_probs(&p, &q, 4, temp);
+            let (ll, gl) = distill_kl(&x, &t, 4, temp);
+            assert!((lp - ll).abs() < 1e-5, "T {temp}: {lp} vs {ll}");
+            for (r, (gp, pr)) in gl.chunks(4).zip(g.chunks(4).zip(p.chunks(4))) {
+                let dot: f32 = gp.iter().zip(pr).map(|(a, b)| a * b).sum();
+                for j in 0..4 {
+                    let via = pr[j] * (gp[j] - dot);
+                    assert!((via - r[j]).abs() < 1e-5, "T {temp}: {via} vs {}", r[j]);
+                }
+            }
+        }
+        let (l, g) = mse_normalised(&x, &t, 4.0);
+        assert!((l - mse(&x, &t).0 / 4.0).abs() < 1e-6);
+        fd(|v| mse_normalised(v, &t, 4.0).0, &x, &g);
         // KL of identical distributions is 0.
         assert!(distill_kl(&x, &x, 4, 2.0).0.abs() < 1e-6);
     }

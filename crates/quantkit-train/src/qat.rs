@@ -38,6 +38,14 @@ pub struct QatOptions {
     pub observer_steps: usize,
     /// EMA momentum (weight of the new batch).
     pub observer_momentum: f32,
+    /// At 2–4 weight bits, export the weight codes as ONNX `int4` initializers (opset 21;
+    /// `quantkit_ptq::store_weights_int4`) instead of int8 holding the narrow range.
+    pub int4_weights: bool,
+    /// Keep the first weighted layer (Conv/Gemm/MatMul, in graph order) and the last one
+    /// before each graph output at 8 bits — their weights and the activation each reads —
+    /// as LSQ (Esser et al. 2020) and most low-bit papers do for the first and last layer.
+    /// Off by default: every layer at the chosen widths.
+    pub first_last_8bit: bool,
 }
 
 impl Default for QatOptions {
@@ -48,8 +56,44 @@ impl Default for QatOptions {
             lsq: false,
             observer_steps: 100,
             observer_momentum: 0.01,
+            int4_weights: true,
+            first_last_8bit: false,
         }
     }
+}
+
+/// How one graph output enters a multi-output distillation loss
+/// ([`Qat::train_step_outputs`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OutputLoss {
+    /// Not trained on (weight 0).
+    Ignore,
+    /// `T² · KL(q_teacher ‖ q_student)`, `q = softmax(ln p / T)`, on an output that
+    /// already holds a Softmax's probabilities `p` ([`Qat::softmax_probs_of`] names them).
+    KlProbs {
+        /// Temperature (1: the KL of the probabilities themselves).
+        temperature: f32,
+    },
+    /// `T² · KL(softmax(teacher/T) ‖ softmax(student/T))` on raw logits.
+    KlLogits {
+        /// Temperature.
+        temperature: f32,
+    },
+    /// Mean squared error to the teacher divided by `norm` (the variance of the
+    /// teacher's output, so every term is dimensionless).
+    Mse {
+        /// Divisor of the mean squared error (> 0).
+        norm: f32,
+    },
+}
+
+/// One output's term of a distillation loss: `weight · loss`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutputTerm {
+    /// The loss on this output.
+    pub loss: OutputLoss,
+    /// Its weight in the sum.
+    pub weight: f32,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +174,14 @@ impl Qat {
             .map_err(|e| err(format!("weight bits: {e}")))?
             .with_symmetric(true);
         let uses = Uses::new(qdq);
+        let w8 = QuantScheme::new(8, true)
+            .map_err(|e| err(format!("weight bits: {e}")))?
+            .with_symmetric(true);
+        let (keep_w, keep_act) = if opts.first_last_8bit {
+            first_last_layers(qdq, &uses)
+        } else {
+            Default::default()
+        };
         let float_node = |name: &str| float.nodes.iter().find(|n| n.name == name);
         let mut t = qdq.clone();
         t.nodes.clear();
@@ -179,13 +231,26 @@ impl Qat {
                             None
                         };
                         roles.insert(fname.clone(), Role::Weight);
+                        let ws = if keep_w.contains(x) {
+                            // PTQ's scales are for its narrow codes: the same real range
+                            // over the 8-bit codes.
+                            let r = wscheme.qmax() as f32 / w8.qmax() as f32;
+                            if let Some(st) = qdq.initializers.get(&scale) {
+                                let v: Vec<f32> = st.to_f32_vec().iter().map(|s| s * r).collect();
+                                t.initializers
+                                    .insert(scale.clone(), GTensor::from_f32(&st.shape, v));
+                            }
+                            &w8
+                        } else {
+                            &wscheme
+                        };
                         pending.push(FqSpec {
                             fq: FakeQuant {
                                 tensor: fname.clone(),
                                 axis,
                                 zero_points,
-                                qmin: wscheme.qmin(),
-                                qmax: wscheme.qmax(),
+                                qmin: ws.qmin(),
+                                qmax: ws.qmax(),
                                 learn_scale: opts.lsq,
                                 is_weight: true,
                             },
@@ -252,7 +317,7 @@ impl Qat {
                     .int_range()
                     .ok_or_else(|| err(format!("zero point `{zp}` is not an integer")))?;
                 let mut zero_points = zps(zt);
-                if opts.activation_bits < 8 {
+                if opts.activation_bits < 8 && !keep_act.contains(&n.inputs[1]) {
                     // PTQ calibrated 8-bit codes: the same real range, re-quantized to the
                     // narrow codes (quantkit-core's choose_qparams, as PTQ chooses them).
                     let (nmin, nmax) = narrow_range(zt.dtype, opts.activation_bits)?;
@@ -465,6 +530,13 @@ impl Qat {
         seeds[0] = Some(g);
         self.net.backward(&v, seeds)?;
         drop(v);
+        self.finish_step(opt, lr)?;
+        Ok((l, out))
+    }
+
+    /// The optimizer step and what follows it: scales kept positive, tied activations
+    /// copied, parameters checked finite.
+    fn finish_step(&mut self, opt: &mut dyn crate::optim::Optimizer, lr: f32) -> Result<()> {
         opt.step(&mut self.net.params, lr);
         self.clamp_scales();
         self.sync_tied();
@@ -481,7 +553,135 @@ impl Qat {
                 p.name
             )));
         }
-        Ok((l, out))
+        Ok(())
+    }
+
+    /// When graph output `i` is the probabilities of a Softmax over its last axis (read
+    /// directly or through the output's fake-quant pair), the name of the Softmax's own
+    /// output in the training graph: the probabilities before output quantization, which a
+    /// [`OutputLoss::KlProbs`] term differentiates.
+    pub fn softmax_probs_of(&self, i: usize) -> Option<String> {
+        let g = &self.template;
+        let mut v = g.outputs.get(i)?.name.clone();
+        let p = &g.nodes[g.producer(&v)?];
+        if p.is(OpKind::DequantizeLinear) {
+            let q = &g.nodes[g.producer(&p.inputs[0])?];
+            if !q.is(OpKind::QuantizeLinear) {
+                return None;
+            }
+            v = q.inputs[0].clone();
+        }
+        let sm = &g.nodes[g.producer(&v)?];
+        if !sm.is(OpKind::Softmax) {
+            return None;
+        }
+        // Opset < 13 Softmax flattens from `axis` (default 1): over the last axis only
+        // when that is the last axis; opset >= 13 (default -1) likewise.
+        let default = if g.opset() < 13 { 1 } else { -1 };
+        let axis = sm.attr_int("axis", default).ok()?;
+        let rank = g.outputs.get(i)?.shape.as_ref()?.len() as i64;
+        let last = axis == -1 || axis == rank - 1;
+        (last && self.net.slot_of(&v).is_some()).then_some(v)
+    }
+
+    /// One distillation step on every graph output: `teachers[i]` is the float model's
+    /// output `i` for the batch and `terms[i]` how it enters the loss `Σ wᵢ·Lᵢ`. Returns
+    /// the weighted loss, each output's unweighted loss (0 for an ignored output) and the
+    /// student's outputs. A non-finite loss returns before any parameter changes.
+    pub fn train_step_outputs(
+        &mut self,
+        opt: &mut dyn crate::optim::Optimizer,
+        x: GTensor,
+        teachers: &[Vec<f32>],
+        terms: &[OutputTerm],
+        lr: f32,
+    ) -> Result<(f32, Vec<f32>, Vec<GTensor>)> {
+        let v = self.net.forward(vec![x])?;
+        let outs: Vec<GTensor> = self.net.outputs(&v).into_iter().cloned().collect();
+        if teachers.len() != outs.len() || terms.len() != outs.len() {
+            return Err(err(format!(
+                "distillation: the model has {} outputs, got {} teacher outputs and {} loss terms",
+                outs.len(),
+                teachers.len(),
+                terms.len()
+            )));
+        }
+        let (mut total, mut parts, mut seeds) = (0f64, Vec::new(), Vec::new());
+        for (i, ((o, t), term)) in outs.iter().zip(teachers).zip(terms).enumerate() {
+            let y = o.to_f32_vec();
+            if t.len() != y.len() {
+                return Err(err(format!(
+                    "distillation: output {i} has {} values, its teacher {}",
+                    y.len(),
+                    t.len()
+                )));
+            }
+            let k = o.shape.last().copied().unwrap_or(1).max(1);
+            let (l, g) = match term.loss {
+                OutputLoss::Ignore => {
+                    parts.push(0.0);
+                    seeds.push(None);
+                    continue;
+                }
+                OutputLoss::KlProbs { temperature } => {
+                    let name = self.softmax_probs_of(i).ok_or_else(|| {
+                        err(format!(
+                            "distillation: output {i} is not a Softmax's probabilities; use KL on logits or MSE"
+                        ))
+                    })?;
+                    let slot = self
+                        .net
+                        .slot_of(&name)
+                        .expect("checked by softmax_probs_of");
+                    let p = v
+                        .slot(slot)
+                        .ok_or_else(|| err(format!("`{name}` was not computed")))?
+                        .to_f32_vec();
+                    crate::losses::distill_kl_probs(&p, t, k, temperature)
+                }
+                OutputLoss::KlLogits { temperature } => {
+                    crate::losses::distill_kl(&y, t, k, temperature)
+                }
+                OutputLoss::Mse { norm } => crate::losses::mse_normalised(&y, t, norm),
+            };
+            total += f64::from(term.weight) * f64::from(l);
+            parts.push(l);
+            seeds.push(Some(
+                g.into_iter().map(|v| v * term.weight).collect::<Vec<f32>>(),
+            ));
+        }
+        let total = total as f32;
+        if !total.is_finite() {
+            return Ok((total, parts, outs));
+        }
+        // A KlProbs gradient is with respect to the Softmax's probabilities: it enters the
+        // backward at the graph output, and the output fake-quant's straight-through
+        // estimator (probabilities lie inside its range) hands it to the Softmax unchanged.
+        self.observe(&v)?;
+        self.net.params.zero_grad();
+        self.net.backward(&v, seeds)?;
+        drop(v);
+        self.finish_step(opt, lr)?;
+        Ok((total, parts, outs))
+    }
+
+    /// Every graph output of the fake-quant model for a batch `x`.
+    pub fn predict_outputs(&self, x: GTensor) -> Result<Vec<GTensor>> {
+        let v = self.net.forward(vec![x])?;
+        Ok(self.net.outputs(&v).into_iter().cloned().collect())
+    }
+
+    /// Every graph output of the fake-quant model in exact mode ([`Qat::predict_exact`]).
+    pub fn predict_exact_outputs(&self, x: GTensor, plan: &ExactPlan) -> Result<Vec<GTensor>> {
+        if plan.generation != self.steps_done {
+            return Err(err(format!(
+                "exact mode: the plan was built after {} training steps, the model has taken {}; \
+                 export and build it again",
+                plan.generation, self.steps_done
+            )));
+        }
+        let v = self.net.forward_exact(vec![x], plan)?;
+        Ok(self.net.outputs(&v).into_iter().cloned().collect())
     }
 
     /// The fake-quant model's output 0 for a batch `x`.
@@ -624,7 +824,9 @@ impl Qat {
                 .iter()
                 .filter_map(|a| {
                     let (_, f, _, _) = self.net.fake_quants().find(|(i, ..)| *i == a.step)?;
-                    Some((a.scale.clone(), f.qmin, f.qmax))
+                    // An activation kept at 8 bits needs no Clip.
+                    let full = matches!((f.qmin, f.qmax), (0, 255) | (-128, 127));
+                    (!full).then(|| (a.scale.clone(), f.qmin, f.qmax))
                 })
                 .collect();
             express_narrow_ranges(&mut g, &ranges)?;
@@ -644,8 +846,93 @@ impl Qat {
             g.initializers
                 .insert(b.scale.clone(), GTensor::from_f32(&ss, bs));
         }
+        if self.opts.weight_bits <= 4 && self.opts.int4_weights {
+            quantkit_ptq::store_weights_int4(&mut g)
+                .map_err(|e| err(format!("int4 weight storage: {e}")))?;
+        }
         Ok(g)
     }
+}
+
+/// The first Conv/ConvTranspose/Gemm/MatMul whose weight is a quantized constant, in graph
+/// order, and the last such layer before each graph output: their weight code
+/// initializers, and the scale initializers of the activations they read (following MaxPool/layout operators back to the activation
+/// whose codes they move, which must keep the same width).
+fn first_last_layers(
+    g: &Graph,
+    uses: &Uses,
+) -> (
+    std::collections::HashSet<String>,
+    std::collections::HashSet<String>,
+) {
+    let dq_of = |v: &str| {
+        uses.producer(v)
+            .map(|i| &g.nodes[i])
+            .filter(|d| d.is(OpKind::DequantizeLinear))
+    };
+    let weighted: Vec<&quantkit_graph::Node> = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.kind(),
+                Some(OpKind::Conv | OpKind::ConvTranspose | OpKind::Gemm | OpKind::MatMul)
+            ) && n
+                .inputs
+                .get(1)
+                .and_then(|w| dq_of(w))
+                .is_some_and(|d| g.initializers.contains_key(&d.inputs[0]))
+        })
+        .collect();
+    let (mut w, mut a) = (
+        std::collections::HashSet::new(),
+        std::collections::HashSet::new(),
+    );
+    // The first layer, and the last layer of every output: walking back from each graph
+    // output through input 0 of non-weighted nodes (Q/DQ, bias Add, Softmax, layout) to
+    // the first weighted node (a multi-head model such as MTCNN O-Net has one per head).
+    let mut ends: Vec<&quantkit_graph::Node> = weighted.first().copied().into_iter().collect();
+    for o in &g.outputs {
+        let mut v = o.name.clone();
+        for _ in 0..g.nodes.len() {
+            let Some(p) = uses.producer(&v).map(|i| &g.nodes[i]) else {
+                break;
+            };
+            if weighted.iter().any(|w| std::ptr::eq(*w, p)) {
+                ends.push(p);
+                break;
+            }
+            let Some(i0) = p.inputs.first() else { break };
+            v = i0.clone();
+        }
+    }
+    for n in ends {
+        if let Some(d) = dq_of(&n.inputs[1]) {
+            w.insert(d.inputs[0].clone());
+        }
+        // The activation: input 0's DequantizeLinear, its QuantizeLinear's scale.
+        let mut v = n.inputs[0].clone();
+        for _ in 0..g.nodes.len() {
+            let Some(d) = dq_of(&v) else { break };
+            let Some(q) = uses
+                .producer(&d.inputs[0])
+                .map(|i| &g.nodes[i])
+                .filter(|q| q.is(OpKind::QuantizeLinear))
+            else {
+                break;
+            };
+            a.insert(q.inputs[1].clone());
+            match source_activation(g, uses, &q.inputs[0]) {
+                // Moved codes: keep their source at the same width, and walk on.
+                Some(_) => {
+                    let p = &g.nodes[uses.producer(&q.inputs[0]).expect("has a producer")];
+                    v = p.inputs[0].clone();
+                }
+                None => break,
+            }
+        }
+    }
+    (w, a)
 }
 
 /// The scale initializer of the activation whose codes `value` holds after a MaxPool or

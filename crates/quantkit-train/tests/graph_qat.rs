@@ -496,14 +496,19 @@ fn lenet_qat_exports_to_the_engine(act_bits: u8) {
     let last: f32 = losses[losses.len() - 4..].iter().sum::<f32>() / 4.0;
     assert!(last < first, "loss {first} → {last}");
     let out = qat.export().unwrap();
-    // 4-bit codes in int8 storage.
+    // 4-bit weight codes, stored as ONNX int4 (opset 21): four weight tensors, no int8 one.
+    let mut int4 = 0;
     for n in out.nodes.iter().filter(|n| n.is(OpKind::DequantizeLinear)) {
         if let Some(t) = out.initializers.get(&n.inputs[0]) {
-            if t.dtype == DType::I8 && t.len() > 1 {
+            if t.len() > 1 && t.dtype != DType::I32 {
+                assert_eq!(t.dtype, DType::I4, "`{}`", n.inputs[0]);
                 assert!(t.to_i64_vec().iter().all(|&v| (-8..=7).contains(&v)));
+                int4 += 1;
             }
         }
     }
+    assert_eq!(int4, 4);
+    assert_eq!(out.opset(), 21);
     let plan = quantkit_engine::compile(&out, &Default::default()).unwrap();
     let held = 1000 - train_n;
     if act_bits < 8 {

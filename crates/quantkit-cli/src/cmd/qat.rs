@@ -20,7 +20,7 @@ use quantkit_graph::{Graph, Tensor};
 use quantkit_train::exact::ExactPlan;
 use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{cosine_lr, Adam};
-use quantkit_train::qat::{Qat, QatOptions};
+use quantkit_train::qat::{OutputLoss, OutputTerm, Qat, QatOptions};
 
 /// Arguments of `quantkit qat`.
 #[derive(clap::Args)]
@@ -42,9 +42,19 @@ pub struct Args {
     /// Labels for the evaluation data.
     #[arg(long)]
     eval_labels: Option<PathBuf>,
-    /// Weight bits, 2–8 (symmetric, stored in int8).
+    /// Weight bits, 2–8 (symmetric). 2–4-bit codes are written as ONNX int4 initializers
+    /// (opset 21), wider ones as int8.
     #[arg(long, default_value_t = 8)]
     weight_bits: u8,
+    /// Keep 2–4-bit weight codes in int8 initializers (opset 13) instead of int4.
+    #[arg(long)]
+    int8_weights: bool,
+    /// Keep the first weighted layer and the last one before each output (their weights
+    /// and input activations) at 8 bits, as LSQ and most low-bit papers do for the first
+    /// and last layer (mixed precision; the PTQ figure is then the same mixed model before
+    /// training). Off by default.
+    #[arg(long)]
+    first_last_8bit: bool,
     /// Activation bits, 2–8 (u8 affine, per tensor). Below 8 the codes are stored in u8
     /// with the narrow range made explicit by a Clip in front of each QuantizeLinear (runs
     /// in ONNX Runtime and on the engine); the PTQ figure is then PTQ's ranges re-quantized
@@ -60,12 +70,29 @@ pub struct Args {
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// Train against the float model's outputs instead of labels (KL on softmax).
+    /// Train against the float model's outputs instead of labels: every output, with the
+    /// loss `Σ wᵢ·Lᵢ` (`--distill-loss`, `--distill-weights`). No labels needed.
     #[arg(long)]
     distill: bool,
-    /// Distillation loss: kl (softmax, T = 1) or mse (raw outputs).
-    #[arg(long, default_value = "kl")]
+    /// Distillation loss per output, one for all or a comma-separated list: `kl` (KL
+    /// divergence: on the probabilities when the output is a Softmax's, else on the softmax
+    /// of the raw logits at T = 1), `mse` (mean squared error to the float output divided by
+    /// the variance of the float output over the training data) or `auto`: `kl` for a
+    /// Softmax output and for the only output of a one-output model, `mse` otherwise.
+    #[arg(long, default_value = "auto")]
     distill_loss: String,
+    /// Distillation temperature of the KL terms (Hinton et al. 2015; the loss is scaled by
+    /// T²). On a Softmax output the probabilities are softened as softmax(ln p / T).
+    #[arg(long, default_value_t = 1.0)]
+    distill_temperature: f32,
+    /// Weight of each output's loss (comma-separated, one per output or one for all;
+    /// 0 leaves an output out). Default 1 for every output.
+    #[arg(long)]
+    distill_weights: Option<String>,
+    /// The output whose argmax is scored (accuracy with labels, agreement without).
+    /// Default: the first output that is a Softmax's probabilities, else output 0.
+    #[arg(long)]
+    eval_output: Option<usize>,
     /// Learn the quantization scales (LSQ).
     #[arg(long)]
     lsq: bool,
@@ -99,7 +126,47 @@ pub struct Args {
     json: bool,
 }
 
+/// Agreement of one output with the float model's over the evaluation set: the cosine of
+/// the two flattened outputs (all samples, all values) and the largest |difference|.
+#[derive(Clone, Copy, Debug, Default)]
+struct Closeness {
+    dot: f64,
+    aa: f64,
+    bb: f64,
+    max_abs: f64,
+}
+
+impl Closeness {
+    fn add(&mut self, float: &[f32], other: &[f32]) {
+        for (&a, &b) in float.iter().zip(other) {
+            let (a, b) = (f64::from(a), f64::from(b));
+            self.dot += a * b;
+            self.aa += a * a;
+            self.bb += b * b;
+            self.max_abs = self.max_abs.max((a - b).abs());
+        }
+    }
+
+    /// Cosine similarity; 1 when both are all zero, 0 when only one is.
+    fn cosine(&self) -> f64 {
+        if self.aa == 0.0 && self.bb == 0.0 {
+            1.0
+        } else if self.aa == 0.0 || self.bb == 0.0 {
+            0.0
+        } else {
+            self.dot / (self.aa.sqrt() * self.bb.sqrt())
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({"cosine": self.cosine(), "max_abs_diff": self.max_abs})
+    }
+}
+
 struct EvalResult {
+    /// Per graph output: the exact-mode fake-quant model and the engine against float.
+    fake_close: Vec<Closeness>,
+    engine_close: Vec<Closeness>,
     float: f64,
     /// The fake-quant model in exact mode (the engine's integer layers).
     fake: f64,
@@ -128,6 +195,40 @@ fn argmax(row: &[f32]) -> usize {
 fn top1(t: &Tensor) -> Vec<usize> {
     let k = t.shape.last().copied().unwrap_or(1).max(1);
     t.to_f32_vec().chunks(k).map(argmax).collect()
+}
+
+/// Every output of the float model, in graph order.
+fn float_outputs(float: &Graph, input: &str, x: &Tensor) -> anyhow::Result<Vec<Tensor>> {
+    Ok(
+        quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect(),
+    )
+}
+
+/// Every output of the engine, in the float graph's output order.
+fn engine_outputs(
+    engine: &quantkit_engine::Plan,
+    float: &Graph,
+    input: &str,
+    x: Tensor,
+) -> anyhow::Result<Vec<Tensor>> {
+    let mut outs = engine.run(vec![(input, x)])?;
+    float
+        .outputs
+        .iter()
+        .map(|o| {
+            let i = outs
+                .iter()
+                .position(|(n, _)| n == &o.name)
+                .with_context(|| format!("the engine has no output `{}`", o.name))?;
+            Ok(std::mem::replace(
+                &mut outs[i].1,
+                Tensor::from_f32(&[0], vec![]),
+            ))
+        })
+        .collect()
 }
 
 fn open(
@@ -167,9 +268,15 @@ fn evaluate(
     qat: &Qat,
     exact: &ExactPlan,
     engine: &quantkit_engine::Plan,
+    po: usize,
 ) -> anyhow::Result<EvalResult> {
     let (mut f, mut q, mut e, mut agree, mut n) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let (mut q32, mut agree32, mut worst) = (0usize, 0usize, 0f64);
+    let nout = float.outputs.len();
+    let (mut fake_close, mut engine_close) = (
+        vec![Closeness::default(); nout],
+        vec![Closeness::default(); nout],
+    );
     for b in data.batches(&BatchOptions {
         batch_size: 500,
         limit,
@@ -177,15 +284,21 @@ fn evaluate(
     })? {
         let b = b?;
         let x = Tensor::from_f32(&b.shape, b.data);
-        let fy = top1(&quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1);
-        let q32y = top1(&qat.predict(x.clone())?);
-        let qt = qat.predict_exact(x.clone(), exact)?;
-        let et = engine.run(vec![(input, x)])?.remove(0).1;
-        for (a, b) in qt.to_f32_vec().iter().zip(et.to_f32_vec()) {
-            worst = worst.max(f64::from((a - b).abs()));
+        let ft = float_outputs(float, input, &x)?;
+        let q32y = top1(&qat.predict_outputs(x.clone())?[po]);
+        let qt = qat.predict_exact_outputs(x.clone(), exact)?;
+        let et = engine_outputs(engine, float, input, x)?;
+        for i in 0..nout {
+            let (fv, qv, ev) = (ft[i].to_f32_vec(), qt[i].to_f32_vec(), et[i].to_f32_vec());
+            for (a, b) in qv.iter().zip(&ev) {
+                worst = worst.max(f64::from((a - b).abs()));
+            }
+            fake_close[i].add(&fv, &qv);
+            engine_close[i].add(&fv, &ev);
         }
-        let qy = top1(&qt);
-        let ey = top1(&et);
+        let fy = top1(&ft[po]);
+        let qy = top1(&qt[po]);
+        let ey = top1(&et[po]);
         let truth: Vec<usize> = match &b.labels {
             Some(l) => l.iter().map(|&v| v as usize).collect(),
             None => fy.clone(),
@@ -202,6 +315,8 @@ fn evaluate(
     }
     let r = |v: usize| v as f64 / n.max(1) as f64;
     Ok(EvalResult {
+        fake_close,
+        engine_close,
         float: r(f),
         fake: r(q),
         fake_f32: r(q32),
@@ -221,8 +336,10 @@ fn evaluate_engine(
     input: &str,
     float: &Graph,
     engine: &quantkit_engine::Plan,
-) -> anyhow::Result<f64> {
+    po: usize,
+) -> anyhow::Result<(f64, Vec<Closeness>)> {
     let (mut e, mut n) = (0usize, 0usize);
+    let mut close = vec![Closeness::default(); float.outputs.len()];
     for b in data.batches(&BatchOptions {
         batch_size: 500,
         limit,
@@ -230,17 +347,20 @@ fn evaluate_engine(
     })? {
         let b = b?;
         let x = Tensor::from_f32(&b.shape, b.data);
+        let ft = float_outputs(float, input, &x)?;
+        let et = engine_outputs(engine, float, input, x)?;
+        for (c, (a, b)) in close.iter_mut().zip(ft.iter().zip(&et)) {
+            c.add(&a.to_f32_vec(), &b.to_f32_vec());
+        }
         let truth: Vec<usize> = match &b.labels {
             Some(l) => l.iter().map(|&v| v as usize).collect(),
-            None => {
-                top1(&quantkit_graph::execute(float, vec![(input.to_string(), x.clone())])?[0].1)
-            }
+            None => top1(&ft[po]),
         };
-        let ey = top1(&engine.run(vec![(input, x)])?.remove(0).1);
+        let ey = top1(&et[po]);
         e += ey.iter().zip(&truth).filter(|(a, b)| a == b).count();
         n += truth.len();
     }
-    Ok(e as f64 / n.max(1) as f64)
+    Ok((e as f64 / n.max(1) as f64, close))
 }
 
 /// The exact-mode plan of `qat` for its export `g` compiled as `plan`; a layer the engine
@@ -268,10 +388,10 @@ fn exact_plan(
     Ok(exact)
 }
 
-/// The scale of the DequantizeLinear writing the graph's first output (one output step),
+/// The scale of the DequantizeLinear writing the graph's output `po` (one output step),
 /// when there is one.
-fn output_step(g: &Graph) -> Option<f32> {
-    let o = &g.outputs.first()?.name;
+fn output_step(g: &Graph, po: usize) -> Option<f32> {
+    let o = &g.outputs.get(po)?.name;
     let dq = g
         .nodes
         .iter()
@@ -297,14 +417,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.batch > 0 && args.epochs > 0,
         "--batch and --epochs must be positive"
     );
-    let loss = if args.distill {
-        match args.distill_loss.as_str() {
-            "kl" => LossKind::DistillKl { temperature: 1.0 },
-            "mse" => LossKind::DistillMse,
-            o => bail!("--distill-loss {o}: expected kl or mse"),
-        }
-    } else {
-        LossKind::CrossEntropy
+    let loss_names: Vec<String> = args
+        .distill_loss
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    if let Some(o) = loss_names
+        .iter()
+        .find(|o| !matches!(o.as_str(), "kl" | "mse" | "auto"))
+    {
+        bail!("--distill-loss {o}: expected kl, mse or auto");
+    }
+    anyhow::ensure!(
+        args.distill_temperature.is_finite() && args.distill_temperature > 0.0,
+        "--distill-temperature must be a positive number, got {}",
+        args.distill_temperature
+    );
+    let weights: Vec<f32> = match &args.distill_weights {
+        None => vec![1.0],
+        Some(w) => w
+            .split(',')
+            .map(|v| {
+                v.trim()
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .with_context(|| format!("--distill-weights: `{v}` is not a number >= 0"))
+            })
+            .collect::<anyhow::Result<_>>()?,
     };
     if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty()) {
         anyhow::ensure!(
@@ -346,9 +486,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             activation_bits: args.activation_bits,
             lsq: args.lsq,
             observer_steps: args.observer_steps,
+            int4_weights: !args.int8_weights,
+            first_last_8bit: args.first_last_8bit,
             ..Default::default()
         },
     )?;
+    let nout = float.outputs.len();
+    let po = match args.eval_output {
+        Some(i) if i < nout => i,
+        Some(i) => bail!(
+            "--eval-output {i}: {} has {nout} outputs",
+            args.model.display()
+        ),
+        None => (0..nout)
+            .find(|&i| qat.softmax_probs_of(i).is_some())
+            .unwrap_or(0),
+    };
+    let per_output = |v: &[String], what: &str| -> anyhow::Result<Vec<String>> {
+        match v.len() {
+            1 => Ok(vec![v[0].clone(); nout]),
+            n if n == nout => Ok(v.to_vec()),
+            n => {
+                bail!("{what}: {n} values for {nout} outputs (give one for all or one per output)")
+            }
+        }
+    };
+    let loss_names = per_output(&loss_names, "--distill-loss")?;
+    let weights: Vec<f32> = per_output(
+        &weights.iter().map(f32::to_string).collect::<Vec<_>>(),
+        "--distill-weights",
+    )?
+    .iter()
+    .map(|w| w.parse().expect("formatted above"))
+    .collect();
 
     let mut train = open(&args.data, &specs, Split::Train, args.labels.clone())?;
     if !args.distill && !train.has_labels() {
@@ -366,10 +536,75 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     let mut eval_data = open(&eval_path, &specs, Split::Test, eval_labels)?;
 
+    // Distillation terms. An MSE term is divided by the variance of the float output over
+    // (at most 1,000 of) the training samples, so every term is dimensionless and a
+    // weight of 1 means the same for a box regressor as for a classifier.
+    let mut terms = Vec::new();
+    if args.distill {
+        let mut var = vec![(0f64, 0f64, 0usize); nout];
+        if loss_names.iter().any(|l| l != "kl") {
+            for b in train.batches(&BatchOptions {
+                batch_size: 100,
+                limit: Some(args.limit.unwrap_or(usize::MAX).min(1000)),
+                ..Default::default()
+            })? {
+                let b = b?;
+                let x = Tensor::from_f32(&b.shape, b.data);
+                for (v, t) in var.iter_mut().zip(float_outputs(&float, &input, &x)?) {
+                    for y in t.to_f32_vec() {
+                        v.0 += f64::from(y);
+                        v.1 += f64::from(y) * f64::from(y);
+                        v.2 += 1;
+                    }
+                }
+            }
+        }
+        for (i, (name, &w)) in loss_names.iter().zip(&weights).enumerate() {
+            let probs = qat.softmax_probs_of(i).is_some();
+            let kind = match name.as_str() {
+                "auto" if probs || nout == 1 => "kl",
+                "auto" => "mse",
+                n => n,
+            };
+            let loss = if w == 0.0 {
+                OutputLoss::Ignore
+            } else if kind == "kl" && probs {
+                OutputLoss::KlProbs {
+                    temperature: args.distill_temperature,
+                }
+            } else if kind == "kl" {
+                OutputLoss::KlLogits {
+                    temperature: args.distill_temperature,
+                }
+            } else {
+                let (s, ss, n) = var[i];
+                let n = n.max(1) as f64;
+                let v = (ss / n - (s / n).powi(2)).max(0.0);
+                // A constant output: fall back to the mean square, then to 1.
+                let norm = if v > 1e-12 { v } else { (ss / n).max(1.0) };
+                OutputLoss::Mse { norm: norm as f32 }
+            };
+            terms.push(OutputTerm { loss, weight: w });
+        }
+        if !args.json {
+            for (o, t) in float.outputs.iter().zip(&terms) {
+                eprintln!(
+                    "distilling output `{}`: {:?}, weight {}",
+                    o.name, t.loss, t.weight
+                );
+            }
+        }
+        anyhow::ensure!(
+            terms.iter().any(|t| t.loss != OutputLoss::Ignore),
+            "--distill-weights: every output has weight 0"
+        );
+    }
+
     let engine_opts = quantkit_engine::EngineOptions::default();
-    // Below 8 activation bits, the PTQ baseline is PTQ's placement and ranges with the
-    // narrow codes: the QAT model before its first step, exported.
-    let ptq = if args.activation_bits < 8 {
+    // Below 8 activation bits (or with 8-bit first/last layers), the PTQ baseline is PTQ's
+    // placement and ranges with the narrow codes: the QAT model before its first step,
+    // exported.
+    let ptq = if args.activation_bits < 8 || args.first_last_8bit {
         qat.export()
             .context("exporting PTQ with narrow activation codes")?
     } else {
@@ -377,7 +612,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let ptq_plan = quantkit_engine::compile(&ptq, &engine_opts)
         .context("compiling the PTQ model on the integer engine")?;
-    let ptq_value = evaluate_engine(&mut eval_data, args.eval_limit, &input, &float, &ptq_plan)?;
+    let (ptq_value, ptq_close) = evaluate_engine(
+        &mut eval_data,
+        args.eval_limit,
+        &input,
+        &float,
+        &ptq_plan,
+        po,
+    )?;
 
     let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
     let steps = n_train / args.batch;
@@ -389,9 +631,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let total = steps * args.epochs;
     let warmup = (total / 50).clamp(1, 100);
     let mut opt = Adam::new(0.0);
+    // Per output (appended columns): its distillation loss and the engine's cosine with
+    // the float output on the evaluation data.
     let mut log = String::from(
-        "epoch,loss,train_accuracy,samples_per_s,float,fake_quant,engine,engine_agreement,fake_quant_f32,engine_agreement_f32,max_logit_diff,seconds\n",
+        "epoch,loss,train_accuracy,samples_per_s,float,fake_quant,engine,engine_agreement,fake_quant_f32,engine_agreement_f32,max_logit_diff,seconds",
     );
+    for i in 0..nout {
+        log.push_str(&format!(",loss_output{i},engine_cosine_output{i}"));
+    }
+    log.push('\n');
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -408,6 +656,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for epoch in 0..args.epochs {
         let te = Instant::now();
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
+        let mut part_sums = vec![0f64; nout];
         let batches = train.batches(&BatchOptions {
             batch_size: args.batch,
             shuffle_seed: Some(
@@ -424,25 +673,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let labels: Option<Vec<usize>> = b
                 .labels
                 .map(|l| l.into_iter().map(|v| v as usize).collect());
-            let teacher = if args.distill {
-                Some(
-                    quantkit_graph::execute(&float, vec![(input.clone(), x.clone())])?[0]
-                        .1
-                        .to_f32_vec(),
-                )
-            } else {
-                None
-            };
             let lr = cosine_lr(args.lr, global, total, warmup);
-            let (l, out) = qat
-                .train_step(&mut opt, x, loss, labels.as_deref(), teacher.as_deref(), lr)
-                .with_context(|| {
-                    format!(
-                        "epoch {}, step {step}: training stopped and nothing was written to {}",
-                        epoch + 1,
-                        args.output.display()
-                    )
-                })?;
+            let stopped = || {
+                format!(
+                    "epoch {}, step {step}: training stopped and nothing was written to {}",
+                    epoch + 1,
+                    args.output.display()
+                )
+            };
+            let (l, out) = if args.distill {
+                let teachers: Vec<Vec<f32>> = float_outputs(&float, &input, &x)?
+                    .iter()
+                    .map(Tensor::to_f32_vec)
+                    .collect();
+                let (l, parts, mut outs) = qat
+                    .train_step_outputs(&mut opt, x, &teachers, &terms, lr)
+                    .with_context(stopped)?;
+                let nb = outs[po].shape.first().copied().unwrap_or(1) as f64;
+                for (s, p) in part_sums.iter_mut().zip(parts) {
+                    *s += f64::from(p) * nb;
+                }
+                (l, outs.swap_remove(po))
+            } else {
+                qat.train_step(
+                    &mut opt,
+                    x,
+                    LossKind::CrossEntropy,
+                    labels.as_deref(),
+                    None,
+                    lr,
+                )
+                .with_context(stopped)?
+            };
             if !l.is_finite() {
                 bar.abandon();
                 bail!(
@@ -476,13 +738,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let sps = seen as f64 / train_secs.max(1e-9);
         if args.eval_last && epoch + 1 < args.epochs {
             log.push_str(&format!(
-                "{},{:.6},{:.6},{:.1},,,,,,,,{:.2}\n",
+                "{},{:.6},{:.6},{:.1},,,,,,,,{:.2}",
                 epoch + 1,
                 loss_sum / seen.max(1) as f64,
                 correct as f64 / seen.max(1) as f64,
                 sps,
                 t0.elapsed().as_secs_f64()
             ));
+            for p in &part_sums {
+                log.push_str(&format!(",{:.6},", p / seen.max(1) as f64));
+            }
+            log.push('\n');
             bar.println(format!(
                 "epoch {}: loss {:.4}, {sps:.0} samples/s (evaluated after the last epoch)",
                 epoch + 1,
@@ -502,9 +768,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &qat,
             &exact,
             &plan,
+            po,
         )?;
         log.push_str(&format!(
-            "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.2}\n",
+            "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.2}",
             epoch + 1,
             loss_sum / seen.max(1) as f64,
             correct as f64 / seen.max(1) as f64,
@@ -518,6 +785,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.max_logit_diff,
             t0.elapsed().as_secs_f64()
         ));
+        for (p, c) in part_sums.iter().zip(&ev.engine_close) {
+            log.push_str(&format!(",{:.6},{:.6}", p / seen.max(1) as f64, c.cosine()));
+        }
+        log.push('\n');
+        if args.distill {
+            let parts: Vec<String> = float
+                .outputs
+                .iter()
+                .zip(&part_sums)
+                .zip(&ev.engine_close)
+                .map(|((o, p), c)| {
+                    format!(
+                        "`{}` loss {:.4} cosine {:.5}",
+                        o.name,
+                        p / seen.max(1) as f64,
+                        c.cosine()
+                    )
+                })
+                .collect();
+            bar.println(format!(
+                "  per output (engine vs float): {}",
+                parts.join(", ")
+            ));
+        }
         bar.println(format!(
             "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant (exact mode) {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%, max logit difference {:.3e}; f32 fake-quant {:.2}%, = engine on {:.2}%)",
             epoch + 1,
@@ -532,10 +823,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.fake_f32 * 100.0,
             ev.agreement_f32 * 100.0
         ));
-        last = Some((exported, ev));
+        last = Some((
+            exported,
+            ev,
+            part_sums
+                .iter()
+                .map(|p| p / seen.max(1) as f64)
+                .collect::<Vec<_>>(),
+        ));
     }
     bar.finish_and_clear();
-    let (exported, ev) = last.expect("at least one epoch");
+    let (exported, ev, last_parts) = last.expect("at least one epoch");
     quantkit_graph::save_model(&exported, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(path) = &args.log {
@@ -544,11 +842,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         f.write_all(log.as_bytes())?;
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let metric = if args.distill {
-        "agreement_with_float"
-    } else {
+    let metric = if eval_data.has_labels() {
         "accuracy"
+    } else {
+        "agreement_with_float"
     };
+    let outputs: Vec<serde_json::Value> = float
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            serde_json::json!({
+                "name": o.name,
+                "loss": terms.get(i).map(|t| format!("{:?}", t.loss)),
+                "weight": terms.get(i).map(|t| t.weight),
+                "final_train_loss": args.distill.then(|| last_parts[i]),
+                "ptq": ptq_close[i].json(),
+                "qat": ev.fake_close[i].json(),
+                "engine": ev.engine_close[i].json(),
+            })
+        })
+        .collect();
     if args.json {
         println!(
             "{}",
@@ -560,7 +874,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "engine_value": ev.engine,
                 "engine_agreement": ev.agreement,
                 "engine_max_logit_diff": ev.max_logit_diff,
-                "output_step": output_step(&exported),
+                "output_step": output_step(&exported, po),
+                "eval_output": po,
+                "outputs": outputs,
                 "fake_quant_f32_value": ev.fake_f32,
                 "engine_agreement_f32": ev.agreement_f32,
                 "epochs": args.epochs,
@@ -569,6 +885,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "samples": ev.samples,
                 "weight_bits": args.weight_bits,
                 "activation_bits": args.activation_bits,
+                "first_last_8bit": args.first_last_8bit,
                 "output": args.output.display().to_string(),
             })
         );
@@ -587,6 +904,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.samples,
             args.output.display()
         );
+        if nout > 1 || args.distill {
+            for (i, o) in float.outputs.iter().enumerate() {
+                println!(
+                    "  output {i} `{}`: cosine with float PTQ {:.5}, QAT engine {:.5} (max |diff| {:.4})",
+                    o.name,
+                    ptq_close[i].cosine(),
+                    ev.engine_close[i].cosine(),
+                    ev.engine_close[i].max_abs
+                );
+            }
+        }
     }
     Ok(())
 }

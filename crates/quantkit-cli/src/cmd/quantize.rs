@@ -49,9 +49,15 @@ pub struct Args {
     /// Activation type: u8 (default) or i8, both affine (--dynamic: u8 only).
     #[arg(long, default_value = "u8")]
     pub activations: String,
-    /// Weight bit width (2 to 8, symmetric, stored as int8).
+    /// Weight bit width (2 to 8, symmetric). Static QDQ models with 2–4 bits store the
+    /// weight codes as ONNX int4 initializers (opset 21, two codes per byte; ONNX Runtime
+    /// and quantkit's engine read them), other widths and formats as int8.
     #[arg(long, default_value_t = 8)]
     pub weight_bits: u8,
+    /// Keep 2–4-bit weight codes in int8 initializers (opset 13) instead of int4, for
+    /// runtimes without opset-21 int4 DequantizeLinear.
+    #[arg(long)]
+    pub int8_weights: bool,
     /// Activation bit width: 8 (default; type from --activations) or 16: every quantized
     /// activation int16, symmetric per tensor, with int8 weights (W8A16, ONNX Runtime's
     /// QInt16 activations), an opset-21 QDQ model. ONNX Runtime and quantkit's engine run
@@ -213,21 +219,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         b
     };
     let mut stage = PtqStage::Calibrating;
-    let (q, summary) = quantize_static_staged(graph, &mut data, &config, &mut |st, done, total| {
-        if st != stage {
-            stage = st;
-            bar.set_style(
+    let (mut q, summary) =
+        quantize_static_staged(graph, &mut data, &config, &mut |st, done, total| {
+            if st != stage {
+                stage = st;
+                bar.set_style(
                 indicatif::ProgressStyle::with_template(
                     "auto: choosing ranges {bar:30} {pos}/{len} activations [{elapsed_precise}]",
                 )
                 .expect("valid template"),
             );
-        }
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
-    .with_context(|| format!("quantizing {}", args.model.display()))?;
+            }
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        })
+        .with_context(|| format!("quantizing {}", args.model.display()))?;
     bar.finish_and_clear();
+    if format == Format::Qdq && args.weight_bits <= 4 && !args.int8_weights {
+        quantkit_ptq::store_weights_int4(&mut q).context("storing the weights as int4")?;
+    }
     report(&args, &q, &summary, size_before)
 }
 

@@ -103,7 +103,8 @@ impl<'g> Matcher<'g> {
                 dq.inputs[0], w.dtype
             ));
         };
-        if w.dtype != DType::I8 {
+        // int4 weights (opset 21) are held unpacked as the same i8 codes.
+        if !matches!(w.dtype, DType::I8 | DType::I4) {
             return Err(format!("weight `{}` is {}", dq.inputs[0], w.dtype));
         }
         let s = dq
@@ -121,7 +122,7 @@ impl<'g> Matcher<'g> {
             Some(z) => {
                 let z = self
                     .init(z)
-                    .filter(|z| z.dtype == DType::I8)
+                    .filter(|z| matches!(z.dtype, DType::I8 | DType::I4))
                     .ok_or_else(|| {
                         format!("weight zero point of `{}` is not a constant i8", dq.name)
                     })?;
@@ -221,7 +222,7 @@ impl<'g> Matcher<'g> {
             return Err(format!("{}-D weight: the kernel takes {rank}-D", w.rank()));
         }
         let values: Vec<i8> = match (&w.data, w.dtype) {
-            (Data::I8(v), DType::I8) => v.clone(),
+            (Data::I8(v), DType::I8 | DType::I4) => v.clone(),
             (Data::U8(v), DType::U8) => v.iter().map(|&b| (b ^ 0x80) as i8).collect(),
             _ => {
                 return Err(format!(
