@@ -8,8 +8,8 @@
 //! ```
 //!
 //! the same IEEE f32 steps in the same order as `quantize_code(prelu(dequantize_code(x)))`,
-//! so the portable loop, its AVX2 compiled copy and the AVX-512 kernel
-//! (`x86_64/avx512vnni/prelu.rs`, 16 channels per step) give the same bytes. A
+//! so the portable loop and the AVX2 and AVX-512 kernels (`x86_64/*/prelu.rs`, 8 and 16
+//! channels per step) give the same bytes. A
 //! per-channel 256-entry table gives the same bytes too, but one lookup per byte with a
 //! different table every byte does not vectorise; this loop does (16 channels per
 //! instruction on AVX-512). The engine uses it only after checking that it reproduces the
@@ -93,18 +93,29 @@ impl PreluCodes {
         // Counts the call as SIMD when it is.
         let copy = table.elementwise();
         #[cfg(target_arch = "x86_64")]
-        if table.isa() == Isa::Avx512Vnni {
-            let args = crate::x86_64::avx512vnni::prelu::PreluArgs {
+        {
+            use crate::x86_64::{avx2, avx512vnni};
+            let args = avx512vnni::prelu::PreluArgs {
                 slopes: body.slopes,
                 s_in: body.s_in,
                 z_in: body.z_in,
                 s_out: body.s_out,
                 z_out: body.z_out,
             };
-            // SAFETY: `table_for` gives the AVX-512 VNNI table only when the CPU has AVX-512
-            // F/BW/VL/VNNI (`Isa::is_supported`); `data` is whole pixels (checked above).
-            unsafe { crate::x86_64::avx512vnni::prelu::avx512_prelu_u8_16(&args, data) };
-            return Ok(());
+            match table.isa() {
+                // SAFETY (both arms): `table_for` gives an ISA's table only when the CPU has
+                // its instructions (`Isa::is_supported`: AVX-512 F/BW/VL/VNNI, AVX2);
+                // `data` is whole pixels (checked above).
+                Isa::Avx512Vnni => {
+                    unsafe { avx512vnni::prelu::avx512_prelu_u8_16(&args, data) };
+                    return Ok(());
+                }
+                Isa::Avx2 => {
+                    unsafe { avx2::prelu::avx2_prelu_u8_8(&args, data) };
+                    return Ok(());
+                }
+                Isa::Scalar => {}
+            }
         }
         copy.run(&body, data, &mut [] as &mut [u8]);
         Ok(())

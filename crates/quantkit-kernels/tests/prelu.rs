@@ -41,7 +41,7 @@ fn every_isa_equals_the_per_code_reference() {
         // Every code in every channel, shifted per pixel so codes meet every lane.
         let pixels = 256 + 3;
         let data: Vec<u8> = (0..pixels * c)
-            .map(|i| ((i / c) as u8).wrapping_add((i % c) as u8 * 7))
+            .map(|i| ((i / c) as u8).wrapping_add(((i % c) as u8).wrapping_mul(7)))
             .collect();
         let want: Vec<u8> = data
             .iter()
