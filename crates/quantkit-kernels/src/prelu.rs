@@ -146,6 +146,8 @@ impl Body<u8, u8> for PreluBody<'_> {
                 let v = (*q as f32 - self.z_in) * self.s_in;
                 let v = if v < 0.0 { k * v } else { v };
                 let r = (v / self.s_out + MAGIC) - MAGIC;
+                // max/min as quantize_code has them (clamp's assertion keeps loops scalar).
+                #[allow(clippy::manual_clamp)]
                 let y = (r + self.z_out).max(0.0).min(255.0);
                 *q = y as u8;
             }

@@ -10,8 +10,9 @@ use crate::x86_64::avx512vnni::prelu::PreluArgs;
 
 const MAGIC: f32 = 12_582_912.0;
 
-/// One code, the portable loop's steps.
+/// One code, the portable loop's steps (max/min as quantize_code has them).
 #[inline(always)]
+#[allow(clippy::manual_clamp)]
 fn one(a: &PreluArgs<'_>, x: u8, k: f32) -> u8 {
     let v = (x as f32 - a.z_in) * a.s_in;
     let v = if v < 0.0 { k * v } else { v };
