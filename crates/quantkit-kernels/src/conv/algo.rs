@@ -15,7 +15,8 @@
 //! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
 //! input transform 16 values per input channel and its output transform 16 sums per output
 //! channel; the output stage costs every algorithm the same and is left out). When the
-//! output plane's size is known (the engine passes it, [`ConvWeights::for_output`]),
+//! output plane's size is known (the engine passes it,
+//! [`ConvWeights::for_output`](super::ConvWeights::for_output)),
 //! Winograd's estimate is multiplied by its tile cover `4·⌈oh/2⌉·⌈ow/2⌉ / (oh·ow)`: the
 //! tiles past an odd edge are computed in full and thrown away, 10 % of a 21×21 plane
 //! (MTCNN O-Net's second conv, where that made Winograd 0.058 ms against the direct conv's
