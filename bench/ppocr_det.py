@@ -19,7 +19,7 @@ H and W), so `quantkit bench` can time it; the batch stays dynamic.
 Steps: quantize with `quantkit quantize` (calibration: 8 pages), check int8 against ONNX
 Runtime f32 (cosine of the probability map, and agreement of the binarised text mask at the
 detector's threshold 0.3), time quantkit int8/f32 against ONNX Runtime int8/f32 on the SAME
-QDQ file (1 and 2 threads, batch 1), and print `quantkit bench --profile` (where the
+QDQ file (1 and 2 threads, batch 1 or the --batches given), and print `quantkit bench --profile` (where the
 engine's time goes, float islands marked).
 
 Usage:
@@ -107,7 +107,11 @@ def main():
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/quantkit-bench"))
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--batches", default="1",
+                    help="comma-separated batch sizes to time (default 1: a text detector runs one "
+                         "page at a time, its natural batch); larger ones show 2-thread scaling")
     a = ap.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
     qk = a.quantkit
     src, sha = fetch(a.cache)
     d = tempfile.mkdtemp()
@@ -131,18 +135,20 @@ def main():
     ort_q = ort_session(q, 1).run(None, {"x": test})[0]
     ort_mask_agree = float(((ort_q > 0.3) == (ref > 0.3)).mean())
     rows = []
-    for threads in (1, 2):
-        xb = np.ascontiguousarray(test[:1])
-        env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-        v = json.loads(subprocess.run(
-            [qk, "bench", model, "--int8", q, "--threads", str(threads), "--seconds", str(a.seconds), "--json"],
-            check=True, capture_output=True, text=True, env=env).stdout)
-        r = {"threads": threads, "batch": 1,
-             "ort_f32_ms": ort_best(model, xb, threads, a.seconds),
-             "ort_int8_ms": ort_best(q, xb, threads, a.seconds),
-             "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"]}
-        r["qk8_vs_ort8"] = r["ort_int8_ms"] / r["quantkit_int8_ms"]
-        rows.append(r)
+    for batch in batches:
+        for threads in (1, 2):
+            xb = np.ascontiguousarray(np.concatenate([test] * ((batch + 1) // 2))[:batch])
+            env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+            v = json.loads(subprocess.run(
+                [qk, "bench", model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
+                 "--seconds", str(a.seconds), "--json"],
+                check=True, capture_output=True, text=True, env=env).stdout)
+            r = {"threads": threads, "batch": batch,
+                 "ort_f32_ms": ort_best(model, xb, threads, a.seconds),
+                 "ort_int8_ms": ort_best(q, xb, threads, a.seconds),
+                 "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"]}
+            r["qk8_vs_ort8"] = r["ort_int8_ms"] / r["quantkit_int8_ms"]
+            rows.append(r)
     env = dict(os.environ, RAYON_NUM_THREADS="1")
     prof = subprocess.run([qk, "bench", model, "--int8", q, "--profile", "--seconds", str(a.seconds)],
                           check=True, capture_output=True, text=True, env=env).stdout

@@ -35,6 +35,7 @@ pub mod output;
 pub mod par;
 pub mod peak;
 pub mod pool;
+pub mod prelu;
 pub mod quantize;
 pub mod reference;
 pub mod transpose;

@@ -102,3 +102,21 @@ impl Lut8 {
         }
     }
 }
+
+/// Applies a 256-entry map of 8-bit codes in place, `data[i] = table[data[i]]` (a code
+/// table built by [`Lut8`] or by composing tables), on the dispatched ISA: AVX-512 VBMI
+/// `vpermi2b` where the CPU has it (64 bytes per three shuffles), scalar elsewhere. Every
+/// path gives the same bytes.
+pub fn apply_codes(table: &[u8; 256], data: &mut [u8]) {
+    (crate::dispatch::kernels().lut())(table, data)
+}
+
+/// [`apply_codes`] with the kernel of `isa`'s table; `UnsupportedIsa` when the CPU lacks it.
+pub fn apply_codes_with(
+    isa: crate::Isa,
+    table: &[u8; 256],
+    data: &mut [u8],
+) -> crate::error::Result<()> {
+    (crate::dispatch::table_for(isa)?.lut())(table, data);
+    Ok(())
+}

@@ -50,7 +50,8 @@ impl<'g> Matcher<'g> {
             qp: qy,
         } = self.tail(&n.outputs[0])?;
         let stage = self.stage(qx.scale, &s_w, qy, clamp, bias, 1.0)?;
-        let weights = ConvWeights::new(&w, c_out, wshape[1] * group, params, &z_w)
+        let weights = self
+            .pack_conv(&w, c_out, wshape[1] * group, params, &z_w, &n.outputs[0])
             .map_err(|e| format!("packing weights: {e}"))?;
         let kind = conv_kind(&weights);
         let mut output = self.g.nodes[qi].outputs[0].clone();
@@ -84,6 +85,8 @@ impl<'g> Matcher<'g> {
                 x_dtype: qx.dtype,
                 x_zp: qx.zp,
                 y_dtype: qy.dtype,
+                prelu: None,
+                table: None,
                 desc: desc.clone(),
             }),
             inputs: vec![xq],
@@ -92,6 +95,29 @@ impl<'g> Matcher<'g> {
             through,
             kernel_desc: desc,
         })
+    }
+
+    /// The conv's weights packed with the cost model told the output plane `[oh, ow]` when
+    /// shape inference gives it for `output` (the conv's NCHW output value, at batch 1 when
+    /// the batch is symbolic; Winograd's odd-edge tiles count then,
+    /// [`ConvWeights::for_output`]).
+    fn pack_conv(
+        &self,
+        w: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        output: &str,
+    ) -> quantkit_kernels::Result<ConvWeights> {
+        let plane = self.batch1_shape(output).and_then(|s| match s[..] {
+            [_, _, h, w] => Some([h, w]),
+            _ => None,
+        });
+        match plane {
+            Some(hw) => ConvWeights::for_output(w, c_out, c_in, params, zero_points, hw),
+            None => ConvWeights::new(w, c_out, c_in, params, zero_points),
+        }
     }
 
     /// `value` (the codes a conv step writes, from QuantizeLinear node `qi`) → DQ → MaxPool
@@ -156,7 +182,8 @@ impl<'g> Matcher<'g> {
         };
         let has_bias = bias.is_some();
         let stage = self.stage(qx.scale, &w.scales, qy, saturation(qy), bias, 1.0)?;
-        let weights = ConvWeights::new(&w.values, c_out, c_in, params, &w.zero_points)
+        let weights = self
+            .pack_conv(&w.values, c_out, c_in, params, &w.zero_points, &output)
             .map_err(|e| format!("packing weights: {e}"))?;
         let kind = conv_kind(&weights);
         // A MaxPool reading only these codes runs inside the conv call.
@@ -199,6 +226,8 @@ impl<'g> Matcher<'g> {
                 x_dtype: qx.dtype,
                 x_zp: qx.zp,
                 y_dtype: qy.dtype,
+                prelu: None,
+                table: None,
                 desc: desc.clone(),
             }),
             inputs: vec![x],

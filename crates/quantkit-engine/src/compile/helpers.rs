@@ -21,6 +21,8 @@ pub(super) struct Matcher<'g> {
     /// Producer and readers of every value.
     pub(super) uses: Uses<'g>,
     pub(super) opset: i64,
+    /// Static shapes of values at batch 1 (`Matcher::batch1_shape`), inferred on first use.
+    pub(super) batch1: std::cell::OnceCell<std::collections::HashMap<String, Vec<usize>>>,
 }
 
 /// `value → [Relu | Clip] → QuantizeLinear` after an anchor.
@@ -42,7 +44,37 @@ impl<'g> Matcher<'g> {
             opts,
             uses: Uses::new(g),
             opset: g.opset(),
+            batch1: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The static shape of `value`: the graph's own when known, else the one shape
+    /// inference gives with a symbolic or unknown batch (axis 0 of the graph inputs) set to
+    /// 1 (planes and channels do not depend on it). For cost models, never for checks.
+    pub(super) fn batch1_shape(&self, value: &str) -> Option<Vec<usize>> {
+        if let Some(s) = self.g.value_info.get(value).and_then(|v| v.static_shape()) {
+            return Some(s);
+        }
+        self.batch1
+            .get_or_init(|| {
+                let mut g = self.g.clone();
+                for v in &mut g.inputs {
+                    if let Some(d) = v.shape.as_mut().and_then(|s| s.first_mut()) {
+                        if d.known().is_none() {
+                            *d = quantkit_graph::Dim::Known(1);
+                        }
+                    }
+                }
+                quantkit_graph::passes::infer_value_infos(&g)
+                    .map(|vs| {
+                        vs.into_iter()
+                            .filter_map(|v| Some((v.name.clone(), v.static_shape()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .get(value)
+            .cloned()
     }
 
     /// The initializer `name`, if it is one.

@@ -329,7 +329,10 @@ pub(super) fn liveness(steps: &[Step], slots: usize, outputs: &[(String, usize)]
 /// output of another table-only step, when nothing else reads that value and it is not a
 /// graph output, becomes one step whose table is the composition (exact: each table maps a
 /// code to a code; e.g. HardSwish written `x·relu6(x + 3)` → Q → DQ → `/6` → Q, two tables,
-/// one pass over the tensor instead of two). The absorbed step's node keeps its placement.
+/// one pass over the tensor instead of two). Likewise a table-only step or a computed
+/// per-channel PRelu reading the one output of a step that can map its own output
+/// ([`Kernel::absorb`]: a conv) goes into that step: no step, no new buffer, the codes
+/// mapped while in cache. The absorbed step's node keeps its placement.
 pub(super) fn fuse_tables(
     steps: Vec<(usize, Step)>,
     outputs: &[(String, usize)],
@@ -342,34 +345,46 @@ pub(super) fn fuse_tables(
     }
     let graph_outputs: HashSet<usize> = outputs.iter().map(|&(_, s)| s).collect();
     let mut kept: Vec<(usize, Step)> = Vec::with_capacity(steps.len());
-    // Slot → index in `kept` of the table-only step writing it.
-    let mut table_writer: HashMap<usize, usize> = HashMap::new();
+    // Slot → index in `kept` of the step with one output writing it.
+    let mut writer: HashMap<usize, usize> = HashMap::new();
     for (ni, step) in steps {
         let single_input = match step.inputs.as_slice() {
             [Some(v)] => Some(*v),
             _ => None,
         };
-        let fused = single_input
+        let prev = single_input
             .filter(|v| readers.get(v) == Some(&1) && !graph_outputs.contains(v))
-            .and_then(|v| table_writer.get(&v).copied())
-            .and_then(|k| {
-                let first = kept[k].1.kernel.as_table_step()?;
-                let next = step.kernel.as_table_step()?;
-                Some((k, first.then(next)?))
-            });
-        if let Some((k, composed)) = fused {
-            let prev = &mut kept[k].1;
-            prev.kernel = Box::new(composed);
-            prev.outputs = step.outputs;
-            if let [Some(o)] = prev.outputs.as_slice() {
-                table_writer.insert(*o, k);
+            .and_then(|v| writer.get(&v).copied());
+        if let Some(k) = prev {
+            let composed = match (
+                kept[k].1.kernel.as_table_step(),
+                step.kernel.as_table_step(),
+            ) {
+                (Some(first), Some(next)) => first.then(next),
+                _ => None,
+            };
+            let fused = match composed {
+                Some(c) => {
+                    kept[k].1.kernel = Box::new(c);
+                    true
+                }
+                None => {
+                    let next = step.kernel.as_ref();
+                    (next.as_table_step().is_some() || next.as_channel_table().is_some())
+                        && kept[k].1.kernel.absorb(next)
+                }
+            };
+            if fused {
+                let prev = &mut kept[k].1;
+                prev.outputs = step.outputs;
+                if let [Some(o)] = prev.outputs.as_slice() {
+                    writer.insert(*o, k);
+                }
+                continue;
             }
-            continue;
         }
-        if step.kernel.as_table_step().is_some() {
-            if let [Some(o)] = step.outputs.as_slice() {
-                table_writer.insert(*o, kept.len());
-            }
+        if let [Some(o)] = step.outputs.as_slice() {
+            writer.insert(*o, kept.len());
         }
         kept.push((ni, step));
     }

@@ -8,6 +8,7 @@ use super::Matched;
 use crate::steps::ChannelTableStep;
 use quantkit_graph::ops::{self, OpCtx};
 use quantkit_graph::{DType, Data, Node, Tensor};
+use quantkit_kernels::prelu::PreluCodes;
 
 /// Channels and input rank when `slope` broadcasts along axis 1 only: `[C, 1, …]` (input
 /// rank = slope rank + 1) or `[1, C, 1, …]` (same rank); one value: 1 channel, rank 0
@@ -89,7 +90,26 @@ impl<'g> Matcher<'g> {
                 tables[ch * 256 + k] = bytes[k * c + ch];
             }
         }
-        let desc = format!("PRelu on {} codes ({c} channel tables)", qx.dtype);
+        // u8 → u8 with an f32 slope: computed per channel in f32 when that reproduces every
+        // table entry (it is the same arithmetic; checked, not assumed), else the tables.
+        let arith = (qx.dtype == DType::U8 && qy.dtype == DType::U8 && slope.dtype == DType::F32)
+            .then(|| PreluCodes::new(slope.to_f32_vec(), qx.scale, qx.zp, qy.scale, qy.zp))
+            .flatten()
+            .filter(|p| {
+                p.channels() == c
+                    && (0..c).all(|ch| {
+                        (0..=255u8).all(|k| p.code(k, ch) == tables[ch * 256 + k as usize])
+                    })
+            });
+        let desc = format!(
+            "PRelu on {} codes ({c} channel {})",
+            qx.dtype,
+            if arith.is_some() {
+                "slopes, computed"
+            } else {
+                "tables"
+            }
+        );
         let kernel: Box<dyn crate::steps::Kernel> = if c == 1 {
             Box::new(crate::steps::CodeStep {
                 layout: None,
@@ -107,6 +127,7 @@ impl<'g> Matcher<'g> {
                 tables,
                 channels: c,
                 rank,
+                arith,
                 x_dtype: qx.dtype,
                 out: qy.dtype,
                 desc: desc.clone(),

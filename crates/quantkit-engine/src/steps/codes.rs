@@ -8,7 +8,8 @@ use crate::Step;
 use quantkit_graph::{DType, Data, Tensor};
 use quantkit_kernels::par::{self, SplitKind};
 
-/// Estimated ns per element of a table lookup on one core (for `par::for_chunks`).
+/// Estimated ns per element of a table lookup on one core (for `par::for_chunks`): the
+/// scalar loop's cost, an overestimate where the `vpermi2b` kernel runs.
 const TABLE_NS: f64 = 0.4;
 
 /// A 256-entry map of 8-bit codes: `table[code as u8]` is the output code's byte.
@@ -19,38 +20,62 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// Applies the table, keeping shape and layout.
+    /// Applies the table in `v`'s own buffer, keeping shape and layout.
     pub(super) fn apply(&self, v: Val) -> Val {
-        self.apply_ref(&v)
-    }
-
-    /// [`Table::apply`] on a borrowed value; large tensors are split across the pool's
-    /// threads in contiguous chunks (each byte looked up alone, so any split gives the
-    /// same bytes).
-    pub(super) fn apply_ref(&self, v: &Val) -> Val {
-        let src: &[u8] = match &v.tensor.data {
-            Data::U8(d) => d,
-            // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
-            Data::I8(d) => unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) },
-            _ => unreachable!("callers check for 8-bit codes"),
-        };
-        let mut bytes = vec![0u8; src.len()];
-        let table: &[u8; 256] = self.bytes[..].try_into().expect("256 entries");
-        par::for_chunks(SplitKind::Eltwise, &mut bytes, TABLE_NS, 1, |off, out| {
-            for (o, &c) in out.iter_mut().zip(&src[off..]) {
-                *o = table[c as usize];
-            }
-        });
-        let shape = v.tensor.shape.clone();
-        let tensor = match self.out {
-            DType::U8 => tensor_u8(shape, bytes),
-            _ => tensor_i8(shape, bytes.into_iter().map(|b| b as i8).collect()),
-        };
         Val {
-            tensor,
+            tensor: self.apply_in_place(v.tensor),
             nhwc: v.nhwc,
         }
     }
+
+    /// [`Table::apply`] on a borrowed value (a copy, then [`Table::apply_in_place`]).
+    pub(super) fn apply_ref(&self, v: &Val) -> Val {
+        let tensor = match &v.tensor.data {
+            Data::U8(d) => tensor_u8(v.tensor.shape.clone(), d.clone()),
+            Data::I8(d) => tensor_i8(v.tensor.shape.clone(), d.clone()),
+            _ => unreachable!("callers check for 8-bit codes"),
+        };
+        Val {
+            tensor: self.apply_in_place(tensor),
+            nhwc: v.nhwc,
+        }
+    }
+
+    /// Maps the codes of the 8-bit tensor `t` through the table in its own buffer (the
+    /// kernels' [`quantkit_kernels::lut::apply_codes`]) and retypes it to the table's
+    /// output type. Large tensors are split across the pool's threads in contiguous chunks
+    /// (each byte looked up alone, so any split gives the same bytes).
+    pub(crate) fn apply_in_place(&self, t: Tensor) -> Tensor {
+        let table: &[u8; 256] = self.bytes[..].try_into().expect("256 entries");
+        let Tensor { shape, data, .. } = t;
+        let mut bytes = match data {
+            Data::U8(d) => d,
+            Data::I8(d) => bytes_of_i8(d),
+            _ => unreachable!("callers check for 8-bit codes"),
+        };
+        par::for_chunks(SplitKind::Eltwise, &mut bytes, TABLE_NS, 1, |_, chunk| {
+            quantkit_kernels::lut::apply_codes(table, chunk)
+        });
+        match self.out {
+            DType::U8 => tensor_u8(shape, bytes),
+            _ => tensor_i8(shape, i8_of_bytes(bytes)),
+        }
+    }
+}
+
+/// The bytes of `v`, reusing its buffer.
+fn bytes_of_i8(v: Vec<i8>) -> Vec<u8> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid;
+    // the buffer's ownership moves to the new Vec (the old one is never dropped).
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<u8>(), v.len(), v.capacity()) }
+}
+
+/// `v` as i8, reusing its buffer.
+fn i8_of_bytes(v: Vec<u8>) -> Vec<i8> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: as in `bytes_of_i8`.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<i8>(), v.len(), v.capacity()) }
 }
 
 /// An operator on codes: a layout op (the graph crate's Flatten/Reshape/Transpose/...

@@ -1,6 +1,6 @@
 //! The integer conv step, produced by `compile/conv.rs` (QDQ `Conv`, `QLinearConv`).
 
-use super::{alloc_len, bad, check_dtype, first, kernel_err, nhwc_input, Kernel};
+use super::{alloc_len, bad, check_dtype, first, kernel_err, nhwc_input, Kernel, Table};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
@@ -9,6 +9,7 @@ use quantkit_kernels::conv::{
     conv2d_output_shape, conv2d_quant, conv2d_quant_max_pool, ConvParams, ConvWeights, NhwcInput,
 };
 use quantkit_kernels::output::OutputStage;
+use quantkit_kernels::prelu::PreluCodes;
 
 /// Integer conv: `DQ → Conv → [Relu|Clip] → Q` as one NHWC kernel call.
 pub(crate) struct ConvStep {
@@ -20,6 +21,14 @@ pub(crate) struct ConvStep {
     pub x_dtype: DType,
     pub x_zp: i32,
     pub y_dtype: DType,
+    /// A per-channel PRelu on the u8 output codes that read only them, absorbed by the
+    /// plan ([`Kernel::absorb`]): computed in the output's own buffer right after the conv.
+    pub prelu: Option<PreluCodes>,
+    /// A table step that read only this conv's codes (after the PRelu, if any), absorbed
+    /// by the plan ([`Kernel::absorb`]): applied to the output in its own buffer right
+    /// after the conv, while it is in cache (HardSwish, Sigmoid... after a conv). The
+    /// step's output type is then the table's.
+    pub table: Option<Table>,
     pub desc: String,
 }
 
@@ -55,7 +64,14 @@ impl Kernel for ConvStep {
                     None => conv2d_quant(&input, &self.weights, &self.stage, &mut out),
                 }
                 .map_err(kernel_err(step))?;
-                $mk(out_shape.to_vec(), out)
+                let mut t = $mk(out_shape.to_vec(), out);
+                if let (Some(p), Data::U8(d)) = (&self.prelu, &mut t.data) {
+                    p.apply(d).map_err(kernel_err(step))?;
+                }
+                match &self.table {
+                    Some(tb) => tb.apply_in_place(t),
+                    None => t,
+                }
             }};
         }
         let t = match (&x.data, self.y_dtype) {
@@ -71,6 +87,51 @@ impl Kernel for ConvStep {
         }])
     }
     fn describe(&self) -> String {
-        self.desc.clone()
+        format!(
+            "{}{}{}",
+            self.desc,
+            if self.prelu.is_some() { " + prelu" } else { "" },
+            if self.table.is_some() { " + table" } else { "" }
+        )
+    }
+    fn absorb(&mut self, next: &dyn Kernel) -> bool {
+        // The codes this step writes now: the table's type, else the conv's (a PRelu keeps
+        // u8).
+        let out = self.table.as_ref().map_or(self.y_dtype, |t| t.out);
+        if let Some(p) = next.as_channel_table() {
+            let Some(arith) = p.arith.as_ref() else {
+                return false;
+            };
+            let fits = self.pool.is_none()
+                && self.table.is_none()
+                && self.prelu.is_none()
+                && self.y_dtype == DType::U8
+                && p.x_dtype == DType::U8
+                && p.out == DType::U8
+                && p.rank == 4
+                && arith.channels() == self.weights.c_out();
+            if fits {
+                self.prelu = Some(arith.clone());
+            }
+            return fits;
+        }
+        let Some(t2) = next
+            .as_table_step()
+            .and_then(|n| n.table.as_ref().map(|t| (n, t)))
+        else {
+            return false;
+        };
+        let (n, t2) = t2;
+        if n.x_dtype != out {
+            return false;
+        }
+        self.table = Some(match self.table.take() {
+            Some(t1) => Table {
+                bytes: t1.bytes.iter().map(|&b| t2.bytes[b as usize]).collect(),
+                out: t2.out,
+            },
+            None => t2.clone(),
+        });
+        true
     }
 }

@@ -53,6 +53,19 @@ pub(crate) trait Kernel: Send + Sync {
     fn as_table_step(&self) -> Option<&CodeStep> {
         None
     }
+    /// The step as a per-channel PRelu computed on u8 codes ([`ChannelTableStep`] with
+    /// its `arith` form), which a conv may take into its output ([`Kernel::absorb`]).
+    fn as_channel_table(&self) -> Option<&ChannelTableStep> {
+        None
+    }
+    /// Takes `next` (a table-only step, [`Kernel::as_table_step`], or a computed per-channel
+    /// PRelu, [`Kernel::as_channel_table`]), which reads this step's one output and nothing
+    /// else reads, into this step: `true` when the step now writes `next`'s output (it
+    /// maps its own codes), `false` when it cannot.
+    fn absorb(&mut self, next: &dyn Kernel) -> bool {
+        let _ = next;
+        false
+    }
 }
 
 fn bad(step: &Step, value: &str, reason: String) -> EngineError {

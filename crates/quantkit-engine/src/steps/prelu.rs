@@ -1,11 +1,12 @@
 //! Per-channel tables on 8-bit codes, produced by `compile/prelu.rs`: `DQ(x) → PRelu → Q`
 //! with one slope per channel (MTCNN, ...) is one 256-entry table per channel.
 
-use super::{bad, check_dtype, first, Kernel};
+use super::{bad, check_dtype, first, kernel_err, Kernel};
 use crate::error::Result;
 use crate::value::{tensor_i8, tensor_u8, Val};
 use crate::Step;
 use quantkit_graph::{DType, Data};
+use quantkit_kernels::prelu::PreluCodes;
 
 /// `out = tables[c·256 + byte(x)]`, `c` the element's channel (ONNX axis 1: the last axis
 /// of an NHWC value).
@@ -15,6 +16,9 @@ pub(crate) struct ChannelTableStep {
     pub channels: usize,
     /// The rank the tables were made for (the slope broadcasts on axis 1 of it).
     pub rank: usize,
+    /// The same map computed per channel in f32 (`prelu::PreluCodes`, vectorised), which
+    /// the matcher checked equal to `tables` on every code; used for NHWC values.
+    pub arith: Option<PreluCodes>,
     pub x_dtype: DType,
     pub out: DType,
     pub desc: String,
@@ -51,7 +55,10 @@ impl Kernel for ChannelTableStep {
             _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
         };
         let mut out = vec![0u8; bytes.len()];
-        if inner == 1 {
+        if let (Some(p), 1) = (&self.arith, inner) {
+            out.copy_from_slice(bytes);
+            p.apply(&mut out).map_err(kernel_err(step))?;
+        } else if inner == 1 {
             for (o, x) in out.chunks_mut(c).zip(bytes.chunks(c)) {
                 for (ch, (o, &x)) in o.iter_mut().zip(x).enumerate() {
                     *o = self.tables[ch * 256 + x as usize];
@@ -77,5 +84,8 @@ impl Kernel for ChannelTableStep {
     }
     fn describe(&self) -> String {
         self.desc.clone()
+    }
+    fn as_channel_table(&self) -> Option<&ChannelTableStep> {
+        self.arith.is_some().then_some(self)
     }
 }

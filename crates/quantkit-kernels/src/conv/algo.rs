@@ -16,13 +16,20 @@
 //! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
 //! input transform 16 values per input channel and its output transform 16 sums per output
 //! channel; F(4×4, 3×3): 36 products per pair for 16 pixels, 36 values per channel each
-//! way; the output stage costs every algorithm the same and is left out). The rates
+//! way; the output stage costs every algorithm the same and is left out). When the
+//! output plane's size is known (the engine passes it,
+//! [`ConvWeights::for_output`](super::ConvWeights::for_output)),
+//! Winograd's estimate is multiplied by its tile cover, `t²·⌈oh/t⌉·⌈ow/t⌉ / (oh·ow)` for
+//! tiles of `t×t` outputs: the tiles past an edge that is not a multiple of `t` are
+//! computed in full and thrown away, 10 % of a 21×21 plane with F(2×2) (MTCNN O-Net's
+//! second conv, where that made Winograd 0.058 ms against the direct conv's 0.050 ms) and
+//! 31 % of LeNet's 14×14 plane with F(4×4) (which made LeNet 5–8 % slower than F(2×2);
+//! BENCHMARKS.md 2026-11-25). The rates
 //! `R` (multiply-accumulates per nanosecond the micro-kernel sustains on one core) and the
 //! per-element costs `p` (nanoseconds) are per ISA, in [`Rates::of`]: fitted to
 //! `quantkit bench conv --algo …` (BENCHMARKS.md) and rough, but the choices they make only
-//! have to be right where the algorithms differ by more than the model's error. (The
-//! estimate is per output pixel: Winograd's tiles past an odd output edge, e.g. 7×7, are
-//! not counted.) `QUANTKIT_CONV_ALGO=auto|im2col|winograd|winograd4|pairs|direct` (or
+//! have to be right where the algorithms differ by more than the model's error.
+//! `QUANTKIT_CONV_ALGO=auto|im2col|winograd|winograd4|pairs|direct` (or
 //! [`ConvWeights::for_isa`](super::ConvWeights::for_isa) with an explicit choice) overrides
 //! the model for every conv the forced algorithm can run, so a measurement can confirm or
 //! correct it.
@@ -116,6 +123,22 @@ pub(crate) struct ConvShape {
     pub(crate) kernel: [usize; 2],
     /// Words per output pixel of the pairs packing (0 when it does not apply).
     pub(crate) pair_words: usize,
+    /// The output plane `[oh, ow]` when the caller knows it.
+    pub(crate) out_hw: Option<[usize; 2]>,
+}
+
+impl ConvShape {
+    /// Pixels Winograd with `tile×tile` output tiles (2 for F(2×2, 3×3), 4 for F(4×4, 3×3))
+    /// computes per output pixel: its tiles cover the plane rounded up to multiples of
+    /// `tile` (1 when the plane is unknown or empty).
+    pub(crate) fn winograd_cover(&self, tile: usize) -> f64 {
+        match self.out_hw {
+            Some([oh, ow]) if oh > 0 && ow > 0 => {
+                (oh.next_multiple_of(tile) * ow.next_multiple_of(tile)) as f64 / (oh * ow) as f64
+            }
+            _ => 1.0,
+        }
+    }
 }
 
 /// An algorithm the model weighs (depthwise and 1×1 convs have one path each).
@@ -225,8 +248,14 @@ impl Rates {
         match algo {
             Candidate::Im2col => k * co / self.r_u8 + k * self.p_pack + taps * self.p_tap,
             Candidate::Pairs => 2.0 * shape.pair_words as f64 * co / self.r_pair + self.p_pair,
-            Candidate::Winograd => 4.0 * ci * co / self.r_i16 + 4.0 * (ci + co) * self.p_wino,
-            Candidate::Winograd4 => 2.25 * ci * co / self.r_i16 + 2.25 * (ci + co) * self.p_wino4,
+            Candidate::Winograd => {
+                (4.0 * ci * co / self.r_i16 + 4.0 * (ci + co) * self.p_wino)
+                    * shape.winograd_cover(2)
+            }
+            Candidate::Winograd4 => {
+                (2.25 * ci * co / self.r_i16 + 2.25 * (ci + co) * self.p_wino4)
+                    * shape.winograd_cover(4)
+            }
             Candidate::Direct => {
                 taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
             }
@@ -265,6 +294,7 @@ mod tests {
             c_out,
             kernel: [3, 3],
             pair_words,
+            out_hw: None,
         }
     }
 
@@ -310,5 +340,39 @@ mod tests {
         // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
         // on AVX2.
         assert_eq!(avx2.cheapest(&shape(64, 128, 0), &[Im2col, Direct]), Im2col);
+    }
+
+    /// MTCNN O-Net's conv2d_9 (3×3, 32 → 64, 23×23 in, 21×21 out) on AVX-512 VNNI: the
+    /// direct conv measured 0.050 ms, Winograd 0.058 ms (BENCHMARKS.md, 2026-11-25). With
+    /// the plane known, its tile cover (484 / 441) makes the model pick the direct conv;
+    /// without it the per-pixel estimate still picks Winograd.
+    #[test]
+    fn winograd_pays_for_the_tiles_past_an_odd_edge() {
+        use Candidate::*;
+        let three = [Im2col, Winograd, Direct];
+        let vnni = Rates::of(Isa::Avx512Vnni);
+        let mut s = shape(32, 64, 0);
+        assert_eq!(vnni.cheapest(&s, &three), Winograd);
+        s.out_hw = Some([21, 21]);
+        assert!((s.winograd_cover(2) - 484.0 / 441.0).abs() < 1e-12);
+        assert_eq!(vnni.cheapest(&s, &three), Direct);
+        s.out_hw = Some([22, 22]);
+        assert_eq!(s.winograd_cover(2), 1.0);
+        assert_eq!(vnni.cheapest(&s, &three), Winograd);
+        s.out_hw = Some([0, 5]);
+        assert_eq!(s.winograd_cover(2), 1.0);
+        // With F(4×4) eligible too: O-Net's 21×21 stays direct (24×24 computed), LeNet's
+        // 14×14 second conv (16×16 computed) takes F(2×2), which the engine measured
+        // faster (0.047 against 0.049 ms at batch 1, 2.19 against 2.38 at batch 64), and a
+        // plane of multiples of 4 keeps F(4×4).
+        let four = [Im2col, Winograd, Winograd4, Direct];
+        s.out_hw = Some([21, 21]);
+        assert!((s.winograd_cover(4) - 576.0 / 441.0).abs() < 1e-12);
+        assert_eq!(vnni.cheapest(&s, &four), Direct);
+        s.out_hw = Some([14, 14]);
+        assert_eq!(vnni.cheapest(&s, &four), Winograd);
+        assert_eq!(Rates::of(Isa::Avx2).cheapest(&s, &four), Winograd);
+        s.out_hw = Some([16, 16]);
+        assert_eq!(vnni.cheapest(&s, &four), Winograd4);
     }
 }

@@ -82,6 +82,29 @@ impl ConvWeights {
         )
     }
 
+    /// [`ConvWeights::new`] for a conv whose output planes are `out_hw` (`[oh, ow]`, known
+    /// when the model's shapes are): the cost model then counts what the plane's size
+    /// costs each algorithm (Winograd's tiles past an odd edge). Any input size still runs.
+    pub fn for_output(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        out_hw: [usize; 2],
+    ) -> Result<Self> {
+        Self::for_isa_sized(
+            weights,
+            c_out,
+            c_in,
+            params,
+            zero_points,
+            ConvAlgorithm::from_env(),
+            dispatch::isa(),
+            Some(out_hw),
+        )
+    }
+
     /// [`ConvWeights::with_algorithm`] with `Auto` weighing the costs of `isa` and the
     /// GEMM weights packed for `isa`'s kernels (they run on any ISA; another one repacks
     /// them per call).
@@ -93,6 +116,31 @@ impl ConvWeights {
         zero_points: &[i32],
         algorithm: ConvAlgorithm,
         isa: Isa,
+    ) -> Result<Self> {
+        Self::for_isa_sized(
+            weights,
+            c_out,
+            c_in,
+            params,
+            zero_points,
+            algorithm,
+            isa,
+            None,
+        )
+    }
+
+    /// [`ConvWeights::for_isa`] with the output plane `out_hw` when known
+    /// ([`ConvWeights::for_output`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_isa_sized(
+        weights: &[i8],
+        c_out: usize,
+        c_in: usize,
+        params: ConvParams,
+        zero_points: &[i32],
+        algorithm: ConvAlgorithm,
+        isa: Isa,
+        out_hw: Option<[usize; 2]>,
     ) -> Result<Self> {
         const OP: &str = "conv2d";
         let g = params.groups;
@@ -172,6 +220,7 @@ impl ConvWeights {
             c_out: cout_g,
             kernel: params.kernel,
             pair_words: packed_k.as_ref().map_or(0, |p| p.k() / 2),
+            out_hw,
         };
         let rates = Rates::of(isa);
         let mut choice = match forced.filter(|f| eligible.contains(f)) {

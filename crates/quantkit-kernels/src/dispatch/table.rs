@@ -72,6 +72,10 @@ pub(crate) type DirectFn = fn(&[u8], &[usize; 8], &[usize], &[i8], &mut [Tile; 2
 /// ([`crate::conv::dw_blocks::DwArgs::in_bounds`]).
 pub(crate) type DwFn = fn(&crate::conv::dw_blocks::DwArgs<'_>, &mut [u8]);
 
+/// A 256-entry byte table applied in place: `data[i] = table[data[i]]` (the code tables of
+/// element-wise functions, [`crate::lut::apply_codes`]).
+pub(crate) type LutFn = fn(&[u8; 256], &mut [u8]);
+
 /// i16 GEMM tile with an indirect A: word `g` of row `r` is `a[offsets[g] + r]`, 6 rows.
 /// Checks the lengths.
 pub(crate) type I16IndirectFn = fn(&[u32], &[usize], &[i16], &mut [i32; TILE]);
@@ -226,6 +230,8 @@ pub struct Kernels {
     /// prologue (`quantize.rs`) and the NCHW↔NHWC transposes of 8-bit codes
     /// (`transpose.rs`).
     pub(crate) elementwise: VectorBody,
+    /// The in-place 256-entry byte table and whose it is.
+    pub(crate) lut: (Isa, LutFn),
 }
 
 impl std::fmt::Debug for Kernels {
@@ -242,6 +248,7 @@ impl std::fmt::Debug for Kernels {
             .field("dw_blocks", &self.dw_blocks.0)
             .field("pooling", &self.pooling)
             .field("elementwise", &self.elementwise)
+            .field("lut", &self.lut.0)
             .finish()
     }
 }
@@ -309,6 +316,12 @@ impl Kernels {
     pub(crate) fn pooling(&self) -> VectorBody {
         note_use(self.pooling.is_simd());
         self.pooling
+    }
+
+    /// The in-place byte table (counted).
+    pub(crate) fn lut(&self) -> LutFn {
+        note_use(self.lut.0 != Isa::Scalar);
+        self.lut.1
     }
 
     /// The element-wise passes' compiled copy (counted).

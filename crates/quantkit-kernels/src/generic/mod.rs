@@ -3,6 +3,7 @@
 
 pub mod depthwise;
 pub mod gemm;
+pub mod lut;
 pub mod pack;
 pub mod store;
 pub mod winograd;
@@ -49,6 +50,7 @@ pub(crate) fn generic() -> Kernels {
         dw_blocks: (Isa::Scalar, depthwise::generic_dw_u8i16_16),
         pooling: VectorBody::Generic,
         elementwise: VectorBody::Generic,
+        lut: (Isa::Scalar, lut::generic_lut_u8),
     }
 }
 

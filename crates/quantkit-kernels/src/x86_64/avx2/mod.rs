@@ -12,6 +12,7 @@ pub mod depthwise;
 pub mod gemm;
 pub mod pack;
 pub mod peak;
+pub(crate) mod prelu;
 pub mod winograd;
 
 use crate::dispatch::{Body, Kernels, Stores, VectorBody};

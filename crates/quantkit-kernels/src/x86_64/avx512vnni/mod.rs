@@ -9,8 +9,10 @@
 
 pub mod depthwise;
 pub mod gemm;
+pub mod lut;
 pub mod pack;
 pub mod peak;
+pub(crate) mod prelu;
 
 use crate::dispatch::{Body, Kernels, Stores, VectorBody};
 use crate::gemm::{PanelGeometry, Tile, MR, NR, TILE, VNNI_KGROUP, VNNI_MR, VNNI_NR};
@@ -78,6 +80,18 @@ pub(crate) fn plug(k: &mut Kernels) {
     // AVX-512 copy: 4–5 % faster on F(4×4) layers, F(2×2) unchanged (its input transform
     // stays the AVX2 entry).
     k.winograd.body = VectorBody::Avx512(avx512);
+    // VBMI (`vpermi2b`) is not part of the ISA's definition (Cascade Lake has VNNI without
+    // it): the byte table is installed only where the CPU has it, else stays scalar.
+    if std::arch::is_x86_feature_detected!("avx512vbmi") {
+        k.lut = (Isa::Avx512Vnni, lut_u8);
+    }
+}
+
+/// Entry of [`lut::avx512vbmi_lut_u8_64`].
+fn lut_u8(table: &[u8; 256], data: &mut [u8]) {
+    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI and VBMI; the
+    // kernel stays inside `data`.
+    unsafe { lut::avx512vbmi_lut_u8_64(table, data) }
 }
 
 /// Entry of [`gemm::avx512vnni_conv_u8i8_i32_8x32_indirect`].
