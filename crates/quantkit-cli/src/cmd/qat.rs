@@ -756,7 +756,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ));
             continue;
         }
-        let exported = qat.export()?;
+        // Parameters are checked finite after every step, but quantities derived from
+        // them can still overflow (a bias scale s_in·s_w of two huge finite scales).
+        let exported = qat.export().with_context(|| {
+            format!(
+                "epoch {}: the trained parameters no longer make a valid quantized model \
+                 (a scale overflowed or became non-finite; try a lower --lr): training \
+                 stopped and nothing was written to {}",
+                epoch + 1,
+                args.output.display()
+            )
+        })?;
         let plan = quantkit_engine::compile(&exported, &engine_opts)
             .context("compiling the QAT model on the integer engine")?;
         let exact = exact_plan(&qat, &exported, &plan, &engine_opts, Some(&bar))?;
