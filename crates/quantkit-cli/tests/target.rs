@@ -199,3 +199,45 @@ fn activation_bits_16_writes_an_opset_21_w8a16_model_that_check_passes() {
     ]);
     assert!(!ok && err.contains("8 and 16"), "{err}");
 }
+
+#[test]
+fn four_bit_layers_of_a_configuration_are_stored_as_int4_unless_int8_weights() {
+    let cfg = tmp("lenet.w4.json");
+    std::fs::write(&cfg, r#"{"layers": {"fc2": "int8-w4"}}"#).unwrap();
+    let weight_of = |path: &PathBuf, layer: &str| {
+        let g = quantkit_graph::load_model(path).unwrap();
+        let n = g.nodes.iter().find(|n| n.name == layer).unwrap();
+        // The weight input is a DequantizeLinear's output; its input 0 is the codes.
+        let dq = g
+            .nodes
+            .iter()
+            .find(|d| d.outputs[0] == n.inputs[1])
+            .unwrap();
+        (g.initializers[&dq.inputs[0]].dtype, g.opset())
+    };
+    for (extra, fc2, fc1) in [
+        (None, quantkit_graph::DType::I4, quantkit_graph::DType::I8),
+        (
+            Some("--int8-weights"),
+            quantkit_graph::DType::I8,
+            quantkit_graph::DType::I8,
+        ),
+    ] {
+        let out = tmp(&format!("lenet.w4{}.onnx", extra.is_some()));
+        let mut args = vec![
+            "--config",
+            cfg.to_str().unwrap(),
+            "--weight-bits",
+            "4",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let (ok, _, err) = quantize(&args);
+        assert!(ok, "{err}");
+        let (t2, opset) = weight_of(&out, "fc2");
+        assert_eq!(t2, fc2, "fc2 with {extra:?}");
+        assert_eq!(weight_of(&out, "fc1").0, fc1, "fc1 with {extra:?}");
+        assert_eq!(opset >= 21, extra.is_none(), "opset {opset} with {extra:?}");
+    }
+}

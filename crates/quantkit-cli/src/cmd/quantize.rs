@@ -51,7 +51,8 @@ pub struct Args {
     pub activations: String,
     /// Weight bit width (2 to 8, symmetric). Static QDQ models with 2–4 bits store the
     /// weight codes as ONNX int4 initializers (opset 21, two codes per byte; ONNX Runtime
-    /// and quantkit's engine read them), other widths and formats as int8.
+    /// and quantkit's engine read them; with --target/--config, the layers given 4-bit
+    /// weights), other widths and formats as int8.
     #[arg(long, default_value_t = 8)]
     pub weight_bits: u8,
     /// Keep 2–4-bit weight codes in int8 initializers (opset 13) instead of int4, for

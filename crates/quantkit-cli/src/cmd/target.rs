@@ -352,7 +352,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         search_bar.finish_and_clear();
         chosen = result.config.clone();
     }
-    let q = setup.mixed(&chosen)?;
+    let mut q = setup.mixed(&chosen)?;
+    // 4-bit weights chosen by the search (or the configuration) go in int4 initializers,
+    // as in the uniform `--weight-bits 4` path; int8 layers keep int8.
+    if config.format == Format::Qdq && args.weight_bits <= 4 && !args.int8_weights {
+        quantkit_ptq::store_weights_int4(&mut q).context("storing the 4-bit weights as int4")?;
+    }
     let all_int8 = setup.quantized()?;
     let (q, all_int8) = match config.format {
         Format::Qdq => (q, all_int8),
