@@ -14,8 +14,9 @@ Usage:
     python3 bench/qat_table.py --runs lenet:8:8:1:20000 lenet:4:4:3:20000:lsq ... \\
         [--quantkit target/release/quantkit] [--data /usr/share/datasets/fashion-mnist] \\
         [--out DIR] [--results FILE.jsonl] [--lr 1e-4]
-A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill] (last: --eval-last;
-fl8: --first-last-8bit; distill: --distill, no labels in training).
+A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill][:--opt[=V]]...
+(last: --eval-last; fl8: --first-last-8bit; distill: --distill, no labels in training unless
+--ce-weight=W; --opt[=V]: any other `quantkit qat` option, passed as is).
 """
 import argparse, gzip, json, os, subprocess, sys, time
 
@@ -89,6 +90,9 @@ def main():
                 cmd.append("--first-last-8bit")
             elif e.startswith("obs="):
                 cmd += ["--observer-steps", e[4:]]
+            elif e.startswith("--"):
+                # Any other `quantkit qat` option, as --name or --name=value.
+                cmd += e.split("=", 1)
             else:
                 sys.exit(f"unknown option {e} in {spec}")
         tag = spec.replace(":", "_").replace("=", "")

@@ -3,7 +3,8 @@
 //! evaluation agreeing with the engine on every image; a short W4A4 run whose file runs in
 //! ONNX Runtime with the engine's top-1 and keeps every activation code in 4 bits; bad
 //! input (labels that do not match the samples, 1-bit activations, no labels without
-//! `--distill`, a diverging loss) is a clear error and writes nothing.
+//! `--distill`, a diverging loss) is a clear error and writes nothing; the low-bit recipe
+//! options (`--ce-weight`, `--lsq-plus`, `--freeze-bn-epoch`) run and keep exact mode.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -341,4 +342,102 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
     for p in [&out, &npy, &ort_out] {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// The low-bit recipe options: `--ce-weight` needs `--distill`; distillation together with
+/// the labels and LSQ+ zero points on LeNet (no BatchNormalization: `--freeze-bn-epoch`
+/// warns and changes nothing); MobileNet trained one epoch with batch statistics, then
+/// frozen and folded for the second: exact mode agrees with the engine on every image.
+#[test]
+fn recipe_options_run_and_agree_with_the_engine() {
+    let out = tmp("recipe.onnx");
+    let (ok, _, err) = qat(&[
+        "--data",
+        &sample(),
+        "--ce-weight",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--distill"), "{err}");
+    assert!(!out.exists());
+    let (ok, stdout, err) = qat(&[
+        "--data",
+        &sample(),
+        "--weight-bits",
+        "4",
+        "--activation-bits",
+        "4",
+        "--distill",
+        "--ce-weight",
+        "1",
+        "--lsq-plus",
+        "--freeze-bn-epoch",
+        "1",
+        "--epochs",
+        "2",
+        "--batch",
+        "32",
+        "--limit",
+        "128",
+        "--eval-limit",
+        "200",
+        "--lr",
+        "1e-3",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("no BatchNormalization folded"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
+    assert_eq!(v["lsq_plus"].as_bool(), Some(true), "{stdout}");
+    assert_eq!(v["ce_weight"].as_f64(), Some(1.0), "{stdout}");
+    let out2 = tmp("recipe-mobilenet.onnx");
+    let run = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+        .arg("qat")
+        .arg(repo().join("models/mobilenet.onnx"))
+        .args([
+            "--data",
+            &sample(),
+            "--weight-bits",
+            "4",
+            "--activation-bits",
+            "4",
+            "--lsq",
+            "--freeze-bn-epoch",
+            "1",
+            "--epochs",
+            "2",
+            "--batch",
+            "32",
+            "--limit",
+            "128",
+            "--eval-limit",
+            "200",
+            "--lr",
+            "1e-3",
+            "-o",
+            out2.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .expect("run quantkit");
+    let (stdout, err) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(run.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(v["freeze_bn_epoch"].as_u64(), Some(1), "{stdout}");
+    assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
+    let g = quantkit_graph::load_model(&out2).expect("the written model loads");
+    assert!(
+        !g.nodes.iter().any(|n| n.op_type == "BatchNormalization"),
+        "the BatchNormalizations are folded in the written model"
+    );
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&out2);
 }

@@ -181,6 +181,45 @@ impl FakeQuant {
         (dx, ds.into_iter().map(|v| (v * gs) as f32).collect())
     }
 
+    /// LSQ+ gradient of the zero points (in code units): with `x̂ = (clamp(round(x/s) + z,
+    /// qmin, qmax) − z)·s`, `∂x̂/∂z = 0` where the code lies in the range (the `z` cancels)
+    /// and `−s` where it clipped (`x̂ = (qmin − z)·s` or `(qmax − z)·s`): the sum of `−s·g`
+    /// over the clipped elements of each zero point's run, the rounding of `z` passed
+    /// straight through, times LSQ's gradient scale `1/√(numel · qmax)`. Sums in f64 in
+    /// element order.
+    pub fn backward_zero_point(
+        &self,
+        x: &[f32],
+        shape: &[usize],
+        s: &[f32],
+        g: &[f32],
+    ) -> Vec<f32> {
+        let per_channel = s.len() > 1 || self.zero_points.len() > 1;
+        let nz = self.zero_points.len();
+        let mut dz = vec![0f64; nz];
+        let (lo, hi) = (self.qmin as f32, self.qmax as f32);
+        for (start, len, c) in self.blocks(shape, x.len(), per_channel) {
+            let sc = s[if s.len() == 1 { 0 } else { c }];
+            let zi = if nz == 1 { 0 } else { c };
+            let z = self.zero_points[zi] as f32;
+            let mut acc = 0f64;
+            for (&v, &gi) in x[start..start + len].iter().zip(&g[start..start + len]) {
+                let code = quantkit_core::linear::round_half_even_saturating(v / sc) + z;
+                if code < lo || code > hi {
+                    acc -= f64::from(sc) * f64::from(gi);
+                }
+            }
+            dz[zi] += acc;
+        }
+        let numel = if self.is_weight {
+            x.len() / nz.max(1)
+        } else {
+            x.len() / shape.first().copied().unwrap_or(1).max(1)
+        };
+        let gs = 1.0 / ((numel.max(1) as f64) * self.qmax.max(1) as f64).sqrt();
+        dz.into_iter().map(|v| (v * gs) as f32).collect()
+    }
+
     /// [`FakeQuant::forward`] element by element with quantkit-core's `quantize_value` and
     /// `dequantize_value`: the reference the block form is tested against, bit for bit.
     pub fn forward_reference(&self, x: &[f32], shape: &[usize], s: &[f32]) -> Vec<f32> {
@@ -351,6 +390,12 @@ pub struct FqSpec {
     pub scale: String,
     /// Value produced.
     pub out: String,
+    /// LSQ+ (Bhalgat et al. 2020): the name of an f32 initializer holding the zero points
+    /// as a learned real number in code units (the step's third input, a parameter). The
+    /// forward uses the integer `fq.zero_points`, which the caller sets to the rounded
+    /// parameter after each optimizer step; the gradient is
+    /// [`FakeQuant::backward_zero_point`].
+    pub zero_point: Option<String>,
 }
 
 impl GraphNet {
@@ -407,6 +452,9 @@ impl GraphNet {
                         Role::Const
                     },
                 );
+                if let Some(z) = &f.zero_point {
+                    role.insert(z.clone(), Role::Bias);
+                }
             }
         }
         let define = |net: &mut GraphNet, slot: &mut HashMap<String, usize>, name: &str| {
@@ -430,11 +478,22 @@ impl GraphNet {
                     if let Source::Param(id) = net.sources[sc] {
                         net.fq_scale_params.push((net.steps.len(), id));
                     }
+                    let zp = f
+                        .zero_point
+                        .as_ref()
+                        .map(|z| resolve(&mut net, &mut slot, graph, &role, z))
+                        .transpose()?;
                     let out = define(&mut net, &mut slot, &f.out);
-                    net.needs_grad[out] = net.needs_grad[x] || net.needs_grad[sc];
+                    net.needs_grad[out] = net.needs_grad[x]
+                        || net.needs_grad[sc]
+                        || zp.is_some_and(|z| net.needs_grad[z]);
+                    let mut inputs = vec![Some(x), Some(sc)];
+                    if zp.is_some() {
+                        inputs.push(zp);
+                    }
                     net.steps.push(Step {
                         kind: StepKind::FakeQuant(f.fq.clone()),
-                        inputs: vec![Some(x), Some(sc)],
+                        inputs,
                         outputs: vec![out],
                     });
                 }
@@ -547,6 +606,14 @@ impl GraphNet {
         self.names.iter().position(|n| n == name)
     }
 
+    /// The learned zero-point slot (LSQ+) of fake-quant step `i`, if it has one.
+    pub fn fake_quant_zero_point(&self, i: usize) -> Option<usize> {
+        match &self.steps.get(i)?.kind {
+            StepKind::FakeQuant(_) => self.steps[i].inputs.get(2).copied().flatten(),
+            StepKind::Op(_) => None,
+        }
+    }
+
     /// The fake-quant steps: `(step index, quantizer, input slot, scale slot)`.
     pub fn fake_quants(&self) -> impl Iterator<Item = (usize, &FakeQuant, usize, usize)> {
         self.steps
@@ -616,7 +683,7 @@ impl GraphNet {
             crate::tape::record("(values)", 0, t0);
         }
         for (i, step) in self.steps.iter().enumerate() {
-            if self.fused_into[i].is_some() {
+            if self.fused_into[i].is_some() || step.outputs.is_empty() {
                 continue;
             }
             let t0 = std::time::Instant::now();
@@ -751,7 +818,7 @@ impl GraphNet {
             vals[s] = Some(t);
         }
         for (i, step) in self.steps.iter().enumerate() {
-            if plan.skip.contains(&i) {
+            if plan.skip.contains(&i) || step.outputs.is_empty() {
                 continue;
             }
             if let Some(layer) = plan.layer_at(i) {
@@ -864,13 +931,18 @@ impl GraphNet {
                 }
                 StepKind::FakeQuant(f) => {
                     let (x, s) = fq_inputs(f, &ins)?;
-                    if f.learn_scale {
-                        let (dx, ds) = f.backward(&f32_view(x), &x.shape, &s.to_f32_vec(), &g);
+                    let sv = s.to_f32_vec();
+                    let mut gin = if f.learn_scale {
+                        let (dx, ds) = f.backward(&f32_view(x), &x.shape, &sv, &g);
                         vec![Some(dx), Some(ds)]
                     } else {
-                        let dx = f.backward_x(&f32_view(x), &x.shape, &s.to_f32_vec(), &g);
+                        let dx = f.backward_x(&f32_view(x), &x.shape, &sv, &g);
                         vec![Some(dx), None]
+                    };
+                    if needs.get(2) == Some(&true) {
+                        gin.push(Some(f.backward_zero_point(&f32_view(x), &x.shape, &sv, &g)));
                     }
+                    gin
                 }
             };
             for ((s, gi), need) in step.inputs.iter().zip(gin).zip(needs) {
@@ -898,6 +970,39 @@ impl GraphNet {
         if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
             crate::tape::record("(values)", 1, t0);
         }
+        Ok(())
+    }
+
+    /// Removes operator step `i` from the computation: every step (and graph output)
+    /// reading its output 0 reads its input 0 instead, and the step computes nothing
+    /// (QAT's batch-statistics BatchNormalization once it is folded into the Conv before
+    /// it). Step indices are kept, so fake-quant steps and exact plans keep their numbers.
+    pub(crate) fn bypass_step(&mut self, i: usize) -> Result<()> {
+        let st = self
+            .steps
+            .get(i)
+            .ok_or_else(|| TrainError::Graph(format!("no step {i}")))?;
+        let (Some(Some(x)), Some(&y)) = (st.inputs.first().copied(), st.outputs.first()) else {
+            return Err(TrainError::Graph(format!(
+                "step {i} has no input or output to bypass"
+            )));
+        };
+        for st in self.steps.iter_mut() {
+            for v in st.inputs.iter_mut().flatten() {
+                if *v == y {
+                    *v = x;
+                }
+            }
+        }
+        for o in self.outputs.iter_mut() {
+            if *o == y {
+                *o = x;
+            }
+        }
+        let st = &mut self.steps[i];
+        st.inputs.clear();
+        st.outputs.clear();
+        self.plan_fusions();
         Ok(())
     }
 

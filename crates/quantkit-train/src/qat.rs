@@ -46,6 +46,17 @@ pub struct QatOptions {
     /// as LSQ (Esser et al. 2020) and most low-bit papers do for the first and last layer.
     /// Off by default: every layer at the chosen widths.
     pub first_last_8bit: bool,
+    /// Names of the Conv nodes into which `quantkit_ptq::prepare` folded a
+    /// BatchNormalization (`PrepareReport::batch_norms_folded`). For each, training runs
+    /// a BatchNormalization on *batch* statistics after the Conv (whose weights are PTQ's
+    /// folded ones) until [`Qat::freeze_bn`] folds its running statistics into the Conv's
+    /// weights, bias and weight scales (`docs/qat.md`, "BatchNormalization folding").
+    /// Empty (default): statistics frozen and folded from the start.
+    pub bn_batch_stats: Vec<String>,
+    /// LSQ+ (Bhalgat et al. 2020): learn the zero point of every affine activation
+    /// (a real number in code units, rounded to the integer the forward and the export use
+    /// after each step). Weights stay symmetric. Meant together with `lsq`.
+    pub lsq_plus: bool,
 }
 
 impl Default for QatOptions {
@@ -58,6 +69,8 @@ impl Default for QatOptions {
             observer_momentum: 0.01,
             int4_weights: true,
             first_last_8bit: false,
+            bn_batch_stats: Vec::new(),
+            lsq_plus: false,
         }
     }
 }
@@ -96,6 +109,18 @@ pub struct OutputTerm {
     pub weight: f32,
 }
 
+/// A cross-entropy term on labels added to a distillation loss
+/// ([`Qat::train_step_outputs_labels`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LabelTerm<'a> {
+    /// The output the labels score (a classifier's logits or a Softmax's probabilities).
+    pub output: usize,
+    /// One label per sample of the batch.
+    pub labels: &'a [usize],
+    /// Weight of the cross-entropy in the sum.
+    pub weight: f32,
+}
+
 #[derive(Clone, Debug)]
 struct WeightMap {
     step: usize,
@@ -129,6 +154,33 @@ struct ActMap {
     tied: Option<usize>,
 }
 
+/// A BatchNormalization on batch statistics that QAT runs after a Conv until it is folded.
+#[derive(Clone, Debug)]
+struct BnMap {
+    /// The BatchNormalization's step and the Conv's node name.
+    step: usize,
+    conv: String,
+    /// The Conv's float weight and bias initializers.
+    weight: String,
+    bias: String,
+    /// The BatchNormalization's initializers: scale, bias, running mean, running variance.
+    gamma: String,
+    beta: String,
+    mean: String,
+    var: String,
+    /// The running statistics it returns after a training forward.
+    mean_next: String,
+    var_next: String,
+    /// The Conv's output (the BatchNormalization's input).
+    input: String,
+    eps: f32,
+}
+
+/// Epsilon of QAT's batch-statistics BatchNormalization.
+const BN_EPS: f32 = 1e-5;
+/// Momentum of its running statistics (ONNX's default: `0.9·running + 0.1·batch`).
+const BN_MOMENTUM: f32 = 0.9;
+
 /// A model prepared for quantization-aware training.
 #[derive(Clone, Debug)]
 pub struct Qat {
@@ -141,6 +193,14 @@ pub struct Qat {
     acts: Vec<ActMap>,
     opts: QatOptions,
     steps_done: usize,
+    bns: Vec<BnMap>,
+    /// The batch-statistics BatchNormalizations run (not yet folded).
+    bn_active: bool,
+    /// Their statistics were initialised from a first batch.
+    bn_init: bool,
+    /// Changes to the parameters other than training steps (a BatchNormalization fold):
+    /// with `steps_done`, the generation an exact plan is valid for.
+    edits: usize,
 }
 
 /// The code range of `bits`-bit activations stored in 8-bit codes of type `dt` (u8: the low
@@ -156,6 +216,118 @@ fn narrow_range(dt: DType, bits: u8) -> Result<(i32, i32)> {
             "{bits}-bit activations need u8 or i8 codes, the activation has {d}"
         ))),
     }
+}
+
+/// The batch-statistics BatchNormalization QAT runs after Conv `c` (a node of the training
+/// graph `t` being built, named as in the float graph): its initializers are added to `t`
+/// (scale 1, bias 0, running mean 0, variance 1 until [`Qat`] initialises them from the
+/// first batch).
+fn batch_stats_bn(
+    c: &quantkit_graph::Node,
+    float: &Graph,
+    t: &mut Graph,
+    qdq: &Graph,
+) -> Result<(quantkit_graph::Node, BnMap)> {
+    let fnode = float
+        .nodes
+        .iter()
+        .find(|n| n.name == c.name)
+        .ok_or_else(|| err(format!("Conv `{}` is not in the float graph", c.name)))?;
+    let (Some(weight), Some(bias)) = (
+        fnode.inputs.get(1).filter(|v| !v.is_empty()),
+        fnode.inputs.get(2).filter(|v| !v.is_empty()),
+    ) else {
+        return Err(err(format!(
+            "Conv `{}`: a batch-statistics BatchNormalization needs a weight and a bias \
+             (PTQ's BatchNormalization fold gives one)",
+            c.name
+        )));
+    };
+    let ch = float
+        .initializers
+        .get(weight)
+        .map(|w| w.shape.first().copied().unwrap_or(0))
+        .filter(|&ch| ch > 0)
+        .ok_or_else(|| {
+            err(format!(
+                "Conv `{}`: weight `{weight}` is not a constant",
+                c.name
+            ))
+        })?;
+    let input = c
+        .outputs
+        .first()
+        .cloned()
+        .ok_or_else(|| err(format!("Conv `{}` has no output", c.name)))?;
+    if qdq.outputs.iter().any(|o| o.name == input) {
+        return Err(err(format!(
+            "Conv `{}`: its output is a graph output; no BatchNormalization can follow it",
+            c.name
+        )));
+    }
+    let base = format!("{}.bn_batch", c.name);
+    let names = ["scale", "bias", "mean", "var"].map(|k| format!("{base}.{k}"));
+    for (n, v) in names.iter().zip([1f32, 0.0, 0.0, 1.0]) {
+        t.initializers
+            .insert(n.clone(), GTensor::from_f32(&[ch], vec![v; ch]));
+    }
+    let [gamma, beta, mean, var] = names;
+    let (out, mean_next, var_next) = (
+        format!("{input}.bn_batch"),
+        format!("{base}.mean.next"),
+        format!("{base}.var.next"),
+    );
+    let node = quantkit_graph::Node::new(
+        &base,
+        "BatchNormalization",
+        &[&input, &gamma, &beta, &mean, &var],
+        &[&out, &mean_next, &var_next],
+    )
+    .with_attr("training_mode", quantkit_graph::AttrValue::Int(1))
+    .with_attr("epsilon", quantkit_graph::AttrValue::Float(BN_EPS))
+    .with_attr("momentum", quantkit_graph::AttrValue::Float(BN_MOMENTUM));
+    Ok((
+        node,
+        BnMap {
+            step: 0,
+            conv: c.name.clone(),
+            weight: weight.clone(),
+            bias: bias.clone(),
+            gamma,
+            beta,
+            mean,
+            var,
+            mean_next,
+            var_next,
+            input,
+            eps: BN_EPS,
+        },
+    ))
+}
+
+/// Per-channel mean and (population) variance of an NC... tensor, in f64.
+fn channel_stats(t: &GTensor) -> Vec<(f64, f64)> {
+    let data = t.to_f32_vec();
+    let v = &data;
+    let (n, c) = (
+        t.shape.first().copied().unwrap_or(1),
+        t.shape.get(1).copied().unwrap_or(1),
+    );
+    let plane: usize = t.shape.iter().skip(2).product();
+    let cnt = (n * plane).max(1) as f64;
+    (0..c)
+        .map(|ci| {
+            let vals = || {
+                (0..n).flat_map(move |ni| {
+                    let o = (ni * c + ci) * plane;
+                    v[o..o + plane].iter().map(|&x| f64::from(x))
+                })
+            };
+            let m = vals().sum::<f64>() / cnt;
+            let var = vals().map(|x| (x - m) * (x - m)).sum::<f64>() / cnt;
+            (m, var)
+        })
+        .collect()
 }
 
 fn err(msg: String) -> TrainError {
@@ -192,6 +364,7 @@ impl Qat {
         let mut weights = Vec::new();
         let mut biases = Vec::new();
         let mut acts = Vec::new();
+        let mut bns: Vec<BnMap> = Vec::new();
         for n in &qdq.nodes {
             if n.is(OpKind::DequantizeLinear) {
                 let x = &n.inputs[0];
@@ -257,6 +430,7 @@ impl Qat {
                             x: fname.clone(),
                             scale: scale.clone(),
                             out: out.clone(),
+                            zero_point: None,
                         });
                         weights.push(WeightMap {
                             step: 0,
@@ -344,20 +518,10 @@ impl Qat {
                     zero_points = vec![nz];
                     (qmin, qmax) = (i64::from(nmin), i64::from(nmax));
                 }
-                pending.push(FqSpec {
-                    fq: FakeQuant {
-                        tensor: n.inputs[0].clone(),
-                        axis: None,
-                        zero_points,
-                        qmin: qmin as i32,
-                        qmax: qmax as i32,
-                        learn_scale: opts.lsq,
-                        is_weight: false,
-                    },
-                    x: n.inputs[0].clone(),
-                    scale: n.inputs[1].clone(),
-                    out: dq.outputs[0].clone(),
-                });
+                let xin = rename
+                    .get(&n.inputs[0])
+                    .cloned()
+                    .unwrap_or_else(|| n.inputs[0].clone());
                 let tied = if opts.activation_bits < 8 {
                     source_activation(qdq, &uses, &n.inputs[0])
                         .and_then(|src| acts.iter().position(|a: &ActMap| a.scale == src))
@@ -365,6 +529,29 @@ impl Qat {
                 } else {
                     None
                 };
+                // LSQ+: a learned zero point for an activation whose codes are its own.
+                let zero_point = (opts.lsq_plus && tied.is_none()).then(|| {
+                    let name = format!("{}.zero_point_learned", n.inputs[1]);
+                    let v: Vec<f32> = zero_points.iter().map(|&z| z as f32).collect();
+                    t.initializers
+                        .insert(name.clone(), GTensor::from_f32(&[v.len()], v));
+                    name
+                });
+                pending.push(FqSpec {
+                    zero_point,
+                    fq: FakeQuant {
+                        tensor: xin.clone(),
+                        axis: None,
+                        zero_points,
+                        qmin: qmin as i32,
+                        qmax: qmax as i32,
+                        learn_scale: opts.lsq,
+                        is_weight: false,
+                    },
+                    x: xin,
+                    scale: n.inputs[1].clone(),
+                    out: dq.outputs[0].clone(),
+                });
                 acts.push(ActMap {
                     step: 0,
                     scale: n.inputs[1].clone(),
@@ -384,12 +571,42 @@ impl Qat {
             if !pending.is_empty() {
                 fqs.entry(at).or_default().append(&mut pending);
             }
+            let bn = (c.is(OpKind::Conv) && opts.bn_batch_stats.contains(&c.name))
+                .then(|| batch_stats_bn(&c, float, &mut t, qdq))
+                .transpose()?;
             t.nodes.push(c);
+            if let Some((node, map)) = bn {
+                rename.insert(map.input.clone(), node.outputs[0].clone());
+                t.nodes.push(node);
+                bns.push(map);
+            }
         }
         if !pending.is_empty() {
             fqs.entry(t.nodes.len()).or_default().append(&mut pending);
         }
-        let net = GraphNet::build(&t, &fqs, &roles)?;
+        if let Some(missing) = opts
+            .bn_batch_stats
+            .iter()
+            .find(|c| !bns.iter().any(|b| &b.conv == *c))
+        {
+            return Err(err(format!(
+                "batch-statistics BatchNormalization: `{missing}` is not a Conv of the QDQ graph"
+            )));
+        }
+        let mut net = GraphNet::build(&t, &fqs, &roles)?;
+        for b in bns.iter_mut() {
+            b.step = net
+                .op_step(&format!("{}.bn_batch", b.conv))
+                .ok_or_else(|| err(format!("no BatchNormalization step for `{}`", b.conv)))?;
+        }
+        // The running statistics are constants updated after each step, not parameters.
+        for b in &bns {
+            for name in [&b.mean, &b.var] {
+                if let Some(p) = net.params.iter_mut().find(|p| &p.name == name) {
+                    p.trainable = false;
+                }
+            }
+        }
         // Weight steps: by the float weight they read (one per weight).
         for (step, f, _, _) in net.fake_quants() {
             if let Some(w) = weights
@@ -416,9 +633,37 @@ impl Qat {
             acts,
             opts: opts.clone(),
             steps_done: 0,
+            bn_active: !bns.is_empty(),
+            bns,
+            bn_init: false,
+            edits: 0,
         };
         qat.sync_tied();
         Ok(qat)
+    }
+
+    /// LSQ+: each learned zero point kept in its code range, and the integer zero point the
+    /// forward and the export use set to it rounded (half to even).
+    fn round_zero_points(&mut self) {
+        for i in 0..self.acts.len() {
+            let step = self.acts[i].step;
+            let Some(zs) = self.net.fake_quant_zero_point(step) else {
+                continue;
+            };
+            let Some(f) = self.net.fake_quant_mut(step) else {
+                continue;
+            };
+            let (lo, hi) = (f.qmin as f32, f.qmax as f32);
+            let Some(v) = self.net.stored(zs).map(|t| t.to_f32_vec()) else {
+                continue;
+            };
+            let v: Vec<f32> = v.iter().map(|z| z.clamp(lo, hi)).collect();
+            let ints: Vec<i32> = v.iter().map(|z| z.round_ties_even() as i32).collect();
+            self.net.set_stored(zs, &v);
+            if let Some(f) = self.net.fake_quant_mut(step) {
+                f.zero_points = ints;
+            }
+        }
     }
 
     /// Copies the scale and zero point of each tied activation from its source.
@@ -443,6 +688,175 @@ impl Qat {
                 f.zero_points = zp;
             }
         }
+    }
+
+    /// Whether the batch-statistics BatchNormalizations ([`QatOptions::bn_batch_stats`])
+    /// still run, i.e. [`Qat::freeze_bn`] has not folded them yet.
+    pub fn bn_batch_active(&self) -> bool {
+        self.bn_active
+    }
+
+    /// The generation an exact plan is valid for: training steps plus other edits.
+    fn generation(&self) -> usize {
+        self.steps_done + self.edits
+    }
+
+    /// Before the first training step: sets each batch-statistics BatchNormalization to
+    /// the identity on batch `x` (scale `√(var_B + ε)`, bias `mean_B`, running statistics
+    /// `mean_B`, `var_B` of its input, one BatchNormalization after the other, so each sees
+    /// the inputs of the PTQ model), so training starts from PTQ's numbers.
+    fn ensure_bn_init(&mut self, x: &GTensor) -> Result<()> {
+        if !self.bn_active || self.bn_init {
+            return Ok(());
+        }
+        for i in 0..self.bns.len() {
+            let v = self.net.forward(vec![x.clone()])?;
+            let b = &self.bns[i];
+            let slot = self
+                .net
+                .slot_of(&b.input)
+                .ok_or_else(|| err(format!("`{}` is not in the training graph", b.input)))?;
+            let u = v
+                .slot(slot)
+                .ok_or_else(|| err(format!("`{}` was not computed", b.input)))?;
+            let st = channel_stats(u);
+            drop(v);
+            let eps = f64::from(b.eps);
+            let vals = [
+                st.iter()
+                    .map(|s| (s.1 + eps).sqrt() as f32)
+                    .collect::<Vec<_>>(),
+                st.iter().map(|s| s.0 as f32).collect(),
+                st.iter().map(|s| s.0 as f32).collect(),
+                st.iter().map(|s| s.1 as f32).collect(),
+            ];
+            let names = [&b.gamma, &b.beta, &b.mean, &b.var].map(|n| n.clone());
+            for (n, v) in names.iter().zip(vals) {
+                let s = self
+                    .net
+                    .slot_of(n)
+                    .ok_or_else(|| err(format!("`{n}` is not in the training graph")))?;
+                self.net.set_stored(s, &v);
+            }
+        }
+        self.bn_init = true;
+        Ok(())
+    }
+
+    /// The running statistics the batch-statistics BatchNormalizations returned in the
+    /// forward `v`: `(slot of the running value, new value)`.
+    fn bn_running(&self, v: &crate::graph::Values) -> Vec<(usize, Vec<f32>)> {
+        if !self.bn_active {
+            return Vec::new();
+        }
+        self.bns
+            .iter()
+            .flat_map(|b| [(&b.mean, &b.mean_next), (&b.var, &b.var_next)])
+            .filter_map(|(dst, src)| {
+                let d = self.net.slot_of(dst)?;
+                let t = v.slot(self.net.slot_of(src)?)?;
+                Some((d, t.to_f32_vec()))
+            })
+            .collect()
+    }
+
+    /// Freezes the batch-statistics BatchNormalizations: each one's running statistics are
+    /// folded into the Conv before it, exactly as PTQ's preparation folds an inference
+    /// BatchNormalization (`k = γ/√(var + ε)`, `W ← W·k`, `b ← (b − μ)·k + β`, per output
+    /// channel), the Conv's per-channel weight scales are multiplied by `|k|` (so the
+    /// weight codes do not change), and the BatchNormalization is removed from the
+    /// training graph. From then on the trained weights are the deployed ones. A no-op
+    /// when nothing is to fold.
+    pub fn freeze_bn(&mut self) -> Result<()> {
+        if !self.bn_active {
+            return Ok(());
+        }
+        for b in self.bns.clone() {
+            if self.bn_init {
+                let get = |n: &str| -> Result<Vec<f32>> {
+                    let s = self
+                        .net
+                        .slot_of(n)
+                        .ok_or_else(|| err(format!("`{n}` is not in the training graph")))?;
+                    Ok(self
+                        .net
+                        .stored(s)
+                        .ok_or_else(|| err(format!("`{n}` has no stored value")))?
+                        .to_f32_vec())
+                };
+                let (gamma, beta, mean, var) =
+                    (get(&b.gamma)?, get(&b.beta)?, get(&b.mean)?, get(&b.var)?);
+                let k: Vec<f64> = gamma
+                    .iter()
+                    .zip(&var)
+                    .map(|(&g, &v)| f64::from(g) / (f64::from(v) + f64::from(b.eps)).sqrt())
+                    .collect();
+                let ch = k.len();
+                let w = get(&b.weight)?;
+                if w.len() % ch != 0 {
+                    return Err(err(format!(
+                        "`{}`: {} weights for {ch} channels",
+                        b.weight,
+                        w.len()
+                    )));
+                }
+                let inner = w.len() / ch;
+                let w: Vec<f32> = w
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| (f64::from(x) * k[i / inner]) as f32)
+                    .collect();
+                let bias: Vec<f32> = get(&b.bias)?
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &x)| {
+                        ((f64::from(x) - f64::from(mean[c])) * k[c] + f64::from(beta[c])) as f32
+                    })
+                    .collect();
+                for (n, v) in [(&b.weight, w), (&b.bias, bias)] {
+                    let s = self.net.slot_of(n).expect("read above");
+                    self.net.set_stored(s, &v);
+                }
+                // The weight's fake-quant scales follow the weights per channel.
+                let ss = self
+                    .net
+                    .fake_quants()
+                    .find(|(_, f, ..)| f.is_weight && f.tensor == b.weight)
+                    .map(|(.., ss)| ss);
+                if let Some(ss) = ss {
+                    let sv = self
+                        .net
+                        .stored(ss)
+                        .map(|t| t.to_f32_vec())
+                        .unwrap_or_default();
+                    if sv.len() == ch {
+                        let nv: Vec<f32> = sv
+                            .iter()
+                            .zip(&k)
+                            .map(|(&s, &k)| (f64::from(s) * k.abs()) as f32)
+                            .collect();
+                        self.net.set_stored(ss, &nv);
+                    }
+                }
+            }
+            self.net.bypass_step(b.step)?;
+            for p in self.net.params.iter_mut() {
+                if p.name == b.gamma || p.name == b.beta {
+                    p.trainable = false;
+                }
+            }
+        }
+        self.bn_active = false;
+        self.edits += 1;
+        Ok(())
+    }
+
+    /// A copy of this model with the batch-statistics BatchNormalizations frozen and folded
+    /// ([`Qat::freeze_bn`]): the model that would deploy now, for evaluation and export.
+    pub fn with_bn_folded(&self) -> Result<Qat> {
+        let mut q = self.clone();
+        q.freeze_bn()?;
+        Ok(q)
     }
 
     /// Number of fake-quant steps for weights and activations.
@@ -492,6 +906,9 @@ impl Qat {
             if let Some(f) = self.net.fake_quant_mut(a.step) {
                 f.zero_points = vec![z];
             }
+            if let Some(zs) = self.net.fake_quant_zero_point(a.step) {
+                self.net.set_stored(zs, &[z as f32]);
+            }
         }
         self.sync_tied();
         Ok(())
@@ -510,6 +927,7 @@ impl Qat {
         target: Option<&[f32]>,
         lr: f32,
     ) -> Result<(f32, GTensor)> {
+        self.ensure_bn_init(&x)?;
         let v = self.net.forward(vec![x])?;
         let out = self
             .net
@@ -529,8 +947,12 @@ impl Qat {
         let mut seeds = vec![None; self.net.outputs(&v).len()];
         seeds[0] = Some(g);
         self.net.backward(&v, seeds)?;
+        let running = self.bn_running(&v);
         drop(v);
         self.finish_step(opt, lr)?;
+        for (s, val) in running {
+            self.net.set_stored(s, &val);
+        }
         Ok((l, out))
     }
 
@@ -539,6 +961,7 @@ impl Qat {
     fn finish_step(&mut self, opt: &mut dyn crate::optim::Optimizer, lr: f32) -> Result<()> {
         opt.step(&mut self.net.params, lr);
         self.clamp_scales();
+        self.round_zero_points();
         self.sync_tied();
         // Fake quantization maps NaN to the zero point, so a diverged parameter need not
         // show in the loss: check the parameters themselves.
@@ -596,6 +1019,25 @@ impl Qat {
         terms: &[OutputTerm],
         lr: f32,
     ) -> Result<(f32, Vec<f32>, Vec<GTensor>)> {
+        self.train_step_outputs_labels(opt, x, teachers, terms, None, lr)
+    }
+
+    /// [`Qat::train_step_outputs`] plus, with `labels`, a cross-entropy term on the labels:
+    /// `L = Σ wᵢ·Lᵢ + w_ce·CE`, distillation *together with* the labels (Hinton et al.
+    /// 2015). On a raw output the cross-entropy is the softmax cross-entropy of the logits;
+    /// on a Softmax's probabilities it is `−ln p_label` on the Softmax's own output, seeded
+    /// like [`OutputLoss::KlProbs`] (a KL to the one-hot label). The CE term is added to
+    /// the returned total, not to the per-output parts.
+    pub fn train_step_outputs_labels(
+        &mut self,
+        opt: &mut dyn crate::optim::Optimizer,
+        x: GTensor,
+        teachers: &[Vec<f32>],
+        terms: &[OutputTerm],
+        labels: Option<LabelTerm<'_>>,
+        lr: f32,
+    ) -> Result<(f32, Vec<f32>, Vec<GTensor>)> {
+        self.ensure_bn_init(&x)?;
         let v = self.net.forward(vec![x])?;
         let outs: Vec<GTensor> = self.net.outputs(&v).into_iter().cloned().collect();
         if teachers.len() != outs.len() || terms.len() != outs.len() {
@@ -650,6 +1092,52 @@ impl Qat {
                 g.into_iter().map(|v| v * term.weight).collect::<Vec<f32>>(),
             ));
         }
+        if let Some(lt) = labels {
+            let o = outs.get(lt.output).ok_or_else(|| {
+                err(format!(
+                    "cross-entropy on output {}: the model has {} outputs",
+                    lt.output,
+                    outs.len()
+                ))
+            })?;
+            let k = o.shape.last().copied().unwrap_or(1).max(1);
+            let n = o.len() / k;
+            if lt.labels.len() != n {
+                return Err(err(format!(
+                    "cross-entropy: {} labels for a batch of {n}",
+                    lt.labels.len()
+                )));
+            }
+            if let Some(&bad) = lt.labels.iter().find(|&&l| l >= k) {
+                return Err(err(format!(
+                    "cross-entropy: label {bad} for an output of {k} classes"
+                )));
+            }
+            let (l, g) = match self.softmax_probs_of(lt.output) {
+                Some(name) => {
+                    let slot = self
+                        .net
+                        .slot_of(&name)
+                        .expect("checked by softmax_probs_of");
+                    let p = v
+                        .slot(slot)
+                        .ok_or_else(|| err(format!("`{name}` was not computed")))?
+                        .to_f32_vec();
+                    let mut onehot = vec![0f32; p.len()];
+                    for (i, &l) in lt.labels.iter().enumerate() {
+                        onehot[i * k + l] = 1.0;
+                    }
+                    crate::losses::distill_kl_probs(&p, &onehot, k, 1.0)
+                }
+                None => crate::losses::cross_entropy(&o.to_f32_vec(), k, lt.labels),
+            };
+            total += f64::from(lt.weight) * f64::from(l);
+            let g: Vec<f32> = g.into_iter().map(|v| v * lt.weight).collect();
+            match &mut seeds[lt.output] {
+                Some(s) => s.iter_mut().zip(&g).for_each(|(a, b)| *a += b),
+                s @ None => *s = Some(g),
+            }
+        }
         let total = total as f32;
         if !total.is_finite() {
             return Ok((total, parts, outs));
@@ -660,8 +1148,12 @@ impl Qat {
         self.observe(&v)?;
         self.net.params.zero_grad();
         self.net.backward(&v, seeds)?;
+        let running = self.bn_running(&v);
         drop(v);
         self.finish_step(opt, lr)?;
+        for (s, val) in running {
+            self.net.set_stored(s, &val);
+        }
         Ok((total, parts, outs))
     }
 
@@ -673,11 +1165,12 @@ impl Qat {
 
     /// Every graph output of the fake-quant model in exact mode ([`Qat::predict_exact`]).
     pub fn predict_exact_outputs(&self, x: GTensor, plan: &ExactPlan) -> Result<Vec<GTensor>> {
-        if plan.generation != self.steps_done {
+        if plan.generation != self.generation() {
             return Err(err(format!(
-                "exact mode: the plan was built after {} training steps, the model has taken {}; \
-                 export and build it again",
-                plan.generation, self.steps_done
+                "exact mode: the plan was built for generation {} of the parameters (training \
+                 steps and folds), the model is at {}; export and build it again",
+                plan.generation,
+                self.generation()
             )));
         }
         let v = self.net.forward_exact(vec![x], plan)?;
@@ -712,17 +1205,32 @@ impl Qat {
             .iter()
             .map(|b| (b.float.clone(), b.codes.clone(), b.scale.clone()))
             .collect();
-        crate::exact::build(&self.net, exported, engine, mode, &biases, self.steps_done)
+        if self.bn_active {
+            return Err(err(
+                "exact mode: the batch-statistics BatchNormalizations are not folded yet; \
+                 build the plan on `Qat::with_bn_folded`"
+                    .into(),
+            ));
+        }
+        crate::exact::build(
+            &self.net,
+            exported,
+            engine,
+            mode,
+            &biases,
+            self.generation(),
+        )
     }
 
     /// The fake-quant model's output 0 for a batch `x` in exact mode: the same numbers as
     /// the integer engine on the exported model (`docs/qat.md`, "Exact mode").
     pub fn predict_exact(&self, x: GTensor, plan: &ExactPlan) -> Result<GTensor> {
-        if plan.generation != self.steps_done {
+        if plan.generation != self.generation() {
             return Err(err(format!(
-                "exact mode: the plan was built after {} training steps, the model has taken {}; \
-                 export and build it again",
-                plan.generation, self.steps_done
+                "exact mode: the plan was built for generation {} of the parameters (training \
+                 steps and folds), the model is at {}; export and build it again",
+                plan.generation,
+                self.generation()
             )));
         }
         let v = self.net.forward_exact(vec![x], plan)?;
@@ -746,7 +1254,13 @@ impl Qat {
     /// The QDQ graph with the trained weights quantized at the trained scales, the
     /// activations' scales and zero points, and the biases re-quantized to int32 at
     /// `s_in·s_w`.
+    ///
+    /// While batch-statistics BatchNormalizations run, the export is that of
+    /// [`Qat::with_bn_folded`]: the model with their running statistics folded.
     pub fn export(&self) -> Result<Graph> {
+        if self.bn_active {
+            return self.with_bn_folded()?.export();
+        }
         let mut g = self.template.clone();
         let stored = |name: &str| -> Result<Vec<f32>> {
             let s = self

@@ -20,7 +20,7 @@ use quantkit_graph::{Graph, Tensor};
 use quantkit_train::exact::ExactPlan;
 use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{cosine_lr, Adam};
-use quantkit_train::qat::{OutputLoss, OutputTerm, Qat, QatOptions};
+use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatOptions};
 
 /// Arguments of `quantkit qat`.
 #[derive(clap::Args)]
@@ -89,6 +89,11 @@ pub struct Args {
     /// 0 leaves an output out). Default 1 for every output.
     #[arg(long)]
     distill_weights: Option<String>,
+    /// With --distill: add the cross-entropy with the training labels, times this weight,
+    /// to the distillation loss (`L = Σ wᵢ·Lᵢ + W·CE` on the scored output): distillation
+    /// together with the labels, the usual recipe for low-bit QAT. Needs labels.
+    #[arg(long)]
+    ce_weight: Option<f32>,
     /// The output whose argmax is scored (accuracy with labels, agreement without).
     /// Default: the first output that is a Softmax's probabilities, else output 0.
     #[arg(long)]
@@ -96,6 +101,18 @@ pub struct Args {
     /// Learn the quantization scales (LSQ).
     #[arg(long)]
     lsq: bool,
+    /// LSQ+: learn the scales (as --lsq) and the zero point of every affine activation
+    /// (rounded to an integer code after each step, so the export stays integer).
+    #[arg(long)]
+    lsq_plus: bool,
+    /// Train the first E epochs with batch statistics: a BatchNormalization that PTQ's
+    /// preparation folded into a Conv runs after it on each batch's mean and variance
+    /// (running statistics updated); at the start of epoch E+1 its running statistics are
+    /// folded into the Conv exactly as deployed and frozen. 0 (default): folded and frozen
+    /// from the start. The evaluation of an epoch before the freeze (and the output, if
+    /// E >= --epochs) is the model with the running statistics folded.
+    #[arg(long, default_value_t = 0)]
+    freeze_bn_epoch: usize,
     /// Per-tensor weights instead of per output channel.
     #[arg(long)]
     per_tensor: bool,
@@ -455,8 +472,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut float = quantkit_graph::load_model(&args.model)
         .with_context(|| format!("loading the model {}", args.model.display()))?;
-    quantkit_ptq::prepare(&mut float)
+    let prepared = quantkit_ptq::prepare(&mut float)
         .with_context(|| format!("preparing {}", args.model.display()))?;
+    // Conv layers whose BatchNormalization was folded: trained with batch statistics
+    // for the first --freeze-bn-epoch epochs.
+    let bn_batch_stats: Vec<String> = if args.freeze_bn_epoch > 0 {
+        prepared
+            .batch_norms_folded
+            .iter()
+            .map(|(_, p)| p.clone())
+            .filter(|p| {
+                float
+                    .nodes
+                    .iter()
+                    .any(|n| &n.name == p && n.is(quantkit_graph::OpKind::Conv))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if args.freeze_bn_epoch > 0 && bn_batch_stats.is_empty() {
+        eprintln!(
+            "warning: --freeze-bn-epoch {}: {} has no BatchNormalization folded into a Conv; \
+             nothing trains with batch statistics",
+            args.freeze_bn_epoch,
+            args.model.display()
+        );
+    }
     let specs = quantkit_ptq::input_specs(&float)?;
     anyhow::ensure!(
         specs.len() == 1,
@@ -484,10 +526,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &QatOptions {
             weight_bits: args.weight_bits,
             activation_bits: args.activation_bits,
-            lsq: args.lsq,
+            lsq: args.lsq || args.lsq_plus,
+            lsq_plus: args.lsq_plus,
             observer_steps: args.observer_steps,
             int4_weights: !args.int8_weights,
             first_last_8bit: args.first_last_8bit,
+            bn_batch_stats,
             ..Default::default()
         },
     )?;
@@ -521,6 +565,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .collect();
 
     let mut train = open(&args.data, &specs, Split::Train, args.labels.clone())?;
+    if let Some(w) = args.ce_weight {
+        anyhow::ensure!(
+            args.distill,
+            "--ce-weight adds a label term to the distillation loss: it needs --distill"
+        );
+        anyhow::ensure!(
+            w.is_finite() && w >= 0.0,
+            "--ce-weight must be a number >= 0, got {w}"
+        );
+        anyhow::ensure!(
+            train.has_labels(),
+            "{}: --ce-weight needs training labels (give --labels)",
+            args.data.display()
+        );
+    }
     if !args.distill && !train.has_labels() {
         bail!(
             "{}: no labels: give --labels, or --distill to train against the float model",
@@ -654,6 +713,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut last = None;
     let mut epochs_secs = Vec::new();
     for epoch in 0..args.epochs {
+        if epoch == args.freeze_bn_epoch && qat.bn_batch_active() {
+            qat.freeze_bn()
+                .context("folding the batch-statistics BatchNormalizations")?;
+            bar.println(format!(
+                "epoch {}: BatchNormalization statistics frozen and folded into the Conv layers",
+                epoch + 1
+            ));
+        }
         let te = Instant::now();
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
         let mut part_sums = vec![0f64; nout];
@@ -686,8 +753,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .iter()
                     .map(Tensor::to_f32_vec)
                     .collect();
+                let ce = args
+                    .ce_weight
+                    .zip(labels.as_deref())
+                    .map(|(weight, labels)| LabelTerm {
+                        output: po,
+                        labels,
+                        weight,
+                    });
                 let (l, parts, mut outs) = qat
-                    .train_step_outputs(&mut opt, x, &teachers, &terms, lr)
+                    .train_step_outputs_labels(&mut opt, x, &teachers, &terms, ce, lr)
                     .with_context(stopped)?;
                 let nb = outs[po].shape.first().copied().unwrap_or(1) as f64;
                 for (s, p) in part_sums.iter_mut().zip(parts) {
@@ -769,13 +844,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })?;
         let plan = quantkit_engine::compile(&exported, &engine_opts)
             .context("compiling the QAT model on the integer engine")?;
-        let exact = exact_plan(&qat, &exported, &plan, &engine_opts, Some(&bar))?;
+        // Before the BatchNormalization freeze: the model with its running statistics
+        // folded, which is what `export` wrote.
+        let folded;
+        let evq = if qat.bn_batch_active() {
+            folded = qat.with_bn_folded()?;
+            &folded
+        } else {
+            &qat
+        };
+        let exact = exact_plan(evq, &exported, &plan, &engine_opts, Some(&bar))?;
         let ev = evaluate(
             &mut eval_data,
             args.eval_limit,
             &input,
             &float,
-            &qat,
+            evq,
             &exact,
             &plan,
             po,
@@ -896,6 +980,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "weight_bits": args.weight_bits,
                 "activation_bits": args.activation_bits,
                 "first_last_8bit": args.first_last_8bit,
+                "freeze_bn_epoch": args.freeze_bn_epoch,
+                "lsq_plus": args.lsq_plus,
+                "ce_weight": args.ce_weight,
                 "output": args.output.display().to_string(),
             })
         );
