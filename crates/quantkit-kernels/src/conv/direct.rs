@@ -217,6 +217,12 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
         |b: usize, oy: usize, ox: usize| ((b * hp + oy * p.stride[0]) * wp + ox * p.stride[1]) * c4;
     let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
     if pool {
+        let geom = RowGeom {
+            hp,
+            wp,
+            stride: p.stride,
+            c4,
+        };
         pooled(
             k,
             dw,
@@ -225,7 +231,7 @@ pub(super) fn run_direct<T: ActElem, O: QuantType>(
             [n, oh, ow],
             c_out,
             tile_fn,
-            &row_at,
+            geom,
             work_ns,
             writer,
         );
@@ -310,7 +316,7 @@ fn pooled<O: QuantType>(
     [n, oh, ow]: [usize; 3],
     c_out: usize,
     tile_fn: crate::dispatch::DirectFn,
-    row_at: &(dyn Fn(usize, usize, usize) -> usize + Sync),
+    geom: RowGeom,
     work_ns: f64,
     writer: &TileWriter<'_, O>,
 ) {
@@ -325,7 +331,7 @@ fn pooled<O: QuantType>(
         pw,
         c_out,
         tile_fn,
-        row_at,
+        geom,
         writer,
     };
     let job = |r: usize| {
@@ -347,6 +353,16 @@ fn pooled<O: QuantType>(
     }
 }
 
+/// Where the tile's image rows start: output pixel `(b, oy, ox)` reads from byte
+/// `((b·hp + oy·sh)·wp + ox·sw)·c4` of the padded image.
+#[derive(Clone, Copy)]
+struct RowGeom {
+    hp: usize,
+    wp: usize,
+    stride: [usize; 2],
+    c4: usize,
+}
+
 /// One pooled output row of [`pooled`].
 struct PooledRow<'a, O> {
     dw: &'a DirectWeights,
@@ -356,7 +372,7 @@ struct PooledRow<'a, O> {
     pw: usize,
     c_out: usize,
     tile_fn: crate::dispatch::DirectFn,
-    row_at: &'a (dyn Fn(usize, usize, usize) -> usize + Sync),
+    geom: RowGeom,
     writer: &'a TileWriter<'a, O>,
 }
 
@@ -374,37 +390,47 @@ impl<O: QuantType> Body<u8, u8> for PooledRowJob<'_, O> {
 }
 
 impl<O: QuantType> PooledRow<'_, O> {
+    /// Pooled row `task` (image `b`, row `py`): chunks of 4 pooled pixels (two register
+    /// tiles of 8 conv pixels, top and bottom conv row) reduced to their window maxima,
+    /// which wait in one tile per 16-channel half and go to the output stage up to 16
+    /// pixels at a time (LeNet's conv1: one call per half for its 14 pooled pixels, not 4).
     #[inline(always)]
     fn run(&self, task: usize) {
+        const PIXELS: usize = TILE / NR;
+        const CHUNK: usize = ROWS / 2;
         let (dw, c_out, pw) = (self.dw, self.c_out, self.pw);
         let (b, py) = (task / self.ph, task % self.ph);
+        let RowGeom {
+            hp,
+            wp,
+            stride: [sh, sw],
+            c4,
+        } = self.geom;
+        let base: [usize; 2] = std::array::from_fn(|dy| (b * hp + (2 * py + dy) * sh) * wp * c4);
+        let step = sw * c4;
         let panel_len = dw.kgroups * VNNI_NR * VNNI_KGROUP;
         let mut top = [Tile([0; TILE]), Tile([0; TILE])];
         let mut bottom = [Tile([0; TILE]), Tile([0; TILE])];
-        let mut max = Tile([0; TILE]);
-        let chunks = pw.div_ceil(ROWS / 2);
-        let rows: Vec<[[usize; ROWS]; 2]> = (0..chunks)
-            .map(|ch| {
-                let x0 = ch * ROWS;
-                let cnt = ROWS.min(2 * pw - x0);
-                std::array::from_fn(|dy| {
-                    std::array::from_fn(|r| {
-                        (self.row_at)(b, 2 * py + dy, x0 + if r < cnt { r } else { 0 })
-                    })
-                })
-            })
-            .collect();
+        let mut maxes = [Tile([0; TILE]), Tile([0; TILE])];
+        let chunks = pw.div_ceil(CHUNK);
+        let first = (b * self.ph + py) * pw;
         for pnl in 0..dw.n_panels {
             let w = &dw.data[pnl * panel_len..(pnl + 1) * panel_len];
-            for (ch, [r0, r1]) in rows.iter().enumerate() {
-                let cnt = (ROWS / 2).min(pw - ch * (ROWS / 2));
-                (self.tile_fn)(self.img, r0, self.koff, w, &mut top);
-                (self.tile_fn)(self.img, r1, self.koff, w, &mut bottom);
-                for half in 0..2 {
-                    let c0 = pnl * VNNI_NR + half * NR;
-                    if c0 >= c_out {
-                        break;
-                    }
+            let halves = (c_out - pnl * VNNI_NR).div_ceil(NR).min(2);
+            let (mut start, mut filled) = (0, 0);
+            for ch in 0..chunks {
+                let x0 = ch * ROWS;
+                let conv_px = ROWS.min(2 * pw - x0);
+                // Rows past the output repeat the first (their sums are dropped).
+                let rows: [[usize; ROWS]; 2] = std::array::from_fn(|dy| {
+                    std::array::from_fn(|r| {
+                        base[dy] + (x0 + if r < conv_px { r } else { 0 }) * step
+                    })
+                });
+                let cnt = CHUNK.min(pw - ch * CHUNK);
+                (self.tile_fn)(self.img, &rows[0], self.koff, w, &mut top);
+                (self.tile_fn)(self.img, &rows[1], self.koff, w, &mut bottom);
+                for half in 0..halves {
                     let (t, u) = (&top[half].0, &bottom[half].0);
                     // Fixed-size rows, so the maxima are 16-lane vector operations.
                     for i in 0..cnt {
@@ -415,16 +441,29 @@ impl<O: QuantType> PooledRow<'_, O> {
                         let (d, e) = (row(u, 2 * i), row(u, 2 * i + 1));
                         let m: [i32; NR] =
                             std::array::from_fn(|l| a[l].max(c[l]).max(d[l].max(e[l])));
-                        max.0[i * NR..(i + 1) * NR].copy_from_slice(&m);
+                        maxes[half].0[(filled + i) * NR..][..NR].copy_from_slice(&m);
                     }
-                    let pixel = (b * self.ph + py) * pw + ch * (ROWS / 2);
-                    // SAFETY: pooled pixels of row `py` of image `b` belong to this task
-                    // only; channels c0..c0+cols exist; the caller sized the output for
-                    // `n·ph·pw` pixels.
-                    unsafe {
-                        self.writer
-                            .write(&max, cnt, pixel, c0, NR.min(c_out - c0), c_out)
-                    };
+                }
+                filled += cnt;
+                if filled + CHUNK > PIXELS || ch + 1 == chunks {
+                    for (half, tile) in maxes.iter().enumerate().take(halves) {
+                        let c0 = pnl * VNNI_NR + half * NR;
+                        // SAFETY: pooled pixels `first + start..+filled` of row `py` of
+                        // image `b` belong to this task only; channels c0..c0+cols exist;
+                        // the caller sized the output for `n·ph·pw` pixels.
+                        unsafe {
+                            self.writer.write(
+                                tile,
+                                filled,
+                                first + start,
+                                c0,
+                                NR.min(c_out - c0),
+                                c_out,
+                            )
+                        };
+                    }
+                    start += filled;
+                    filled = 0;
                 }
             }
         }
