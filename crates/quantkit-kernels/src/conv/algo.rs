@@ -347,6 +347,24 @@ mod tests {
         assert_eq!(avx2.cheapest(&shape(64, 128, 0), &[Im2col, Direct]), Im2col);
     }
 
+    /// LeNet's first conv (3×3, 1 → 32, 28×28): row words make the direct conv 3 words
+    /// per pixel instead of 9, and on AVX-512 VNNI the model moves it from the pairs GEMM
+    /// to the direct conv, which measured 6 against 16 µs per image in
+    /// the engine with the 2×2 pool fused (BENCHMARKS.md, 2026-11-25, branch `lenet`);
+    /// AVX2 (portable direct tile) keeps the pairs GEMM.
+    #[test]
+    fn lenet_conv1_takes_the_direct_conv_on_vnni() {
+        use Candidate::*;
+        let pair_words = super::super::small_cin::PackedK::new(1, [3, 3]).k() / 2;
+        let s = shape(1, 32, pair_words);
+        assert_eq!(s.direct_words, 3);
+        let cands = [Im2col, Pairs, Direct];
+        assert_eq!(Rates::of(Isa::Avx512Vnni).cheapest(&s, &cands), Direct);
+        assert_eq!(Rates::of(Isa::Avx2).cheapest(&s, &cands), Pairs);
+        // RGB (3 channels) gets no row words: 9 words either way.
+        assert_eq!(shape(3, 32, 15).direct_words, 9);
+    }
+
     /// MTCNN O-Net's conv2d_9 (3×3, 32 → 64, 23×23 in, 21×21 out) on AVX-512 VNNI: the
     /// direct conv measured 0.050 ms, Winograd 0.058 ms (BENCHMARKS.md, 2026-11-25). With
     /// the plane known, its tile cover (484 / 441) makes the model pick the direct conv;
