@@ -516,6 +516,10 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ([2, 16, 15, 3], 20, p, "direct"),
         ([2, 9, 13, 8], 40, p, "direct"),
         ([1, 17, 28, 1], 70, p, "direct"),
+        // Row words (C_in 1, 2, 5: fewer words than channel quads per tap), LeNet's conv1.
+        ([1, 28, 28, 1], 32, p, "direct"),
+        ([2, 11, 9, 2], 33, p, "direct"),
+        ([1, 10, 13, 5], 16, p, "direct"),
     ];
     // Weight zero points of 0 (the few-channel path's indirect micro-kernel) and not 0.
     let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);

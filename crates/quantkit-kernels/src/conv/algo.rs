@@ -10,7 +10,8 @@
 //! pairs    2·W·C_out / R_pair    + p_pair               (W words of channel/row pairs, C_in ≤ 4)
 //! winograd 4·C_in·C_out / R_i16  + 4·(C_in + C_out)·p_wino
 //! wino4    2.25·C_in·C_out / R_i16 + 2.25·(C_in + C_out)·p_wino4
-//! direct   T·C4·C_out / R_direct + p_direct             (C4 = C_in rounded up to quads)
+//! direct   4·W_d·C_out / R_direct + p_direct            (W_d words: T·⌈C_in/4⌉ channel quads, or
+//!                                                        kh·⌈kw·C_in/4⌉ row words when fewer)
 //! ```
 //!
 //! (a 2×2 Winograd tile is 16 products per input/output channel pair for 4 pixels, its
@@ -123,6 +124,9 @@ pub(crate) struct ConvShape {
     pub(crate) kernel: [usize; 2],
     /// Words per output pixel of the pairs packing (0 when it does not apply).
     pub(crate) pair_words: usize,
+    /// Words (k-groups of 4 bytes) per output pixel of the direct conv: channel quads per
+    /// tap, or row words when fewer (`conv/direct.rs`, [`super::direct::direct_kgroups`]).
+    pub(crate) direct_words: usize,
     /// The output plane `[oh, ow]` when the caller knows it.
     pub(crate) out_hw: Option<[usize; 2]>,
 }
@@ -257,7 +261,7 @@ impl Rates {
                     * shape.winograd_cover(4)
             }
             Candidate::Direct => {
-                taps * (4.0 * (ci / 4.0).ceil()) * co / self.r_direct + self.p_direct
+                4.0 * shape.direct_words as f64 * co / self.r_direct + self.p_direct
             }
         }
     }
@@ -294,6 +298,7 @@ mod tests {
             c_out,
             kernel: [3, 3],
             pair_words,
+            direct_words: super::super::direct::direct_kgroups(c_in, [3, 3], 1).0,
             out_hw: None,
         }
     }
@@ -340,6 +345,24 @@ mod tests {
         // Without Winograd (stride 2), the direct conv or the GEMM, never the portable tile
         // on AVX2.
         assert_eq!(avx2.cheapest(&shape(64, 128, 0), &[Im2col, Direct]), Im2col);
+    }
+
+    /// LeNet's first conv (3×3, 1 → 32, 28×28): row words make the direct conv 3 words
+    /// per pixel instead of 9, and on AVX-512 VNNI the model moves it from the pairs GEMM
+    /// to the direct conv, which measured 6 against 16 µs per image in
+    /// the engine with the 2×2 pool fused (BENCHMARKS.md, 2026-11-25, branch `lenet`);
+    /// AVX2 (portable direct tile) keeps the pairs GEMM.
+    #[test]
+    fn lenet_conv1_takes_the_direct_conv_on_vnni() {
+        use Candidate::*;
+        let pair_words = super::super::small_cin::PackedK::new(1, [3, 3]).k() / 2;
+        let s = shape(1, 32, pair_words);
+        assert_eq!(s.direct_words, 3);
+        let cands = [Im2col, Pairs, Direct];
+        assert_eq!(Rates::of(Isa::Avx512Vnni).cheapest(&s, &cands), Direct);
+        assert_eq!(Rates::of(Isa::Avx2).cheapest(&s, &cands), Pairs);
+        // RGB (3 channels) gets no row words: 9 words either way.
+        assert_eq!(shape(3, 32, 15).direct_words, 9);
     }
 
     /// MTCNN O-Net's conv2d_9 (3×3, 32 → 64, 23×23 in, 21×21 out) on AVX-512 VNNI: the

@@ -2,7 +2,7 @@
 //! few channels, depthwise).
 
 use super::algo::{Candidate, ConvAlgorithm, ConvShape, Rates};
-use super::direct::DirectWeights;
+use super::direct::{direct_kgroups, DirectWeights};
 use super::dw_blocks::DwBlocks;
 use super::params::ConvParams;
 use super::small_cin;
@@ -220,6 +220,7 @@ impl ConvWeights {
             c_out: cout_g,
             kernel: params.kernel,
             pair_words: packed_k.as_ref().map_or(0, |p| p.k() / 2),
+            direct_words: direct_kgroups(cin_g, params.kernel, params.dilation[1]).0,
             out_hw,
         };
         let rates = Rates::of(isa);
@@ -252,7 +253,13 @@ impl ConvWeights {
         let kind = if let Some(ww) = winograd {
             Kind::Winograd(ww)
         } else if choice == Candidate::Direct {
-            Kind::Direct(DirectWeights::new(weights, c_out, c_in, params.kernel))
+            Kind::Direct(DirectWeights::new(
+                weights,
+                c_out,
+                c_in,
+                params.kernel,
+                params.dilation[1],
+            ))
         } else if let (Candidate::Pairs, Some(packed)) = (choice, &packed_k) {
             let zps: Vec<i32> = (0..c_out).map(zp).collect();
             // Pairs geometry whatever the ISA: the planes are words of pairs.

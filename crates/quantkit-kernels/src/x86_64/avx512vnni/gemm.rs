@@ -149,12 +149,17 @@ pub unsafe fn avx512_epilogue_i32(
 /// then `vpmovdb` (truncation, exact because the value is already clamped into `T`'s range)
 /// and a masked byte store.
 ///
+/// `W` is the tile's row stride: 32 for the GEMM's 8×32 tiles, 16 for the 16-column tiles
+/// of `TileWriter` (Winograd, the direct and few-channel convs with a fused pool), which
+/// take one zmm per row here against two ymm in the AVX2 store.
+///
 /// # Safety
 /// As [`avx512_epilogue_i32`], with AVX-512 BW and VL too and `out` pointing at `T`
-/// elements; `T` must be one byte wide (u8 or i8).
+/// elements; `T` must be one byte wide (u8 or i8); `cols ≤ W`, and the column vectors
+/// (`ep`, `scales`) padded to a multiple of 16 past `c0`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn avx512_epilogue_float<T: QuantType>(
+pub unsafe fn avx512_epilogue_float<T: QuantType, const W: usize>(
     ep: &Epilogue<'_>,
     scales: &[f32],
     (z, lo, hi): (i32, i32, i32),
@@ -175,7 +180,7 @@ pub unsafe fn avx512_epilogue_float<T: QuantType>(
             // SAFETY: see the function contract; `scales` is padded like the column terms;
             // masked-off lanes are not written.
             unsafe {
-                let v = corrected(ep, tile.as_ptr().add(r * VNNI_NR + cc), rowsum, c0 + cc);
+                let v = corrected(ep, tile.as_ptr().add(r * W + cc), rowsum, c0 + cc);
                 let s = _mm512_loadu_ps(scales.as_ptr().add(c0 + cc));
                 let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
                 let f = _mm512_min_ps(_mm512_max_ps(f, lo_f), hi_f);

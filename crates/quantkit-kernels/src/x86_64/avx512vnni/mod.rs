@@ -67,8 +67,16 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.mmm.store = Stores {
         isa: Isa::Avx512Vnni,
         i32: gemm::avx512_epilogue_i32,
-        u8: gemm::avx512_epilogue_float::<u8>,
-        i8: gemm::avx512_epilogue_float::<i8>,
+        u8: gemm::avx512_epilogue_float::<u8, VNNI_NR>,
+        i8: gemm::avx512_epilogue_float::<i8, VNNI_NR>,
+    };
+    // The 16-column stores of `TileWriter`: AVX2's i32 store, the float stages one zmm
+    // per tile row.
+    k.store16 = Stores {
+        isa: Isa::Avx512Vnni,
+        i32: k.store16.i32,
+        u8: gemm::avx512_epilogue_float::<u8, NR>,
+        i8: gemm::avx512_epilogue_float::<i8, NR>,
     };
     k.direct = (Isa::Avx512Vnni, direct_tile);
     k.i16.isa = Isa::Avx512Vnni;
