@@ -132,12 +132,20 @@ pub(crate) fn graph_op_per_image(node: &Node, consts: &[Option<&Tensor>]) -> boo
     };
     let absent = |i: usize| {
         node.inputs.get(i).is_none_or(|s| s.is_empty())
-            || consts.get(i).copied().flatten().is_some_and(|t| t.is_empty())
+            || consts
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|t| t.is_empty())
     };
     match kind {
         // Per-tensor parameters, or per-channel along an axis other than the batch.
         OpKind::QuantizeLinear | OpKind::DequantizeLinear => {
-            let per_tensor = consts.get(1).copied().flatten().is_some_and(|s| s.len() == 1);
+            let per_tensor = consts
+                .get(1)
+                .copied()
+                .flatten()
+                .is_some_and(|s| s.len() == 1);
             per_tensor || int("axis", 1).is_some_and(|a| a >= 1)
         }
         OpKind::Conv
@@ -160,11 +168,12 @@ pub(crate) fn graph_op_per_image(node: &Node, consts: &[Option<&Tensor>]) -> boo
             scales.is_some_and(|s| s.to_f32_vec().first() == Some(&1.0)) && absent(3)
         }
         // Slices on named axes other than the batch.
-        OpKind::Slice => ints(3).is_some_and(|axes| !axes.is_empty() && axes.iter().all(|&a| a >= 1)),
+        OpKind::Slice => {
+            ints(3).is_some_and(|axes| !axes.is_empty() && axes.iter().all(|&a| a >= 1))
+        }
         // No padding before or after the batch, on all axes.
         OpKind::Pad => {
-            absent(3)
-                && ints(1).is_some_and(|p| p.len() >= 2 && p[0] == 0 && p[p.len() / 2] == 0)
+            absent(3) && ints(1).is_some_and(|p| p.len() >= 2 && p[0] == 0 && p[p.len() / 2] == 0)
         }
         _ => {
             let f = node.facts();
@@ -176,7 +185,10 @@ pub(crate) fn graph_op_per_image(node: &Node, consts: &[Option<&Tensor>]) -> boo
 /// The chunks (ranges of images) [`Plan::run`] cuts this batch into, or `None` to run it
 /// whole: one chunk, inputs of different batch sizes, a step not known to keep images
 /// apart, or inputs not stored one element per value.
-pub(crate) fn plan_chunks(plan: &Plan, inputs: &[(String, Tensor)]) -> Option<Vec<std::ops::Range<usize>>> {
+pub(crate) fn plan_chunks(
+    plan: &Plan,
+    inputs: &[(String, Tensor)],
+) -> Option<Vec<std::ops::Range<usize>>> {
     let mode = batch_chunk();
     if mode == BatchChunk::Off {
         return None;
@@ -240,16 +252,15 @@ pub(crate) fn run_chunked(
     };
     let par = parallel(chunks.len(), rayon::current_num_threads());
     CHUNKED[usize::from(!par)].fetch_add(1, Ordering::Relaxed);
-    let outs: Vec<Result<Vec<(String, Tensor)>>> =
-        if par {
-            chunks
-                .par_iter()
-                .with_max_len(1)
-                .map(|r| par::serial(|| one(r)))
-                .collect()
-        } else {
-            chunks.iter().map(one).collect()
-        };
+    let outs: Vec<Result<Vec<(String, Tensor)>>> = if par {
+        chunks
+            .par_iter()
+            .with_max_len(1)
+            .map(|r| par::serial(|| one(r)))
+            .collect()
+    } else {
+        chunks.iter().map(one).collect()
+    };
     let outs = outs.into_iter().collect::<Result<Vec<_>>>()?;
     let Some(first) = outs.first() else {
         return Ok(None);

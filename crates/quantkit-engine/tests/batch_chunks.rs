@@ -67,14 +67,20 @@ fn detector_like(side: usize) -> Graph {
         ("wl", [8, 8, 1, 1]),
     ] {
         let fan: usize = shape[1..].iter().product();
-        gi.insert(name.into(), weights(&mut rng, &shape, 1.5 / (fan as f32).sqrt()));
+        gi.insert(
+            name.into(),
+            weights(&mut rng, &shape, 1.5 / (fan as f32).sqrt()),
+        );
         gi.insert(format!("{name}b"), weights(&mut rng, &[shape[0]], 0.1));
     }
     // ConvTranspose 16 → 1, kernel 2, stride 2: weights [c_in, c_out, 2, 2].
     gi.insert("wt".into(), weights(&mut rng, &[16, 1, 2, 2], 0.3));
     gi.insert("wtb".into(), weights(&mut rng, &[1], 0.1));
     gi.insert("roi".into(), Tensor::from_f32(&[0], vec![]));
-    gi.insert("scales".into(), Tensor::from_f32(&[4], vec![1.0, 1.0, 2.0, 2.0]));
+    gi.insert(
+        "scales".into(),
+        Tensor::from_f32(&[4], vec![1.0, 1.0, 2.0, 2.0]),
+    );
     let mut nodes = vec![conv("c1", "x", "w1", "w1b", "c1o", 2, 1, 1)];
     nodes.extend(hardswish("a1", "c1o", "a1o"));
     nodes.push(conv("dw", "a1o", "wd", "wdb", "dwo", 1, 1, 8));
@@ -107,7 +113,8 @@ fn detector_like(side: usize) -> Graph {
     nodes.push(conv("lat", "seo", "wl", "wlb", "lato", 1, 0, 1));
     nodes.push(Node::new("add", "Add", &["upo", "lato"], &["addo"]));
     nodes.push(
-        Node::new("cat", "Concat", &["addo", "upo"], &["cato"]).with_attr("axis", AttrValue::Int(1)),
+        Node::new("cat", "Concat", &["addo", "upo"], &["cato"])
+            .with_attr("axis", AttrValue::Int(1)),
     );
     nodes.push(
         Node::new("deconv", "ConvTranspose", &["cato", "wt", "wtb"], &["dco"])
@@ -240,8 +247,15 @@ fn auto_chunks_large_images_one_per_chunk() {
     let two = bits(&in_pool(2, run));
     let after = chunked_runs();
     set_batch_chunk(None);
-    assert_eq!(two, whole, "auto chunks on 2 threads differ from the whole batch");
-    assert_eq!(after.0 - before.0, 1, "the 2-image batch did not run as 2 parallel chunks");
+    assert_eq!(
+        two, whole,
+        "auto chunks on 2 threads differ from the whole batch"
+    );
+    assert_eq!(
+        after.0 - before.0,
+        1,
+        "the 2-image batch did not run as 2 parallel chunks"
+    );
 }
 
 #[test]
@@ -267,13 +281,12 @@ fn zoo_models_in_chunks_equal_the_whole_batch() {
     for m in ["lenet", "resnet8", "mobilenet"] {
         let float = load_model(repo.join(format!("models/{m}.onnx"))).unwrap();
         let q = quantize(float, x.clone());
-        let (par, seq) = chunkings_agree(
-            m,
-            &q,
-            &x,
-            &[BatchChunk::Images(1), BatchChunk::Images(4)],
+        let (par, seq) =
+            chunkings_agree(m, &q, &x, &[BatchChunk::Images(1), BatchChunk::Images(4)]);
+        assert!(
+            par > 0 && seq > 0,
+            "{m}: chunked runs {par} parallel, {seq} sequential"
         );
-        assert!(par > 0 && seq > 0, "{m}: chunked runs {par} parallel, {seq} sequential");
     }
 }
 

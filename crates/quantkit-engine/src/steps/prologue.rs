@@ -106,7 +106,10 @@ impl PrologueStep {
             return;
         }
         // Inside a chunk of whole images (`par::serial`) the other workers have their own.
-        if x.len() <= run || (channels > 1 && x.len() <= PAR_BLOCK) || quantkit_kernels::par::in_serial() {
+        if x.len() <= run
+            || (channels > 1 && x.len() <= PAR_BLOCK)
+            || quantkit_kernels::par::in_serial()
+        {
             out.chunks_mut(run)
                 .zip(x.chunks(run))
                 .enumerate()
