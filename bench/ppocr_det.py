@@ -26,8 +26,8 @@ Memory: a 480×480 page is 2.7 MB of f32 input, and the float executors' activat
 engine's 8-bit codes, so above --float-max-batch (default 4) only the int8 sides are timed (the
 float columns print "-"). Every timing row reports the peak resident memory of the quantkit
 process (ru_maxrss from wait4) and of this Python process (ONNX Runtime's sessions; a high-water
-mark over the whole script). Measured: `quantkit bench --int8-only` peaks at 0.52 GB at batch 64
-(the f32 input and its per-run copy are 0.35 GB of it), 0.15 GB at batch 16.
+mark over the whole script). Measured: `quantkit bench --int8-only` peaks at 511 MiB at batch 64
+(the f32 input and its per-run copy are 338 MiB of it), 143 MiB at batch 16.
 
 Usage:
     cargo build --release -p quantkit-cli
