@@ -25,7 +25,7 @@ engine's time goes, float islands marked).
 Memory: a 480×480 page is 2.7 MB of f32 input, and the float executors' activations are ~4× the
 engine's 8-bit codes, so above --float-max-batch (default 4) only the int8 sides are timed (the
 float columns print "-"). Every timing row reports the peak resident memory of the quantkit
-process (ru_maxrss from wait4) and of this Python process (ONNX Runtime's sessions; a high-water
+process (GNU time's %M) and of this Python process (ONNX Runtime's sessions; a high-water
 mark over the whole script). Measured: `quantkit bench --int8-only` peaks at 511 MiB at batch 64
 (the f32 input and its per-run copy are 338 MiB of it), 143 MiB at batch 16.
 
@@ -105,16 +105,14 @@ def ort_best(model, x, threads, seconds, repeat=5):
 
 
 def run_peak(cmd, env):
-    """Runs `cmd`, returning (stdout, peak RSS of that process in MB) (wait4's rusage)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        _, status, ru = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if p.returncode != 0:
-            raise subprocess.CalledProcessError(p.returncode, cmd, out.read(), err.read())
-        return out.read().decode(), ru.ru_maxrss / 1024
+    """Runs `cmd` under /usr/bin/time, returning (stdout, peak RSS of that process in MiB).
+
+    Not wait4's rusage of a child of this process: a forked child's ru_maxrss keeps the
+    pages it shared with this (large, ONNX Runtime holding) Python process before exec."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + cmd, check=True,
+                           capture_output=True, text=True, env=env)
+        return r.stdout, int(rss.read().split()[-1]) / 1024
 
 
 def self_peak_mb():
@@ -195,7 +193,7 @@ def main():
     print(f"int8 (quantkit engine) vs ORT f32 on 2 held-out pages: probability-map cosine {cos:.5f}, "
           f"text-mask (p > 0.3) agreement {100 * mask_agree:.2f} % (ORT int8: {100 * ort_mask_agree:.2f} %)")
     print(f"{'thr':>3} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} {'qk8/ORT8':>9}"
-          f" {'qk 2t/1t':>9} {'ORT 2t/1t':>9} {'qk RSS MB':>9} {'py RSS MB':>9}")
+          f" {'qk 2t/1t':>9} {'ORT 2t/1t':>9} {'qk RSS MiB':>10} {'py RSS MiB':>10}")
     one = {(r["batch"]): r for r in rows if r["threads"] == 1}
 
     def ms(v):
@@ -207,7 +205,7 @@ def main():
                  if base and r["threads"] != 1 else f"{'':>9} {'':>9}")
         print(f"{r['threads']:>3} {r['batch']:>5} {ms(r['ort_f32_ms'])} {ms(r['ort_int8_ms'])} "
               f"{ms(r['quantkit_f32_ms'])} {ms(r['quantkit_int8_ms'])} {r['qk8_vs_ort8']:>8.2f}x "
-              f"{scale} {r['quantkit_peak_rss_mb']:>9.0f} {r['python_ort_peak_rss_mb']:>9.0f}")
+              f"{scale} {r['quantkit_peak_rss_mb']:>10.0f} {r['python_ort_peak_rss_mb']:>10.0f}")
     print(f"\n--- quantkit bench --profile (batch 1, 1 thread)\n{prof}")
 
 

@@ -199,8 +199,14 @@ pub(crate) fn plan_chunks(
         return None;
     }
     let mut per_image = 0usize;
-    for (_, t) in inputs {
+    for (name, t) in inputs {
         if t.shape.first() != Some(&n) || t.data.len() != t.len() {
+            return None;
+        }
+        // The whole batch must fit the declared input (a model declaring batch 1 refuses
+        // 64 images, even though each chunk of one would pass): the whole run reports it.
+        let declared = plan.inputs.iter().find(|(vi, _)| &vi.name == name);
+        if declared.is_none_or(|(vi, _)| crate::check_input(vi, t).is_err()) {
             return None;
         }
         per_image += t.len() / n;
@@ -232,7 +238,7 @@ fn slice_images(t: &Tensor, r: &std::ops::Range<usize>) -> Tensor {
 
 /// Whether chunks run in parallel on `threads` workers (module docs).
 pub(crate) fn parallel(chunks: usize, threads: usize) -> bool {
-    threads >= 2 && chunks >= threads && (chunks % threads == 0 || chunks >= 4 * threads)
+    threads >= 2 && chunks >= threads && (chunks.is_multiple_of(threads) || chunks >= 4 * threads)
 }
 
 /// Runs `plan` on `inputs` chunk by chunk and stacks the outputs along axis 0; `None` when

@@ -318,3 +318,19 @@ fn a_plan_that_reshapes_the_batch_away_is_not_chunked() {
     assert_eq!(chunked_runs(), before);
     assert_eq!(y.shape, vec![1, 12]);
 }
+
+#[test]
+fn a_batch_the_model_does_not_declare_is_refused_not_chunked() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The detector-like model with its batch fixed to 1: 2 images must fail as they do
+    // unchunked, even though each one-image chunk would fit.
+    let side = 32;
+    let mut q = quantize(detector_like(side), batch(2, side, 5));
+    q.inputs[0].shape.as_mut().unwrap()[0] = Dim::Known(1);
+    let plan = compile(&q, &EngineOptions::default()).unwrap();
+    set_batch_chunk(Some(BatchChunk::Images(1)));
+    let got = in_pool(2, || plan.run(vec![("x", batch(2, side, 6))]));
+    set_batch_chunk(None);
+    let err = got.expect_err("batch 2 accepted by a model declaring batch 1");
+    assert!(err.to_string().contains('x'), "{err}");
+}
