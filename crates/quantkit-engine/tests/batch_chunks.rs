@@ -24,7 +24,9 @@ fn weights(rng: &mut Lcg, shape: &[usize], scale: f32) -> Tensor {
     Tensor::from_f32(shape, (0..n).map(|_| rng.float(-scale, scale)).collect())
 }
 
-fn conv(name: &str, x: &str, w: &str, b: &str, y: &str, stride: i64, pad: i64, group: i64) -> Node {
+/// Conv `[x, w, b] → y` with square strides and pads.
+fn conv(name: &str, io: [&str; 4], stride: i64, pad: i64, group: i64) -> Node {
+    let [x, w, b, y] = io;
     Node::new(name, "Conv", &[x, w, b], &[y])
         .with_attr("strides", AttrValue::Ints(vec![stride, stride]))
         .with_attr("pads", AttrValue::Ints(vec![pad; 4]))
@@ -81,15 +83,15 @@ fn detector_like(side: usize) -> Graph {
         "scales".into(),
         Tensor::from_f32(&[4], vec![1.0, 1.0, 2.0, 2.0]),
     );
-    let mut nodes = vec![conv("c1", "x", "w1", "w1b", "c1o", 2, 1, 1)];
+    let mut nodes = vec![conv("c1", ["x", "w1", "w1b", "c1o"], 2, 1, 1)];
     nodes.extend(hardswish("a1", "c1o", "a1o"));
-    nodes.push(conv("dw", "a1o", "wd", "wdb", "dwo", 1, 1, 8));
+    nodes.push(conv("dw", ["a1o", "wd", "wdb", "dwo"], 1, 1, 8));
     nodes.push(Node::new("dwr", "Relu", &["dwo"], &["dwr"]));
     // Squeeze and excite.
     nodes.push(Node::new("gap", "GlobalAveragePool", &["dwr"], &["gap"]));
-    nodes.push(conv("se1", "gap", "ws1", "ws1b", "se1o", 1, 0, 1));
+    nodes.push(conv("se1", ["gap", "ws1", "ws1b", "se1o"], 1, 0, 1));
     nodes.push(Node::new("se1r", "Relu", &["se1o"], &["se1r"]));
-    nodes.push(conv("se2", "se1r", "ws2", "ws2b", "se2o", 1, 0, 1));
+    nodes.push(conv("se2", ["se1r", "ws2", "ws2b", "se2o"], 1, 0, 1));
     nodes.push(
         Node::new("sehs", "HardSigmoid", &["se2o"], &["seg"])
             .with_attr("alpha", AttrValue::Float(0.2))
@@ -98,9 +100,9 @@ fn detector_like(side: usize) -> Graph {
     nodes.push(Node::new("se", "Mul", &["dwr", "seg"], &["seo"]));
     // Down, 1×1 up, back at the first resolution by nearest Resize ×2, then FPN-style add
     // and concat.
-    nodes.push(conv("c2", "seo", "w2", "w2b", "c2o", 1, 0, 1));
+    nodes.push(conv("c2", ["seo", "w2", "w2b", "c2o"], 1, 0, 1));
     nodes.extend(hardswish("a2", "c2o", "a2o"));
-    nodes.push(conv("c3", "a2o", "w3", "w3b", "c3o", 2, 1, 1));
+    nodes.push(conv("c3", ["a2o", "w3", "w3b", "c3o"], 2, 1, 1));
     nodes.push(
         Node::new("up", "Resize", &["c3o", "roi", "scales"], &["upo"])
             .with_attr("mode", AttrValue::String(b"nearest".to_vec()))
@@ -110,7 +112,7 @@ fn detector_like(side: usize) -> Graph {
             )
             .with_attr("nearest_mode", AttrValue::String(b"floor".to_vec())),
     );
-    nodes.push(conv("lat", "seo", "wl", "wlb", "lato", 1, 0, 1));
+    nodes.push(conv("lat", ["seo", "wl", "wlb", "lato"], 1, 0, 1));
     nodes.push(Node::new("add", "Add", &["upo", "lato"], &["addo"]));
     nodes.push(
         Node::new("cat", "Concat", &["addo", "upo"], &["cato"])
