@@ -183,8 +183,9 @@ pub(crate) fn graph_op_per_image(node: &Node, consts: &[Option<&Tensor>]) -> boo
 }
 
 /// The chunks (ranges of images) [`Plan::run`] cuts this batch into, or `None` to run it
-/// whole: one chunk, inputs of different batch sizes, a step not known to keep images
-/// apart, or inputs not stored one element per value.
+/// whole: one chunk, inputs of different batch sizes, an input whose declared batch is
+/// fixed (or that the batch does not fit), a step not known to keep images apart, or
+/// inputs not stored one element per value.
 pub(crate) fn plan_chunks(
     plan: &Plan,
     inputs: &[(String, Tensor)],
@@ -207,6 +208,15 @@ pub(crate) fn plan_chunks(
         // 64 images, even though each chunk of one would pass): the whole run reports it.
         let declared = plan.inputs.iter().find(|(vi, _)| &vi.name == name);
         if declared.is_none_or(|(vi, _)| crate::check_input(vi, t).is_err()) {
+            return None;
+        }
+        // A batch the model fixes (a known first dimension) is not cut: chunks would not
+        // fit the declaration, and a fixed batch may be one the graph mixes.
+        let fixed = declared
+            .and_then(|(vi, _)| vi.shape.as_ref())
+            .and_then(|s| s.first())
+            .is_some_and(|d| matches!(d, quantkit_graph::Dim::Known(_)));
+        if fixed {
             return None;
         }
         per_image += t.len() / n;
