@@ -22,12 +22,20 @@ detector's threshold 0.3), time quantkit int8/f32 against ONNX Runtime int8/f32 
 QDQ file (1 and 2 threads, batch 1 or the --batches given), and print `quantkit bench --profile` (where the
 engine's time goes, float islands marked).
 
+Memory: a 480×480 page is 2.7 MB of f32 input, and the float executors' activations are ~4× the
+engine's 8-bit codes, so above --float-max-batch (default 4) only the int8 sides are timed (the
+float columns print "-"). Every timing row reports the peak resident memory of the quantkit
+process (GNU time's %M) and of this Python process (ONNX Runtime's sessions; a high-water
+mark over the whole script). Measured: `quantkit bench --int8-only` peaks at 511 MiB at batch 64
+(the f32 input and its per-run copy are 338 MiB of it), 143 MiB at batch 16.
+
 Usage:
     cargo build --release -p quantkit-cli
     python3 bench/ppocr_det.py [--quantkit target/release/quantkit] [--shared ../shared]
                                [--cache ~/.cache/quantkit-bench] [--seconds 2] [--json]
+                               [--batches 1,4,16,64] [--threads 1,2] [--float-max-batch 4]
 """
-import argparse, hashlib, json, os, subprocess, sys, tempfile, time, zipfile
+import argparse, hashlib, json, os, resource, subprocess, sys, tempfile, time, zipfile
 
 import numpy as np
 
@@ -96,6 +104,21 @@ def ort_best(model, x, threads, seconds, repeat=5):
     return best * 1e3
 
 
+def run_peak(cmd, env):
+    """Runs `cmd` under /usr/bin/time, returning (stdout, peak RSS of that process in MiB).
+
+    Not wait4's rusage of a child of this process: a forked child's ru_maxrss keeps the
+    pages it shared with this (large, ONNX Runtime holding) Python process before exec."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + cmd, check=True,
+                           capture_output=True, text=True, env=env)
+        return r.stdout, int(rss.read().split()[-1]) / 1024
+
+
+def self_peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantkit", default=os.path.join(ROOT, "target/release/quantkit"))
@@ -110,8 +133,12 @@ def main():
     ap.add_argument("--batches", default="1",
                     help="comma-separated batch sizes to time (default 1: a text detector runs one "
                          "page at a time, its natural batch); larger ones show 2-thread scaling")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--float-max-batch", type=int, default=4,
+                    help="time the float sides (ORT f32, quantkit f32) only up to this batch (default 4)")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
+    thread_counts = [int(t) for t in a.threads.split(",")]
     qk = a.quantkit
     src, sha = fetch(a.cache)
     d = tempfile.mkdtemp()
@@ -136,17 +163,20 @@ def main():
     ort_mask_agree = float(((ort_q > 0.3) == (ref > 0.3)).mean())
     rows = []
     for batch in batches:
-        for threads in (1, 2):
+        for threads in thread_counts:
             xb = np.ascontiguousarray(np.concatenate([test] * ((batch + 1) // 2))[:batch])
             env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-            v = json.loads(subprocess.run(
-                [qk, "bench", model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
-                 "--seconds", str(a.seconds), "--json"],
-                check=True, capture_output=True, text=True, env=env).stdout)
+            floats = batch <= a.float_max_batch
+            cmd = [qk, "bench", model, "--int8", q, "--batch", str(batch), "--threads", str(threads),
+                   "--seconds", str(a.seconds), "--json"] + ([] if floats else ["--int8-only"])
+            out, qk_peak = run_peak(cmd, env)
+            v = json.loads(out)
             r = {"threads": threads, "batch": batch,
-                 "ort_f32_ms": ort_best(model, xb, threads, a.seconds),
+                 "ort_f32_ms": ort_best(model, xb, threads, a.seconds) if floats else None,
                  "ort_int8_ms": ort_best(q, xb, threads, a.seconds),
-                 "quantkit_f32_ms": v["float"]["best_ms"], "quantkit_int8_ms": v["int8"]["best_ms"]}
+                 "quantkit_f32_ms": v["float"]["best_ms"] if floats else None,
+                 "quantkit_int8_ms": v["int8"]["best_ms"],
+                 "quantkit_peak_rss_mb": qk_peak, "python_ort_peak_rss_mb": self_peak_mb()}
             r["qk8_vs_ort8"] = r["ort_int8_ms"] / r["quantkit_int8_ms"]
             rows.append(r)
     env = dict(os.environ, RAYON_NUM_THREADS="1")
@@ -162,10 +192,20 @@ def main():
     print(f"PP-OCRv4 det ({MEMBER}, sha256 {sha[:16]}…), input 1x3x{SIDE}x{SIDE}, onnxruntime {ort.__version__}")
     print(f"int8 (quantkit engine) vs ORT f32 on 2 held-out pages: probability-map cosine {cos:.5f}, "
           f"text-mask (p > 0.3) agreement {100 * mask_agree:.2f} % (ORT int8: {100 * ort_mask_agree:.2f} %)")
-    print(f"{'thr':>3} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} {'qk8/ORT8':>9}")
+    print(f"{'thr':>3} {'batch':>5} {'ORT f32':>9} {'ORT int8':>9} {'qk f32':>9} {'qk int8':>9} {'qk8/ORT8':>9}"
+          f" {'qk 2t/1t':>9} {'ORT 2t/1t':>9} {'qk RSS MiB':>10} {'py RSS MiB':>10}")
+    one = {(r["batch"]): r for r in rows if r["threads"] == 1}
+
+    def ms(v):
+        return f"{v:>9.2f}" if v is not None else f"{'-':>9}"
+
     for r in rows:
-        print(f"{r['threads']:>3} {r['batch']:>5} {r['ort_f32_ms']:>9.2f} {r['ort_int8_ms']:>9.2f} "
-              f"{r['quantkit_f32_ms']:>9.2f} {r['quantkit_int8_ms']:>9.2f} {r['qk8_vs_ort8']:>8.2f}x")
+        base = one.get(r["batch"])
+        scale = (f"{base['quantkit_int8_ms'] / r['quantkit_int8_ms']:>8.2f}x {base['ort_int8_ms'] / r['ort_int8_ms']:>8.2f}x"
+                 if base and r["threads"] != 1 else f"{'':>9} {'':>9}")
+        print(f"{r['threads']:>3} {r['batch']:>5} {ms(r['ort_f32_ms'])} {ms(r['ort_int8_ms'])} "
+              f"{ms(r['quantkit_f32_ms'])} {ms(r['quantkit_int8_ms'])} {r['qk8_vs_ort8']:>8.2f}x "
+              f"{scale} {r['quantkit_peak_rss_mb']:>10.0f} {r['python_ort_peak_rss_mb']:>10.0f}")
     print(f"\n--- quantkit bench --profile (batch 1, 1 thread)\n{prof}")
 
 

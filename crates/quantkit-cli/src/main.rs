@@ -30,7 +30,9 @@ enum Command {
     /// variables QUANTKIT_ISA (scalar, avx2, avx512vnni) and QUANTKIT_CONV_ALGO (auto,
     /// im2col, winograd, winograd4, pairs, direct) force the kernels' instruction set and the conv
     /// algorithm (default: the cost model's choice per ISA); QUANTKIT_DECONV_ALGO (auto,
-    /// col2im, blocks) the transposed conv's.
+    /// col2im, blocks) the transposed conv's; QUANTKIT_BATCH_CHUNK (auto, off, or images per
+    /// chunk) how a batch of large images is cut into whole-image chunks spread over the
+    /// threads.
     Bench(cmd::bench::Args),
     /// Run ONNX node-test case folders and report pass/fail/unsupported.
     Conformance(cmd::conformance::Args),

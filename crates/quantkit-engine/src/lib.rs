@@ -54,11 +54,13 @@
 // Kernels index several arrays with one loop counter; iterator chains would hide the formulas.
 #![allow(clippy::needless_range_loop)]
 
+mod batch;
 mod compile;
 mod error;
 mod steps;
 mod value;
 
+pub use batch::{batch_chunk, chunked_runs, set_batch_chunk, BatchChunk, CHUNK_INPUT_ELEMS};
 pub use compile::{compile, Requantizer};
 pub use error::{EngineError, Result};
 
@@ -227,8 +229,36 @@ impl Plan {
 
     /// Runs the plan on named float (or whatever the model declares) inputs and returns the
     /// graph outputs in declaration order, as ONNX (NCHW) tensors.
+    ///
+    /// A batch of large images runs in chunks of whole images spread over the threads when
+    /// every step keeps images apart ([`Plan::image_separable`]; the rule and its override,
+    /// `QUANTKIT_BATCH_CHUNK`, in [`BatchChunk`]'s module docs and docs/kernels.md): the
+    /// outputs are the same bytes for any thread count.
     pub fn run<S: AsRef<str>>(&self, inputs: Vec<(S, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        let inputs: Vec<(String, Tensor)> = inputs
+            .into_iter()
+            .map(|(n, t)| (n.as_ref().to_string(), t))
+            .collect();
+        if let Some(chunks) = batch::plan_chunks(self, &inputs) {
+            if let Some(out) = batch::run_chunked(self, &inputs, &chunks)? {
+                return Ok(out);
+            }
+        }
         self.run_inner(inputs, None)
+    }
+
+    /// Whether every step computes each image (index along axis 0) from that image of its
+    /// inputs alone, so [`Plan::run`] may run a batch in chunks of whole images. Steps not
+    /// known to (float Gemm/MatMul, Reshape, reductions, control flow...) make it `false`.
+    pub fn image_separable(&self) -> bool {
+        self.steps.iter().all(|s| {
+            let consts: Vec<Option<&Tensor>> = s
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|i| self.consts[i].as_ref().map(|v| &v.tensor)))
+                .collect();
+            s.kernel.per_image(&consts)
+        })
     }
 
     /// Like [`Plan::run`], also returning the wall time of every step (anchor node, kernel
@@ -263,7 +293,7 @@ impl Plan {
         self.steps.iter().map(|s| s.kernel.kind()).collect()
     }
 
-    fn run_inner<S: AsRef<str>>(
+    pub(crate) fn run_inner<S: AsRef<str>>(
         &self,
         inputs: Vec<(S, Tensor)>,
         mut times: Option<&mut Vec<StepTime>>,

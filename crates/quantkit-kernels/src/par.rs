@@ -111,13 +111,40 @@ pub fn min_task_ns() -> f64 {
     })
 }
 
+thread_local! {
+    /// Depth of [`serial`] calls on this thread.
+    static SERIAL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with every kernel call it makes on this thread kept on one task ([`tasks`]
+/// returns 1): for a caller that already gives each worker its own share of the work
+/// (the engine's whole-image chunks of a batch, `quantkit-engine`'s `batch` module), where
+/// a second level of splitting would only add fork/join waits. Results do not depend on
+/// it, only speed.
+pub fn serial<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(s.get() - 1));
+        }
+    }
+    SERIAL.with(|s| s.set(s.get() + 1));
+    let _restore = Restore;
+    f()
+}
+
+/// Whether this thread is inside [`serial`].
+pub fn in_serial() -> bool {
+    SERIAL.with(|s| s.get() > 0)
+}
+
 /// Into how many tasks to split `units` independent units of work (rows, tiles, panels)
-/// that together cost about `work_ns` on one core: 1 on a one-thread pool or when a task
-/// would get less than [`min_task_ns`]; otherwise as many as the work pays for, at most
-/// [`TASKS_PER_THREAD`] per worker and at most `units`.
+/// that together cost about `work_ns` on one core: 1 on a one-thread pool, inside
+/// [`serial`], or when a task would get less than [`min_task_ns`]; otherwise as many as
+/// the work pays for, at most [`TASKS_PER_THREAD`] per worker and at most `units`.
 pub fn tasks(work_ns: f64, units: usize) -> usize {
     let threads = rayon::current_num_threads();
-    if threads <= 1 || units <= 1 {
+    if threads <= 1 || units <= 1 || in_serial() {
         return 1;
     }
     let min = min_task_ns();

@@ -41,9 +41,16 @@ pub fn transpose_images_with<T: Copy + Send + Sync>(
         && std::mem::size_of::<T>() == 1
         && crate::dispatch::table_for(isa).is_ok_and(|k| k.elementwise().is_simd())
         && std::mem::align_of::<T>() == 1;
-    out.par_chunks_mut(len)
-        .zip(v.par_chunks(len))
-        .for_each(|(dst, src)| transpose_one(src, dst, rows, cols, bytes));
+    if crate::par::in_serial() {
+        // Inside a chunk of whole images: the other workers have chunks of their own.
+        out.chunks_mut(len)
+            .zip(v.chunks(len))
+            .for_each(|(dst, src)| transpose_one(src, dst, rows, cols, bytes));
+    } else {
+        out.par_chunks_mut(len)
+            .zip(v.par_chunks(len))
+            .for_each(|(dst, src)| transpose_one(src, dst, rows, cols, bytes));
+    }
     out
 }
 

@@ -42,6 +42,11 @@ pub struct ModelArgs {
     /// Minimum seconds spent timing each executor (at least 3 runs after a warm-up).
     #[arg(long, default_value_t = 1.0)]
     pub seconds: f64,
+    /// Time only the int8 model, not the float executor (large batches: the float
+    /// executor's activations take 4× the memory of the engine's codes and its runs are
+    /// slow). JSON: `float` and `int8_speedup` are null.
+    #[arg(long)]
+    pub int8_only: bool,
     /// Also profile the integer engine on the same input: time per step and per operator
     /// kind, float islands marked (median of the profiled runs; JSON: `int8_profile`).
     #[arg(long)]
@@ -198,11 +203,13 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
         .num_threads(args.threads)
         .build()
         .context("starting the thread pool")?;
-    let (tf, ti) = pool.install(|| -> Result<(Timing, Timing)> {
-        Ok((
-            time_runs(float.as_ref(), &x, args.seconds)?,
-            time_runs(int8.as_ref(), &x, args.seconds)?,
-        ))
+    let (tf, ti) = pool.install(|| -> Result<(Option<Timing>, Timing)> {
+        let tf = if args.int8_only {
+            None
+        } else {
+            Some(time_runs(float.as_ref(), &x, args.seconds)?)
+        };
+        Ok((tf, time_runs(int8.as_ref(), &x, args.seconds)?))
     })?;
     let profile = if args.profile {
         let plan = match &args.int8 {
@@ -223,7 +230,7 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
         None
     };
     let tput = |t: &Timing| args.batch as f64 / (t.best_ms / 1e3);
-    let speedup = tf.best_ms / ti.best_ms;
+    let speedup = tf.as_ref().map(|tf| tf.best_ms / ti.best_ms);
     if json {
         let side = |t: &Timing, runner: &str, path: &Path| {
             json!({
@@ -242,7 +249,7 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
             "inputs": inputs_json,
             "batch": args.batch,
             "threads": args.threads,
-            "float": side(&tf, Backend::Float.name(), model),
+            "float": tf.as_ref().map(|tf| side(tf, Backend::Float.name(), model)),
             "int8": side(&ti, int8_backend.name(), &int8_path),
             "int8_speedup": speedup,
         });
@@ -266,10 +273,12 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
             "{:<8} {:<34} {:>10} {:>10} {:>6} {:>12}",
             "model", "runner", "best ms", "median ms", "runs", "samples/s"
         );
-        for (label, runner, t) in [
-            ("float", Backend::Float.name(), &tf),
-            ("int8", int8_backend.name(), &ti),
-        ] {
+        let rows = [
+            ("float", Backend::Float.name(), tf.as_ref()),
+            ("int8", int8_backend.name(), Some(&ti)),
+        ];
+        for (label, runner, t) in rows {
+            let Some(t) = t else { continue };
             println!(
                 "{label:<8} {runner:<34} {:>10.3} {:>10.3} {:>6} {:>12.1}",
                 t.best_ms,
@@ -278,7 +287,9 @@ pub fn run(model: &Path, args: &ModelArgs, json: bool) -> Result<()> {
                 tput(t)
             );
         }
-        println!("int8 vs float: {speedup:.2}× (best latency)");
+        if let Some(speedup) = speedup {
+            println!("int8 vs float: {speedup:.2}× (best latency)");
+        }
         if let Some(p) = &profile {
             p.print(20);
         }

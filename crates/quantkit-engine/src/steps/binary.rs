@@ -311,6 +311,11 @@ fn per_channel(big: &[usize], small: &[usize]) -> Option<bool> {
 }
 
 impl Kernel for BinaryStep {
+    fn per_image(&self, _consts: &[Option<&Tensor>]) -> bool {
+        // Element-wise with numpy broadcasting: an operand with one image (a constant, or
+        // computed from the chunk's own images) is broadcast, never mixed across images.
+        true
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let get = |k: usize| {
             inputs

@@ -178,6 +178,20 @@ fn relabels(op: &GraphOp, x: &Val) -> bool {
 }
 
 impl Kernel for CodeStep {
+    fn per_image(&self, consts: &[Option<&Tensor>]) -> bool {
+        // The table maps codes one by one; the layout operator decides, with the
+        // constants this step substitutes for its inputs.
+        let Some(op) = &self.layout else {
+            return true;
+        };
+        let mut c: Vec<Option<&Tensor>> = consts.to_vec();
+        for (i, t) in &self.consts {
+            if let Some(slot) = c.get_mut(*i) {
+                *slot = Some(t);
+            }
+        }
+        crate::batch::graph_op_per_image(&op.node, &c)
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;

@@ -33,6 +33,11 @@ fn bytes_of(t: &Tensor) -> &[u8] {
 }
 
 impl Kernel for ConcatStep {
+    fn per_image(&self, _consts: &[Option<&Tensor>]) -> bool {
+        // Along an axis after the batch (a negative axis may be the batch's: not known
+        // without the rank).
+        self.axis >= 1
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         if inputs.len() != self.parts.len() {
             return Err(bad(

@@ -26,6 +26,11 @@ pub(crate) struct GemmStep {
 }
 
 impl Kernel for GemmStep {
+    fn per_image(&self, _consts: &[Option<&quantkit_graph::Tensor>]) -> bool {
+        // A 2-D A (Gemm, or the rows of an absorbed Flatten): one row per image times
+        // constant weights. MatMul's A may be 1-D (its only axis is not a batch).
+        self.exactly_2d || self.flat.is_some()
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;

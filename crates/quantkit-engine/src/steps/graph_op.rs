@@ -31,6 +31,9 @@ impl GraphOp {
 }
 
 impl Kernel for GraphOp {
+    fn per_image(&self, consts: &[Option<&Tensor>]) -> bool {
+        crate::batch::graph_op_per_image(&self.node, consts)
+    }
     fn run(&self, _step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let owned: Vec<Option<std::borrow::Cow<'_, Tensor>>> =
             inputs.iter().map(|v| v.map(Val::to_nchw)).collect();

@@ -66,6 +66,14 @@ pub(crate) trait Kernel: Send + Sync {
         let _ = next;
         false
     }
+    /// Whether the step computes each image (index along axis 0 of its inputs and outputs)
+    /// from that image of its inputs alone, given its constant inputs (`consts[i]`: input
+    /// `i` when it is a constant). A plan whose steps all do may run a batch in chunks of
+    /// whole images (`batch.rs`). `false` unless the step says otherwise.
+    fn per_image(&self, consts: &[Option<&Tensor>]) -> bool {
+        let _ = consts;
+        false
+    }
 }
 
 fn bad(step: &Step, value: &str, reason: String) -> EngineError {

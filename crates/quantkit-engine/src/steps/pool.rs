@@ -22,6 +22,10 @@ pub(crate) struct MaxPoolStep {
 }
 
 impl Kernel for MaxPoolStep {
+    fn per_image(&self, _consts: &[Option<&quantkit_graph::Tensor>]) -> bool {
+        // NHWC images, one kernel call over whole images: no value crosses images.
+        true
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;
@@ -102,6 +106,10 @@ pub(crate) struct GlobalAvgPoolStep {
 }
 
 impl Kernel for GlobalAvgPoolStep {
+    fn per_image(&self, _consts: &[Option<&quantkit_graph::Tensor>]) -> bool {
+        // NHWC images, one kernel call over whole images: no value crosses images.
+        true
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;

@@ -25,6 +25,11 @@ pub(crate) struct ChannelTableStep {
 }
 
 impl Kernel for ChannelTableStep {
+    fn per_image(&self, _consts: &[Option<&quantkit_graph::Tensor>]) -> bool {
+        // One table per channel (axis 1, or the last axis of NHWC codes), element by
+        // element.
+        true
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?;
         check_dtype(step, x, self.x_dtype)?;

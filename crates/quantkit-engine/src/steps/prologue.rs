@@ -105,7 +105,11 @@ impl PrologueStep {
         if run == 0 {
             return;
         }
-        if x.len() <= run || (channels > 1 && x.len() <= PAR_BLOCK) {
+        // Inside a chunk of whole images (`par::serial`) the other workers have their own.
+        if x.len() <= run
+            || (channels > 1 && x.len() <= PAR_BLOCK)
+            || quantkit_kernels::par::in_serial()
+        {
             out.chunks_mut(run)
                 .zip(x.chunks(run))
                 .enumerate()
@@ -120,6 +124,10 @@ impl PrologueStep {
 }
 
 impl Kernel for PrologueStep {
+    fn per_image(&self, _consts: &[Option<&Tensor>]) -> bool {
+        // Element-wise by constants (per tensor or per channel).
+        true
+    }
     fn run(&self, step: &Step, inputs: &[Option<&Val>]) -> Result<Vec<Val>> {
         let x = first(step, inputs)?.to_nchw();
         let shape = self.out_shape(&x.shape);
