@@ -269,43 +269,34 @@ impl Deconv {
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
     let w = input(inputs, 1)?;
-    let Deconv {
-        n,
-        c,
-        m,
-        group,
-        in_sp,
-        k,
-        out_sp,
-        strides,
-        dilations: dil,
-        pad_begin: pb,
-    } = Deconv::new(ctx.node, &x.shape, &w.shape)?;
-    let (strides, dil) = (&strides, &dil);
-    let nd = in_sp.len();
-    let mg = m / group;
-    let xv = x.to_f32_vec();
-    let wv = w.to_f32_vec();
-    let in_len: usize = in_sp.iter().product();
-    let out_len: usize = out_sp.iter().product();
-    let klen: usize = k.iter().product();
-    let cg = c / group;
-    let rows = mg * klen;
+    let d = Deconv::new(ctx.node, &x.shape, &w.shape)?;
+    let geom = d.adjoint();
+    let (n, c, m, group) = (d.n, d.c, d.m, d.group);
+    let (cg, mg) = (c / group, m / group);
+    let in_len: usize = d.in_sp.iter().product();
+    let out_len: usize = d.out_sp.iter().product();
+    let rows = geom.col_rows();
+    let bias = match opt_input(inputs, 2) {
+        Some(b) if b.len() == m => Some(b.to_f32_vec()),
+        Some(b) => return Err(OpError::shape(format!("bias of {m} elements"), &b.shape)),
+        None => None,
+    };
+    let xv = super::conv::borrow_f32(x);
+    let wv = super::conv::borrow_f32(w);
     let mut y = vec![0f32; n * m * out_len];
-    let mut col = vec![0f32; rows * in_len];
-    let mut iidx = vec![0usize; nd];
-    let mut kidx = vec![0usize; nd];
-    for ni in 0..n {
+    // Images in parallel when there are enough of them, inside the GEMM otherwise; each
+    // output element receives its contributions in the same order either way.
+    let par_batch = n >= rayon::current_num_threads().max(2);
+    let run = |col: &mut Vec<f32>, (ni, yn): (usize, &mut [f32])| {
         for gi in 0..group {
             // col[(mg, k...), i] = Σ_c W[c, mg, k...] · X[c, i]
-            let wg = &wv[gi * cg * rows..(gi + 1) * cg * rows];
             let xg = &xv[(ni * c + gi * cg) * in_len..(ni * c + (gi + 1) * cg) * in_len];
             sgemm(
                 rows,
                 in_len,
                 cg,
                 MatRef {
-                    data: wg,
+                    data: &wv[gi * cg * rows..(gi + 1) * cg * rows],
                     rs: 1,
                     cs: rows,
                 },
@@ -314,50 +305,34 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
                     rs: in_len,
                     cs: 1,
                 },
-                &mut col,
+                col,
                 false,
-                true,
+                !par_batch,
             );
-            for r in 0..rows {
-                let mo = gi * mg + r / klen;
-                let mut rem = r % klen;
-                for a in (0..nd).rev() {
-                    kidx[a] = rem % k[a];
-                    rem /= k[a];
-                }
-                let yo = &mut y[(ni * m + mo) * out_len..(ni * m + mo + 1) * out_len];
-                for i in 0..in_len {
-                    let mut rem = i;
-                    for a in (0..nd).rev() {
-                        iidx[a] = rem % in_sp[a];
-                        rem /= in_sp[a];
-                    }
-                    let mut off = 0usize;
-                    let mut ok = true;
-                    for a in 0..nd {
-                        let o = (iidx[a] * strides[a] + kidx[a] * dil[a]) as isize - pb[a] as isize;
-                        if o < 0 || o >= out_sp[a] as isize {
-                            ok = false;
-                            break;
-                        }
-                        off = off * out_sp[a] + o as usize;
-                    }
-                    if ok {
-                        yo[off] += col[r * in_len + i];
-                    }
-                }
-            }
+            // Input position i, tap κ lands on output i·s + κ·d − pb: the adjoint Conv's
+            // im2col read run backwards (taps outside the output are dropped), row by row.
+            geom.col2im_add(col, gi * mg, yn);
+        }
+    };
+    if !y.is_empty() {
+        let new_col = || vec![0f32; rows * in_len];
+        if par_batch {
+            y.par_chunks_mut(m * out_len)
+                .enumerate()
+                .for_each_init(new_col, run);
+        } else {
+            let mut col = new_col();
+            y.chunks_mut(m * out_len)
+                .enumerate()
+                .for_each(|item| run(&mut col, item));
         }
     }
-    if let Some(b) = opt_input(inputs, 2) {
-        let bv = b.to_f32_vec();
-        if bv.len() != m {
-            return Err(OpError::shape(format!("bias of {m} elements"), &b.shape));
-        }
+    if let Some(bv) = bias {
         for (i, chunk) in y.chunks_mut(out_len.max(1)).enumerate() {
             chunk.iter_mut().for_each(|v| *v += bv[i % m]);
         }
     }
+    let out_sp = d.out_sp;
     let mut shape = vec![n, m];
     shape.extend_from_slice(&out_sp);
     let t = make(DType::F32, shape, Data::F32(y))?;
