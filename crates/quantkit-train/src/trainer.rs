@@ -9,10 +9,8 @@ use quantkit_data::Dataset;
 use crate::error::{shape_err, Result, TrainError};
 use crate::graph::GraphNet;
 use crate::model::{Model, Task};
-use crate::ops::{MseLoss, SoftmaxCrossEntropy};
 use crate::optim::{cosine_lr, Adam, Optimizer, Sgd};
 use crate::rng::Rng;
-use crate::tape::Tape;
 use crate::tensor::Tensor;
 use quantkit_graph::ir::AttrValue;
 use quantkit_graph::ops::OpKind;
@@ -137,19 +135,6 @@ pub struct TrainConfig {
     pub weight_decay: f32,
     /// Stop each epoch after this many steps (for smoke tests and benchmarks).
     pub max_steps_per_epoch: Option<usize>,
-    /// Which differentiation path trains ([`TrainPath::Graph`] by default).
-    pub path: TrainPath,
-}
-
-/// The differentiation path of [`train`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TrainPath {
-    /// The graph IR ([`GraphModel`]): the operator registry's `eval` forward, the same
-    /// function the float executor and QAT run, and `OpDef::backward`.
-    Graph,
-    /// The zoo's own tape ([`train_step`]), the reference the graph path is measured
-    /// against.
-    Tape,
 }
 
 impl TrainConfig {
@@ -171,7 +156,6 @@ impl TrainConfig {
                 5e-4
             },
             max_steps_per_epoch: None,
-            path: TrainPath::Graph,
         }
     }
 }
@@ -202,47 +186,6 @@ pub struct StepStats {
     pub loss: f32,
     /// Correctly classified samples (0 for reconstruction).
     pub correct: usize,
-}
-
-/// One optimisation step on a batch: forward, loss, backward, optimizer update, running
-/// statistics update.
-pub fn train_step(
-    model: &mut Model,
-    opt: &mut dyn Optimizer,
-    x: Tensor,
-    labels: &[usize],
-    lr: f32,
-) -> Result<StepStats> {
-    let mut tape = Tape::new();
-    let target = matches!(model.task, Task::Reconstruct).then(|| x.clone());
-    let xv = tape.constant(x);
-    let fwd = model.forward(&mut tape, xv, true)?;
-    let (loss, correct) = match model.task {
-        Task::Classify { .. } => {
-            let correct = count_correct(tape.value(fwd.output), labels);
-            (
-                tape.apply(SoftmaxCrossEntropy::new(labels.to_vec()), &[fwd.output])?,
-                correct,
-            )
-        }
-        Task::Reconstruct => {
-            let t = tape.constant(target.expect("set for reconstruction"));
-            (tape.apply(MseLoss, &[fwd.output, t])?, 0)
-        }
-    };
-    let loss_value = tape.value(loss).data()[0];
-    let grads = tape.backward(loss)?;
-    model.params.zero_grad();
-    for (id, g) in grads.params() {
-        model.params.get_mut(id).grad.add_assign(g);
-    }
-    drop(grads);
-    model.update_running_stats(&tape, &fwd);
-    opt.step(&mut model.params, lr);
-    Ok(StepStats {
-        loss: loss_value,
-        correct,
-    })
 }
 
 fn count_correct(logits: &Tensor, labels: &[usize]) -> usize {
@@ -428,10 +371,7 @@ pub fn train(
         OptimizerKind::Sgd { momentum } => Box::new(Sgd::new(momentum, cfg.weight_decay)),
         OptimizerKind::Adam => Box::new(Adam::new(cfg.weight_decay)),
     };
-    let mut graph = match cfg.path {
-        TrainPath::Graph => Some(GraphModel::new(model)?),
-        TrainPath::Tape => None,
-    };
+    let mut graph = GraphModel::new(model)?;
     let mut steps = data.len() / cfg.batch_size;
     if let Some(m) = cfg.max_steps_per_epoch {
         steps = steps.min(m);
@@ -453,14 +393,9 @@ pub fn train(
             let idx = &order[step * cfg.batch_size..(step + 1) * cfg.batch_size];
             let (x, labels) = data.batch(idx);
             let lr = cosine_lr(cfg.lr, global, total, warmup);
-            let s = match graph.as_mut() {
-                Some(gm) => gm.step(opt.as_mut(), x, &labels, lr)?,
-                None => train_step(model, opt.as_mut(), x, &labels, lr)?,
-            };
+            let s = graph.step(opt.as_mut(), x, &labels, lr)?;
             if !s.loss.is_finite() {
-                if let Some(gm) = &graph {
-                    gm.write_back(model);
-                }
+                graph.write_back(model);
                 return Err(TrainError::NonFiniteLoss {
                     value: s.loss,
                     epoch,
@@ -482,9 +417,7 @@ pub fn train(
                 lr,
             });
         }
-        if let Some(gm) = &graph {
-            gm.write_back(model);
-        }
+        graph.write_back(model);
     }
     Ok(())
 }
