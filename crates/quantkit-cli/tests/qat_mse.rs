@@ -1,7 +1,7 @@
 //! `quantkit qat --loss mse --target-input`: quantization-aware training of the committed
 //! autoencoder against its own input, on the committed 1,000-image sample. A short run
 //! writes the model and a JSON summary in reconstruction terms (MSE and PSNR of float, PTQ,
-//! fake-quant and engine); bad combinations of the switches are clear errors that write
+//! fake-quant and engine; exact mode equal to the engine on every value); bad combinations of the switches are clear errors that write
 //! nothing.
 
 use std::path::PathBuf;
@@ -80,12 +80,14 @@ fn autoencoder_w8a8_mse_run_reports_reconstruction_figures() {
             "{what} MSE {v} against float {float}"
         );
     }
-    // The engine runs the exported model: its error is the fake-quant model's, to within
-    // what one output step on some values can move it.
-    assert!(
-        (engine - qat).abs() <= 0.1 * qat,
-        "engine MSE {engine}, fake-quant {qat}"
+    // Exact mode computes the integer Conv and ConvTranspose layers as the engine does, so
+    // the fake-quant evaluation is the engine's output, value for value.
+    assert_eq!(
+        engine, qat,
+        "engine MSE {engine}, exact-mode fake-quant {qat}"
     );
+    assert_eq!(j["engine_agreement"], 1.0, "{j}");
+    assert_eq!(j["engine_max_logit_diff"], 0.0, "{j}");
     let psnr = &j["psnr_db"];
     let p = psnr["engine"].as_f64().expect("psnr_db.engine");
     assert!((p - 10.0 * (1.0 / engine).log10()).abs() < 1e-9);
