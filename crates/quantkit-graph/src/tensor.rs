@@ -1,4 +1,4 @@
-//! The tensor type shared by the graph IR, the float executor and (later) the training tape:
+//! The tensor type shared by the graph IR, the float executor and training (`quantkit-train`):
 //! a dtype tag, a shape and one typed `Vec` of row-major elements.
 
 use half::f16;

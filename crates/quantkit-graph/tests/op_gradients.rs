@@ -214,6 +214,208 @@ fn conv_gradients() {
     );
 }
 
+fn deconv_case(
+    name: &str,
+    x: &[usize],
+    w: &[usize],
+    attrs: &[(&str, AttrValue)],
+    bias: bool,
+    rng: &mut Lcg,
+) {
+    let mut node = Node::of(OpKind::ConvTranspose, name, &["x", "w", "b"], &["y"]);
+    for (k, v) in attrs {
+        node = node.with_attr(k, v.clone());
+    }
+    let group = attrs
+        .iter()
+        .find(|(k, _)| *k == "group")
+        .map_or(1, |(_, v)| match v {
+            AttrValue::Int(g) => *g as usize,
+            _ => 1,
+        });
+    let ins = vec![
+        Some(rng.tensor(x, 1.0, &[], 0.0)),
+        Some(rng.tensor(w, 0.5, &[], 0.0)),
+        bias.then(|| rng.tensor(&[w[1] * group], 0.5, &[], 0.0)),
+    ];
+    let diff: Vec<usize> = if bias { vec![0, 1, 2] } else { vec![0, 1] };
+    check(node, 17, ins, &diff);
+}
+
+/// ConvTranspose: every attribute the forward supports (strides, dilations, asymmetric
+/// pads, output_padding, groups incl. depthwise, auto_pad, output_shape, 1-D and 3-D, the
+/// 1×1 case whose column buffer is ∂y itself, overlapping taps).
+#[test]
+fn conv_transpose_gradients() {
+    let mut rng = Lcg(21);
+    deconv_case(
+        "k2_s2_autoencoder",
+        &[2, 3, 4, 4],
+        &[3, 2, 2, 2],
+        &[("strides", ints(&[2, 2]))],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "k3_s2_overlap_pads_output_padding",
+        &[2, 2, 3, 4],
+        &[2, 3, 3, 3],
+        &[
+            ("strides", ints(&[2, 2])),
+            ("pads", ints(&[1, 0, 0, 1])),
+            ("output_padding", ints(&[1, 1])),
+        ],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "dilated",
+        &[1, 2, 4, 3],
+        &[2, 2, 3, 2],
+        &[("dilations", ints(&[2, 3])), ("pads", ints(&[1, 1, 2, 0]))],
+        false,
+        &mut rng,
+    );
+    deconv_case(
+        "grouped",
+        &[2, 4, 3, 3],
+        &[4, 3, 3, 3],
+        &[("group", AttrValue::Int(2)), ("strides", ints(&[2, 1]))],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "depthwise",
+        &[2, 3, 4, 3],
+        &[3, 1, 3, 3],
+        &[("group", AttrValue::Int(3)), ("pads", ints(&[1, 1, 1, 1]))],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "pointwise",
+        &[3, 4, 3, 2],
+        &[4, 5, 1, 1],
+        &[],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "same_upper",
+        &[1, 2, 3, 3],
+        &[2, 2, 3, 3],
+        &[
+            ("strides", ints(&[2, 2])),
+            ("auto_pad", AttrValue::String("SAME_UPPER".into())),
+        ],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "output_shape",
+        &[1, 2, 3, 3],
+        &[2, 1, 3, 3],
+        &[("strides", ints(&[2, 2])), ("output_shape", ints(&[6, 7]))],
+        false,
+        &mut rng,
+    );
+    // Six images: two chunks of the weight/bias gradient's fixed 4-image blocks.
+    deconv_case(
+        "batch_across_chunks",
+        &[6, 2, 3, 3],
+        &[2, 2, 2, 2],
+        &[("strides", ints(&[2, 2]))],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "deconv1d",
+        &[2, 2, 5],
+        &[2, 3, 3],
+        &[("strides", ints(&[3])), ("pads", ints(&[1, 2]))],
+        true,
+        &mut rng,
+    );
+    deconv_case(
+        "deconv3d",
+        &[1, 2, 2, 3, 2],
+        &[2, 2, 2, 2, 3],
+        &[("strides", ints(&[1, 2, 2]))],
+        true,
+        &mut rng,
+    );
+}
+
+/// ConvTranspose's weight and bias gradients are summed over fixed blocks of images, so
+/// one thread and three give the same bits.
+#[test]
+fn conv_transpose_gradients_do_not_depend_on_thread_count() {
+    let mut rng = Lcg(12);
+    let node = Node::of(OpKind::ConvTranspose, "d", &["x", "w", "b"], &["y"])
+        .with_attr("strides", ints(&[2, 2]))
+        .with_attr("pads", ints(&[1, 1, 1, 1]));
+    let ins = [
+        Some(rng.tensor(&[13, 4, 5, 6], 1.0, &[], 0.0)),
+        Some(rng.tensor(&[4, 3, 3, 3], 0.5, &[], 0.0)),
+        Some(rng.tensor(&[3], 0.5, &[], 0.0)),
+    ];
+    let refs: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+    let ctx = OpCtx {
+        node: &node,
+        opset: 17,
+    };
+    let y = (OpKind::ConvTranspose.def().eval)(&ctx, &refs)
+        .unwrap()
+        .remove(0);
+    let g: Vec<f32> = (0..y.len()).map(|_| rng.next()).collect();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            (OpKind::ConvTranspose.def().backward.unwrap())(
+                &ctx,
+                &GradIn {
+                    inputs: &refs,
+                    output: &y,
+                    grad: &g,
+                    needs: &[true, true, true],
+                },
+            )
+            .unwrap()
+            .into_iter()
+            .map(|t| t.unwrap().to_f32_vec())
+            .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(run(1), run(2));
+    assert_eq!(run(1), run(3));
+}
+
+/// A gradient whose shape disagrees with the forward's output is an error, not a panic.
+#[test]
+fn conv_transpose_gradient_of_wrong_size_is_an_error() {
+    let node = Node::of(OpKind::ConvTranspose, "d", &["x", "w"], &["y"]);
+    let x = Tensor::from_f32(&[1, 1, 2, 2], vec![1.0; 4]);
+    let w = Tensor::from_f32(&[1, 1, 2, 2], vec![1.0; 4]);
+    let refs = [Some(&x), Some(&w)];
+    let ctx = OpCtx {
+        node: &node,
+        opset: 17,
+    };
+    let r = (OpKind::ConvTranspose.def().backward.unwrap())(
+        &ctx,
+        &GradIn {
+            inputs: &refs,
+            output: &x,
+            grad: &[0.0; 4],
+            needs: &[true, true],
+        },
+    );
+    assert!(r.is_err());
+}
+
 /// The Conv gradient sums weight and bias gradients over fixed blocks of images in a fixed
 /// order, so one thread and two give the same bits (training is reproducible on any
 /// machine).
@@ -511,6 +713,7 @@ fn arithmetic_and_layout_gradients() {
 fn every_registered_gradient_is_tested() {
     let tested: BTreeSet<OpKind> = [
         OpKind::Conv,
+        OpKind::ConvTranspose,
         OpKind::Gemm,
         OpKind::MatMul,
         OpKind::Relu,

@@ -2,14 +2,14 @@
 //! backward, optimizer) at a given batch size on rayon's default pool (set
 //! `RAYON_NUM_THREADS`).
 //!
-//! Each architecture runs twice in the same process: on the zoo's tape (`tape`), then
-//! exported to a graph and trained on the graph IR (`graph`: the registry's `eval` and
-//! `OpDef::backward`, BatchNormalization in training mode, as `quantkit train` and QAT
-//! run it). Then the exported graph
-//! trained with fake quantization at PTQ's points (`qat`, W8A8 as `quantkit qat` runs it;
-//! PTQ calibrated on the committed 1,000-image sample) and its cost against the tape per
-//! CPU-second, and the fake-quant step alone on the largest weight (forward + backward, the
-//! block form against the element-by-element reference).
+//! Each architecture is exported to a graph and trained on the graph IR (`graph`: the
+//! registry's `eval` and `OpDef::backward`, BatchNormalization in training mode, as
+//! `quantkit train` runs it); then the same graph trained with fake quantization at PTQ's
+//! points (`qat`, W8A8 as `quantkit qat` runs it; PTQ calibrated on the committed
+//! 1,000-image sample) and its cost against the float step per CPU-second, and the
+//! fake-quant step alone on the largest weight (forward + backward, the block form against
+//! the element-by-element reference). `QUANTKIT_PROFILE=1` adds per-operator forward and
+//! backward milliseconds per step.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release -p quantkit-train --example train_bench -- [steps] [batch] [arch...]`
 
@@ -20,7 +20,7 @@ use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{Adam, Sgd};
 use quantkit_train::rng::Rng;
 use quantkit_train::tensor::Tensor;
-use quantkit_train::trainer::{train_step, GraphModel};
+use quantkit_train::trainer::GraphModel;
 use quantkit_train::zoo;
 
 /// User + system CPU seconds of this process (Linux `/proc/self/stat`; `None` elsewhere).
@@ -36,7 +36,7 @@ fn cpu_seconds() -> Option<f64> {
 
 /// Prints and resets the per-operator times recorded since the last call.
 fn print_profile(steps: usize) {
-    for (name, f, b, n) in quantkit_train::tape::take_profile() {
+    for (name, f, b, n) in quantkit_train::profile::take_profile() {
         println!(
             "    {name:28} fwd {:8.2} ms/step  bwd {:8.2} ms/step  ({} calls/step)",
             f * 1e3 / steps as f64,
@@ -74,59 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let x: Vec<f32> = (0..batch * 784).map(|_| rng.uniform()).collect();
     let labels: Vec<usize> = (0..batch).map(|_| rng.below(10)).collect();
     for arch in archs {
-        let mut model = zoo::build(&arch, 1)?;
+        let model = zoo::build(&arch, 1)?;
         let graph = quantkit_train::export::to_graph(&model);
-        let mut sgd = Sgd::new(0.9, 5e-4);
-        let mut adam = Adam::new(1e-4);
-        let opt: &mut dyn quantkit_train::optim::Optimizer =
-            if arch == "resnet8" || arch == "mobilenet" {
-                &mut sgd
-            } else {
-                &mut adam
-            };
-        for _ in 0..3 {
-            train_step(
-                &mut model,
-                opt,
-                Tensor::new(&[batch, 1, 28, 28], x.clone())?,
-                &labels,
-                1e-3,
-            )?;
-        }
-        let profile = std::env::var_os("QUANTKIT_PROFILE").is_some();
-        quantkit_train::tape::set_profiling(profile);
-        let c0 = cpu_seconds();
-        let t = Instant::now();
-        for _ in 0..steps {
-            train_step(
-                &mut model,
-                opt,
-                Tensor::new(&[batch, 1, 28, 28], x.clone())?,
-                &labels,
-                1e-3,
-            )?;
-        }
-        let s = t.elapsed().as_secs_f64();
-        let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
-        let tape_cpu = cpu.map_or(s, |c| c) / steps as f64;
-        println!(
-            "{arch:12} tape  {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
-            (steps * batch) as f64 / s,
-            cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
-            s * 1e3 / steps as f64,
-            model.num_params()
-        );
-        if profile {
-            print_profile(steps);
-        }
         // The graph path as `quantkit train` runs it (BatchNormalization in training mode).
-        let mut gm = match GraphModel::new(&zoo::build(&arch, 1)?) {
-            Ok(gm) => gm,
-            Err(e) => {
-                println!("{arch:12} graph    not trainable on the graph IR: {e}");
-                continue;
-            }
-        };
+        let mut gm = GraphModel::new(&model)?;
         let mut sgd = Sgd::new(0.9, 5e-4);
         let mut adam = Adam::new(1e-4);
         let opt: &mut dyn quantkit_train::optim::Optimizer =
@@ -146,7 +97,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for _ in 0..3 {
             step(&mut gm)?;
         }
-        quantkit_train::tape::take_profile();
+        let profile = std::env::var_os("QUANTKIT_PROFILE").is_some();
+        quantkit_train::profile::set_profiling(profile);
+        quantkit_train::profile::take_profile();
         let c0 = cpu_seconds();
         let t = Instant::now();
         for _ in 0..steps {
@@ -154,25 +107,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = t.elapsed().as_secs_f64();
         let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
-        if profile {
-            print_profile(steps);
-        }
+        let float_cpu = cpu.map_or(s, |c| c) / steps as f64;
         println!(
-            "{arch:12} graph {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the tape's CPU time per step)",
+            "{arch:12} graph {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {} params)",
             (steps * batch) as f64 / s,
             cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
             s * 1e3 / steps as f64,
-            cpu.map_or(s, |c| c) / steps as f64 / tape_cpu,
+            model.num_params()
         );
-        if arch != "autoencoder" {
-            qat_bench(&arch, &graph, steps, batch, &x, &labels, tape_cpu)?;
+        if profile {
+            print_profile(steps);
+        }
+        // QAT with cross-entropy: the classifiers (`quantkit qat --loss mse` trains the
+        // autoencoder).
+        if matches!(model.task, quantkit_train::model::Task::Classify { .. }) {
+            qat_bench(&arch, &graph, steps, batch, &x, &labels, float_cpu)?;
         }
     }
     Ok(())
 }
 
 /// QAT steps (W8A8, per-channel weights) of `graph` on the graph IR: samples/s and the cost
-/// of a step against the tape's (`tape_cpu`, CPU seconds per step); then the fake-quant
+/// of a step against the float one's (`float_cpu`, CPU seconds per step); then the fake-quant
 /// forward + backward of the largest weight, block form against the reference.
 fn qat_bench(
     arch: &str,
@@ -181,7 +137,7 @@ fn qat_bench(
     batch: usize,
     x: &[f32],
     labels: &[usize],
-    tape_cpu: f64,
+    float_cpu: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use quantkit_train::qat::{Qat, QatOptions};
     let mut float = graph.clone();
@@ -209,7 +165,7 @@ fn qat_bench(
     for _ in 0..3 {
         step(&mut qat)?;
     }
-    quantkit_train::tape::take_profile();
+    quantkit_train::profile::take_profile();
     let c0 = cpu_seconds();
     let t = Instant::now();
     for _ in 0..steps {
@@ -222,11 +178,11 @@ fn qat_bench(
     }
     let per = cpu.map_or(s, |c| c) / steps as f64;
     println!(
-        "{arch:12} qat   {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the tape's CPU time per step)",
+        "{arch:12} qat   {:>8.0} samples/s wall  {:>8.0} samples/CPU-s  ({:.2} ms/step, {:.2}x the float step's CPU time)",
         (steps * batch) as f64 / s,
         cpu.map_or(f64::NAN, |c| (steps * batch) as f64 / c),
         s * 1e3 / steps as f64,
-        per / tape_cpu
+        per / float_cpu
     );
     // The fake-quant step alone on the largest weight.
     let Some((_, f, xs, ss)) = qat

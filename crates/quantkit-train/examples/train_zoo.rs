@@ -2,8 +2,7 @@
 //!
 //! `cargo run --release -p quantkit-train --example train_zoo -- ARCH [EPOCHS] [DATA_DIR]`
 //!
-//! Trains on the graph IR, as `quantkit train` does; `TRAIN_PATH=tape` trains on the zoo's
-//! tape instead (for comparing the two paths).
+//! Trains on the graph IR, as `quantkit train` does.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -35,9 +34,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Ok(lr) = std::env::var("LR") {
         cfg.lr = lr.parse()?;
-    }
-    if std::env::var("TRAIN_PATH").as_deref() == Ok("tape") {
-        cfg.path = quantkit_train::trainer::TrainPath::Tape;
     }
     let dir = PathBuf::from(
         args.get(2)
@@ -71,8 +67,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu = cpu_seconds() - c0;
     let ev = evaluate(&model, &test_data, 500)?;
     println!(
-        "{arch}: test {} = {:.4} on {} samples; training took {:.1} s wall, {:.1} s CPU ({:?} path)",
-        ev.metric, ev.value, ev.samples, train_secs, cpu, cfg.path
+        "{arch}: test {} = {:.4} on {} samples; training took {:.1} s wall, {:.1} s CPU",
+        ev.metric, ev.value, ev.samples, train_secs, cpu
     );
     Ok(())
 }

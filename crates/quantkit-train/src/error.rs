@@ -106,10 +106,3 @@ pub(crate) fn shape_err(op: &str, expected: impl Into<String>, got: &[usize]) ->
         got: got.to_vec(),
     }
 }
-
-pub(crate) fn attr_err(op: &str, msg: impl Into<String>) -> TrainError {
-    TrainError::InvalidAttribute {
-        op: op.to_string(),
-        msg: msg.into(),
-    }
-}

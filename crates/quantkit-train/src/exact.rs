@@ -2,7 +2,7 @@
 //! (`docs/qat.md`, "Exact mode").
 //!
 //! The fake-quant forward and the engine differ in one place only: a quantized
-//! Conv/Gemm/MatMul. The fake-quant graph sums dequantized f32 products in the order of an
+//! Conv/ConvTranspose/Gemm/MatMul. The fake-quant graph sums dequantized f32 products in the order of an
 //! f32 GEMM, adds the float bias, and quantizes `(conv + bias)/s_y`; the engine sums
 //! `(x − z_x)(w − z_w)` exactly in int32, adds the bias the exporter rounded to int32 at
 //! `s_x·s_w`, and requantizes with its f32 (or fixed-point) multiplier. Every other step the
@@ -11,7 +11,7 @@
 //! float island *is* the graph's operator.
 //!
 //! An [`ExactPlan`] is made from the exported QDQ graph and the engine's compiled plan: for
-//! every node the engine's report places as an integer Conv/Gemm/MatMul step, the
+//! every node the engine's report places as an integer Conv/ConvTranspose/Gemm/MatMul step, the
 //! fake-quant forward computes the integer accumulator exactly (the registry's own f32
 //! operator on integer-valued operands, which is exact while every partial sum stays below
 //! 2²⁴, checked per batch; larger layers are split into base-16 digits) and turns it into
@@ -38,7 +38,7 @@ fn err(msg: String) -> TrainError {
     TrainError::Graph(format!("exact mode: {msg}"))
 }
 
-/// One integer Conv/Gemm/MatMul of the engine, evaluated in the fake-quant forward as the
+/// One integer Conv/ConvTranspose/Gemm/MatMul of the engine, evaluated in the fake-quant forward as the
 /// engine evaluates it.
 #[derive(Clone, Debug)]
 pub(crate) struct ExactLayer {
@@ -133,7 +133,12 @@ impl ExactLayer {
             node: &self.node,
             opset,
         };
-        let eval = self.node.kind().expect("Conv, Gemm or MatMul").def().eval;
+        let eval = self
+            .node
+            .kind()
+            .expect("Conv, ConvTranspose, Gemm or MatMul")
+            .def()
+            .eval;
         let mut acc: Vec<i64> = Vec::new();
         let mut shape = Vec::new();
         for &(i, ri) in parts(dx) {
@@ -208,7 +213,7 @@ impl ExactPlan {
         self.by_step.get(&step).map(|&i| &self.layers[i])
     }
 
-    /// Number of Conv/Gemm/MatMul layers computed with the engine's integer arithmetic.
+    /// Number of Conv/ConvTranspose/Gemm/MatMul layers computed with the engine's integer arithmetic.
     pub fn integer_layers(&self) -> usize {
         self.layers.len()
     }
@@ -296,6 +301,12 @@ fn layer(
         0
     };
     let w_shape = codes.shape.clone();
+    if kind == OpKind::ConvTranspose
+        && s_w.len() > 1
+        && n.attr_int("group", 1).map_err(|e| e.to_string())? != 1
+    {
+        return Err("a grouped ConvTranspose with per-channel weights".into());
+    }
     let w_inner: usize = w_shape.get(w_axis + 1..).map_or(1, |s| s.iter().product());
     let w_c = w_shape.get(w_axis).copied().unwrap_or(1).max(1);
     let w: Vec<i32> = codes
@@ -314,6 +325,10 @@ fn layer(
     // The output channel axis of the weight (the one per-channel parameters run along).
     let (wc_axis, out_axis) = match kind {
         OpKind::Conv => (0, Some(1)),
+        // Weight [C, M/group, k...]: an output element sums each (input channel, tap) of its
+        // channel at most once, so the per-channel Σ|w| along axis 1 bounds it as for Conv
+        // (over every group's input channels when group > 1: larger, still a bound).
+        OpKind::ConvTranspose => (1, Some(1)),
         OpKind::Gemm => {
             let tb = n.attr_int("transB", 0).map_err(|e| e.to_string())? != 0;
             (usize::from(!tb), Some(1))
@@ -454,11 +469,14 @@ pub(crate) fn build(
         let Some(n) = exported.nodes.iter().find(|n| n.name == r.node) else {
             continue;
         };
-        let exact_kind = matches!(n.kind(), Some(OpKind::Conv | OpKind::Gemm | OpKind::MatMul));
+        let exact_kind = matches!(
+            n.kind(),
+            Some(OpKind::Conv | OpKind::ConvTranspose | OpKind::Gemm | OpKind::MatMul)
+        );
         if !exact_kind {
             // Tables, pools, binary ops, Concat and layout steps equal the QDQ graph's float
-            // arithmetic by construction; an integer step with a weight (a future integer
-            // ConvTranspose, say) has an accumulator exact mode does not compute yet.
+            // arithmetic by construction; an integer step with a weight of another kind has
+            // an accumulator exact mode does not compute yet.
             if n.facts().weight.is_some() {
                 plan.not_reproduced
                     .push((n.name.clone(), format!("integer {} step", n.op_type)));

@@ -679,8 +679,8 @@ impl GraphNet {
         for (&s, t) in self.inputs.iter().zip(inputs) {
             vals[s] = Some(t);
         }
-        if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::tape::record("(values)", 0, t0);
+        if crate::profile::on() {
+            crate::profile::record("(values)", 0, t0);
         }
         for (i, step) in self.steps.iter().enumerate() {
             if self.fused_into[i].is_some() || step.outputs.is_empty() {
@@ -709,8 +709,8 @@ impl GraphNet {
                     _ => self.run_step(step, &ins)?,
                 }
             };
-            if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-                crate::tape::record(step_name(step), 0, t0);
+            if crate::profile::on() {
+                crate::profile::record(step_name(step), 0, t0);
             }
             let targets = match relu {
                 Some(j) => &self.steps[j].outputs,
@@ -877,8 +877,8 @@ impl GraphNet {
                 let co = self.steps[c].outputs[0];
                 let d = relu_grad(&f32_view(y), g);
                 accumulate(&mut grads[co], d);
-                if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-                    crate::tape::record(step_name(step), 1, t0);
+                if crate::profile::on() {
+                    crate::profile::record(step_name(step), 1, t0);
                 }
                 continue;
             }
@@ -950,8 +950,8 @@ impl GraphNet {
                     accumulate(&mut grads[*s], gi);
                 }
             }
-            if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-                crate::tape::record(step_name(step), 1, t0);
+            if crate::profile::on() {
+                crate::profile::record(step_name(step), 1, t0);
             }
         }
         let t0 = std::time::Instant::now();
@@ -967,8 +967,8 @@ impl GraphNet {
                 }
             }
         }
-        if crate::tape::PROFILE_ON.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::tape::record("(values)", 1, t0);
+        if crate::profile::on() {
+            crate::profile::record("(values)", 1, t0);
         }
         Ok(())
     }

@@ -1,14 +1,91 @@
-//! A model as a list of ONNX-like nodes over named parameters: the same description drives
-//! training (on a [`Tape`]), inference and ONNX export.
+//! A zoo model as a list of ONNX-like nodes over named parameters: the description the
+//! zoo builds, exports ([`crate::export::to_graph`]) and trains on the graph IR
+//! ([`crate::trainer::GraphModel`]). Inference runs the exported graph on
+//! `quantkit-graph`'s float executor, the operators' own `eval`.
 
-use crate::error::{attr_err, Result};
-use crate::ops::{
-    Add, BatchNorm2d, Conv2d, ConvAttrs, ConvTranspose2d, ConvTransposeAttrs, Flatten,
-    GlobalAvgPool, HardSwish, Linear, MaxPool2d, Normalize, PoolAttrs, Relu, Sigmoid,
-};
+use crate::error::{Result, TrainError};
 use crate::params::{ParamId, ParamStore};
-use crate::tape::{Tape, Var};
 use crate::tensor::Tensor;
+
+/// Convolution attributes (ONNX `Conv`): strides, pads (top, left, bottom, right),
+/// dilations, group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvAttrs {
+    /// Strides (h, w).
+    pub stride: [usize; 2],
+    /// Pads (top, left, bottom, right).
+    pub pads: [usize; 4],
+    /// Dilations (h, w).
+    pub dilation: [usize; 2],
+    /// Number of groups (channels are split evenly).
+    pub group: usize,
+}
+
+impl ConvAttrs {
+    /// Stride `s`, symmetric padding `p`, no dilation, one group.
+    pub fn new(stride: usize, pad: usize) -> Self {
+        Self {
+            stride: [stride, stride],
+            pads: [pad; 4],
+            dilation: [1, 1],
+            group: 1,
+        }
+    }
+
+    /// The same with `group` groups.
+    pub fn with_group(mut self, group: usize) -> Self {
+        self.group = group;
+        self
+    }
+}
+
+/// ConvTranspose attributes (ONNX `ConvTranspose`, one group): strides, pads (top, left,
+/// bottom, right), dilations, output padding (h, w).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeAttrs {
+    /// Strides (h, w).
+    pub stride: [usize; 2],
+    /// Pads (top, left, bottom, right).
+    pub pads: [usize; 4],
+    /// Dilations (h, w).
+    pub dilation: [usize; 2],
+    /// Extra rows/columns added at the bottom/right of the output.
+    pub output_padding: [usize; 2],
+}
+
+impl ConvTransposeAttrs {
+    /// Stride `s`, no padding (the usual 2×2 stride-2 upsampler is `new(2)`).
+    pub fn new(stride: usize) -> Self {
+        Self {
+            stride: [stride, stride],
+            pads: [0; 4],
+            dilation: [1, 1],
+            output_padding: [0, 0],
+        }
+    }
+}
+
+/// Max pooling attributes (ONNX `MaxPool`, floor output size, no dilation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolAttrs {
+    /// Kernel (h, w).
+    pub kernel: [usize; 2],
+    /// Strides (h, w).
+    pub stride: [usize; 2],
+    /// Pads (top, left, bottom, right); padded cells never win the max.
+    pub pads: [usize; 4],
+}
+
+impl PoolAttrs {
+    /// Square kernel `k`, stride `s`, no padding.
+    pub fn new(k: usize, s: usize) -> Self {
+        Self {
+            kernel: [k, k],
+            stride: [s, s],
+            pads: [0; 4],
+        }
+    }
+}
 
 /// What one node computes. Parameter fields are ids in the model's [`ParamStore`].
 #[derive(Clone, Debug, PartialEq)]
@@ -115,158 +192,26 @@ pub struct Model {
     pub nodes: Vec<Node>,
 }
 
-/// The result of [`Model::forward`].
-pub struct Forward {
-    /// The model output.
-    pub output: Var,
-    /// Outputs of BatchNorm nodes in training mode, to fold their batch statistics into the
-    /// running statistics with [`Model::update_running_stats`].
-    pub batch_norms: Vec<(usize, Var)>,
-}
-
 impl Model {
-    /// Records the forward pass of `x` on `tape`. In `training` mode BatchNorm uses batch
-    /// statistics; parameters are recorded as trainable leaves when the tape records.
-    pub fn forward(&self, tape: &mut Tape, x: Var, training: bool) -> Result<Forward> {
-        let mut values: Vec<Var> = Vec::with_capacity(self.nodes.len() + 1);
-        values.push(x);
-        let mut batch_norms = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let ins: Vec<Var> = node
-                .inputs
-                .iter()
-                .map(|&v| {
-                    values.get(v).copied().ok_or_else(|| {
-                        attr_err(
-                            &node.name,
-                            format!("input value {v} is not computed before this node"),
-                        )
-                    })
-                })
-                .collect::<Result<_>>()?;
-            let mut p = |id: ParamId| {
-                let param = self.params.get(id);
-                if param.trainable {
-                    tape.param(param.value.clone(), id)
-                } else {
-                    tape.constant(param.value.clone())
-                }
-            };
-            let out = match &node.layer {
-                Layer::Normalize { mean, std } => tape.apply(
-                    Normalize {
-                        mean: *mean,
-                        std: *std,
-                    },
-                    &ins,
-                )?,
-                Layer::Conv {
-                    attrs,
-                    weight,
-                    bias,
-                } => {
-                    let mut args = vec![ins[0], p(*weight)];
-                    if let Some(b) = bias {
-                        args.push(p(*b));
-                    }
-                    tape.apply(Conv2d::new(*attrs), &args)?
-                }
-                Layer::ConvTranspose {
-                    attrs,
-                    weight,
-                    bias,
-                } => {
-                    let mut args = vec![ins[0], p(*weight)];
-                    if let Some(b) = bias {
-                        args.push(p(*b));
-                    }
-                    tape.apply(ConvTranspose2d::new(*attrs), &args)?
-                }
-                Layer::Linear { weight, bias } => {
-                    let mut args = vec![ins[0], p(*weight)];
-                    if let Some(b) = bias {
-                        args.push(p(*b));
-                    }
-                    tape.apply(Linear, &args)?
-                }
-                Layer::BatchNorm {
-                    scale,
-                    bias,
-                    mean,
-                    var,
-                    eps,
-                    ..
-                } => {
-                    let args = [ins[0], p(*scale), p(*bias), p(*mean), p(*var)];
-                    let v = tape.apply(BatchNorm2d::new(*eps, training), &args)?;
-                    if training {
-                        batch_norms.push((i, v));
-                    }
-                    v
-                }
-                Layer::Relu => tape.apply(Relu, &ins)?,
-                Layer::HardSwish => tape.apply(HardSwish, &ins)?,
-                Layer::Sigmoid => tape.apply(Sigmoid, &ins)?,
-                Layer::MaxPool(a) => tape.apply(MaxPool2d::new(*a), &ins)?,
-                Layer::GlobalAvgPool => tape.apply(GlobalAvgPool, &ins)?,
-                Layer::Flatten => tape.apply(Flatten, &ins)?,
-                Layer::Add => tape.apply(Add, &ins)?,
-            };
-            values.push(out);
-        }
-        Ok(Forward {
-            output: *values.last().expect("value 0 is always present"),
-            batch_norms,
-        })
-    }
-
-    /// Moves every BatchNorm's running statistics towards the batch statistics of the last
-    /// training forward: `running ← (1 − m)·running + m·batch` (unbiased batch variance).
-    /// Statistics are only read back when the tape recorded the ops.
-    pub fn update_running_stats(&mut self, tape: &Tape, fwd: &Forward) {
-        for &(i, v) in &fwd.batch_norms {
-            let Layer::BatchNorm {
-                mean,
-                var,
-                momentum,
-                ..
-            } = self.nodes[i].layer
-            else {
-                continue;
-            };
-            let Some(bn) = tape.op::<BatchNorm2d>(v) else {
-                continue;
-            };
-            let (bm, bv) = (bn.batch_mean().to_vec(), bn.batch_var_unbiased().to_vec());
-            for (r, b) in self
-                .params
-                .get_mut(mean)
-                .value
-                .data_mut()
-                .iter_mut()
-                .zip(&bm)
-            {
-                *r = (1.0 - momentum) * *r + momentum * b;
-            }
-            for (r, b) in self
-                .params
-                .get_mut(var)
-                .value
-                .data_mut()
-                .iter_mut()
-                .zip(&bv)
-            {
-                *r = (1.0 - momentum) * *r + momentum * b;
-            }
-        }
-    }
-
-    /// Inference on a batch `[N, C, H, W]` (BatchNorm with running statistics).
+    /// Inference on a batch `[N, C, H, W]` (BatchNorm with running statistics): the
+    /// exported graph on `quantkit-graph`'s float executor.
     pub fn infer(&self, x: Tensor) -> Result<Tensor> {
-        let mut tape = Tape::inference();
-        let xv = tape.constant(x);
-        let f = self.forward(&mut tape, xv, false)?;
-        Ok(tape.take_value(f.output))
+        let graph = crate::export::to_graph(self);
+        let shape = x.shape().to_vec();
+        let out = quantkit_graph::execute(
+            &graph,
+            vec![(
+                "input".into(),
+                quantkit_graph::Tensor::from_f32(&shape, x.into_data()),
+            )],
+        )
+        .map_err(|e| TrainError::Graph(format!("running `{}`: {e}", self.arch)))?;
+        let y = out
+            .into_iter()
+            .next()
+            .ok_or_else(|| TrainError::Graph(format!("`{}` has no output", self.arch)))?
+            .1;
+        Tensor::new(&y.shape, y.to_f32_vec())
     }
 
     /// Number of trainable scalars.

@@ -1,4 +1,7 @@
-//! A dense f32 tensor: a shape and a row-major (NCHW for images) buffer.
+//! A dense f32 tensor: a shape and a row-major (NCHW for images) buffer. It holds the
+//! trainable parameters and their gradients ([`crate::params::ParamStore`], the
+//! optimizers) and the zoo's image batches; every operator runs on `quantkit-graph`'s
+//! tensors.
 
 use crate::error::{shape_err, Result};
 
@@ -89,29 +92,5 @@ impl Tensor {
         }
         self.shape = shape.to_vec();
         Ok(self)
-    }
-
-    /// The four dimensions of an NCHW tensor, or a shape error naming `op`.
-    pub fn dims4(&self, op: &str) -> Result<[usize; 4]> {
-        match self.shape[..] {
-            [a, b, c, d] => Ok([a, b, c, d]),
-            _ => Err(shape_err(op, "a 4-D NCHW tensor", &self.shape)),
-        }
-    }
-
-    /// The two dimensions of a matrix, or a shape error naming `op`.
-    pub fn dims2(&self, op: &str) -> Result<[usize; 2]> {
-        match self.shape[..] {
-            [a, b] => Ok([a, b]),
-            _ => Err(shape_err(op, "a 2-D tensor", &self.shape)),
-        }
-    }
-
-    /// `self += other` element-wise (same length).
-    pub fn add_assign(&mut self, other: &Tensor) {
-        debug_assert_eq!(self.data.len(), other.data.len());
-        for (a, b) in self.data.iter_mut().zip(&other.data) {
-            *a += *b;
-        }
     }
 }

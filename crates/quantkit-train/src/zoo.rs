@@ -3,8 +3,7 @@
 //! `pixel / 255` values.
 
 use crate::error::{Result, TrainError};
-use crate::model::{Layer, Model, Node, Task};
-use crate::ops::{ConvAttrs, ConvTransposeAttrs, PoolAttrs};
+use crate::model::{ConvAttrs, ConvTransposeAttrs, Layer, Model, Node, PoolAttrs, Task};
 use crate::params::{ParamId, ParamStore};
 use crate::rng::Rng;
 use crate::tensor::Tensor;

@@ -94,6 +94,16 @@ pub struct Args {
     /// together with the labels, the usual recipe for low-bit QAT. Needs labels.
     #[arg(long)]
     ce_weight: Option<f32>,
+    /// Training loss without `--distill`: `ce` (softmax cross-entropy with the labels) or
+    /// `mse` (mean squared error of output 0 to a target, which `--target-input` makes the
+    /// model's own input, as an autoencoder reconstructs it). With `mse`, every evaluation
+    /// reports the mean squared error of `--eval-output` to the input and its PSNR
+    /// (`10·log10(1/MSE)`, data in [0, 1]) instead of top-1 accuracy.
+    #[arg(long, default_value = "ce", value_parser = ["ce", "mse"])]
+    loss: String,
+    /// With `--loss mse`: the target is the model's input (an autoencoder).
+    #[arg(long)]
+    target_input: bool,
     /// The output whose argmax is scored (accuracy with labels, agreement without).
     /// Default: the first output that is a Softmax's probabilities, else output 0.
     #[arg(long)]
@@ -199,6 +209,43 @@ struct EvalResult {
     samples: usize,
 }
 
+/// The reconstruction scores of one batch (output `po` against the input `x`): the summed
+/// squared errors of the float, exact-mode fake-quant, f32 fake-quant and engine outputs,
+/// and per sample the largest |exact-mode − engine| difference.
+fn recon_batch(
+    x: &[f32],
+    outs: [&Tensor; 4],
+    samples: usize,
+) -> anyhow::Result<([f64; 4], Vec<f32>)> {
+    let mut sq = [0f64; 4];
+    let vals: Vec<Vec<f32>> = outs.iter().map(|t| t.to_f32_vec()).collect();
+    for (s, v) in sq.iter_mut().zip(&vals) {
+        anyhow::ensure!(
+            v.len() == x.len(),
+            "--target-input: the scored output has {} values per batch, the input {}",
+            v.len(),
+            x.len()
+        );
+        *s = v
+            .iter()
+            .zip(x)
+            .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+            .sum();
+    }
+    let per = (x.len() / samples.max(1)).max(1);
+    let diffs = vals[1]
+        .chunks(per)
+        .zip(vals[3].chunks(per))
+        .map(|(q, e)| q.iter().zip(e).fold(0f32, |m, (a, b)| m.max((a - b).abs())))
+        .collect();
+    Ok((sq, diffs))
+}
+
+/// PSNR in dB of a mean squared error on data in [0, 1].
+fn psnr(mse: f64) -> f64 {
+    10.0 * (1.0 / mse.max(1e-30)).log10()
+}
+
 fn argmax(row: &[f32]) -> usize {
     row.iter()
         .enumerate()
@@ -286,9 +333,13 @@ fn evaluate(
     exact: &ExactPlan,
     engine: &quantkit_engine::Plan,
     po: usize,
+    recon_step: Option<f32>,
 ) -> anyhow::Result<EvalResult> {
     let (mut f, mut q, mut e, mut agree, mut n) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let (mut q32, mut agree32, mut worst) = (0usize, 0usize, 0f64);
+    // Reconstruction (`recon_step`: one output quantization step): squared errors and
+    // values, and the samples whose exact-mode output is within one step of the engine's.
+    let (mut sq, mut values) = ([0f64; 4], 0usize);
     let nout = float.outputs.len();
     let (mut fake_close, mut engine_close) = (
         vec![Closeness::default(); nout],
@@ -302,9 +353,27 @@ fn evaluate(
         let b = b?;
         let x = Tensor::from_f32(&b.shape, b.data);
         let ft = float_outputs(float, input, &x)?;
-        let q32y = top1(&qat.predict_outputs(x.clone())?[po]);
+        let q32t = qat.predict_outputs(x.clone())?;
+        let q32y = top1(&q32t[po]);
         let qt = qat.predict_exact_outputs(x.clone(), exact)?;
+        let xv = recon_step.map(|_| x.to_f32_vec());
         let et = engine_outputs(engine, float, input, x)?;
+        if let (Some(step), Some(xv)) = (recon_step, &xv) {
+            let samples = b.shape.first().copied().unwrap_or(1);
+            let (s, diffs) = recon_batch(xv, [&ft[po], &qt[po], &q32t[po], &et[po]], samples)?;
+            sq.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+            values += xv.len();
+            for d in diffs {
+                agree += usize::from(d <= step);
+                worst = worst.max(f64::from(d));
+            }
+            for i in 0..nout {
+                fake_close[i].add(&ft[i].to_f32_vec(), &qt[i].to_f32_vec());
+                engine_close[i].add(&ft[i].to_f32_vec(), &et[i].to_f32_vec());
+            }
+            n += samples;
+            continue;
+        }
         for i in 0..nout {
             let (fv, qv, ev) = (ft[i].to_f32_vec(), qt[i].to_f32_vec(), et[i].to_f32_vec());
             for (a, b) in qv.iter().zip(&ev) {
@@ -331,6 +400,21 @@ fn evaluate(
         n += truth.len();
     }
     let r = |v: usize| v as f64 / n.max(1) as f64;
+    if recon_step.is_some() {
+        let m = |i: usize| sq[i] / values.max(1) as f64;
+        return Ok(EvalResult {
+            fake_close,
+            engine_close,
+            float: m(0),
+            fake: m(1),
+            fake_f32: m(2),
+            engine: m(3),
+            agreement: r(agree),
+            agreement_f32: f64::NAN,
+            max_logit_diff: worst,
+            samples: n,
+        });
+    }
     Ok(EvalResult {
         fake_close,
         engine_close,
@@ -354,8 +438,10 @@ fn evaluate_engine(
     float: &Graph,
     engine: &quantkit_engine::Plan,
     po: usize,
+    recon: bool,
 ) -> anyhow::Result<(f64, Vec<Closeness>)> {
     let (mut e, mut n) = (0usize, 0usize);
+    let (mut sq, mut values) = (0f64, 0usize);
     let mut close = vec![Closeness::default(); float.outputs.len()];
     for b in data.batches(&BatchOptions {
         batch_size: 500,
@@ -365,9 +451,17 @@ fn evaluate_engine(
         let b = b?;
         let x = Tensor::from_f32(&b.shape, b.data);
         let ft = float_outputs(float, input, &x)?;
+        let xv = recon.then(|| x.to_f32_vec());
         let et = engine_outputs(engine, float, input, x)?;
         for (c, (a, b)) in close.iter_mut().zip(ft.iter().zip(&et)) {
             c.add(&a.to_f32_vec(), &b.to_f32_vec());
+        }
+        if let Some(xv) = xv {
+            let samples = b.shape.first().copied().unwrap_or(1);
+            let (s, _) = recon_batch(&xv, [&et[po], &et[po], &et[po], &et[po]], samples)?;
+            sq += s[3];
+            values += xv.len();
+            continue;
         }
         let truth: Vec<usize> = match &b.labels {
             Some(l) => l.iter().map(|&v| v as usize).collect(),
@@ -376,6 +470,9 @@ fn evaluate_engine(
         let ey = top1(&et[po]);
         e += ey.iter().zip(&truth).filter(|(a, b)| a == b).count();
         n += truth.len();
+    }
+    if recon {
+        return Ok((sq / values.max(1) as f64, close));
     }
     Ok((e as f64 / n.max(1) as f64, close))
 }
@@ -434,6 +531,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.batch > 0 && args.epochs > 0,
         "--batch and --epochs must be positive"
     );
+    let recon = args.loss == "mse";
+    if recon {
+        anyhow::ensure!(
+            args.target_input,
+            "--loss mse needs a target: --target-input (the input itself, for an \
+             autoencoder); float target files are not supported yet"
+        );
+        anyhow::ensure!(
+            !args.distill,
+            "--loss mse trains against a target, --distill against the float model: give one"
+        );
+    } else {
+        anyhow::ensure!(!args.target_input, "--target-input needs --loss mse");
+    }
     let loss_names: Vec<String> = args
         .distill_loss
         .split(',')
@@ -580,7 +691,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.data.display()
         );
     }
-    if !args.distill && !train.has_labels() {
+    if !args.distill && !recon && !train.has_labels() {
         bail!(
             "{}: no labels: give --labels, or --distill to train against the float model",
             args.data.display()
@@ -678,6 +789,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &float,
         &ptq_plan,
         po,
+        recon,
     )?;
 
     let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
@@ -739,6 +851,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let x = Tensor::from_f32(&b.shape, b.data);
             let labels: Option<Vec<usize>> = b
                 .labels
+                .filter(|_| !recon)
                 .map(|l| l.into_iter().map(|v| v as usize).collect());
             let lr = cosine_lr(args.lr, global, total, warmup);
             let stopped = || {
@@ -769,6 +882,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     *s += f64::from(p) * nb;
                 }
                 (l, outs.swap_remove(po))
+            } else if recon {
+                let target = x.to_f32_vec();
+                let (l, out) = qat
+                    .train_step(&mut opt, x, LossKind::Mse, None, Some(&target), lr)
+                    .with_context(stopped)?;
+                anyhow::ensure!(
+                    out.len() == target.len(),
+                    "--target-input: output 0 has shape {:?}, the input {} values per batch",
+                    out.shape,
+                    target.len()
+                );
+                (l, out)
             } else {
                 qat.train_step(
                     &mut opt,
@@ -790,7 +915,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
             global += 1;
-            let pred = top1(&out);
+            let pred = if recon {
+                vec![0; out.shape.first().copied().unwrap_or(0)]
+            } else {
+                top1(&out)
+            };
             let truth = labels.unwrap_or_default();
             correct += pred.iter().zip(&truth).filter(|(a, b)| a == b).count();
             seen += pred.len();
@@ -863,6 +992,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &exact,
             &plan,
             po,
+            // Exact mode agrees within one output step (the engine's rounding is the same).
+            recon.then(|| output_step(&exported, po).unwrap_or(0.0)),
         )?;
         log.push_str(&format!(
             "{},{:.6},{:.6},{:.1},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6e},{:.2}",
@@ -903,7 +1034,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 parts.join(", ")
             ));
         }
-        bar.println(format!(
+        if recon {
+            bar.println(format!(
+                "epoch {}: loss {:.6}, {:.0} samples/s; eval on {}: reconstruction MSE float {:.6}, fake-quant (exact mode) {:.6}, engine {:.6} (PSNR {:.2} / {:.2} / {:.2} dB; engine within one output step of fake-quant on {:.2}% of samples, max difference {:.3e}; f32 fake-quant MSE {:.6})",
+                epoch + 1,
+                loss_sum / seen.max(1) as f64,
+                sps,
+                ev.samples,
+                ev.float,
+                ev.fake,
+                ev.engine,
+                psnr(ev.float),
+                psnr(ev.fake),
+                psnr(ev.engine),
+                ev.agreement * 100.0,
+                ev.max_logit_diff,
+                ev.fake_f32
+            ));
+        } else {
+            bar.println(format!(
             "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant (exact mode) {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%, max logit difference {:.3e}; f32 fake-quant {:.2}%, = engine on {:.2}%)",
             epoch + 1,
             loss_sum / seen.max(1) as f64,
@@ -917,6 +1066,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.fake_f32 * 100.0,
             ev.agreement_f32 * 100.0
         ));
+        }
         last = Some((
             exported,
             ev,
@@ -936,7 +1086,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         f.write_all(log.as_bytes())?;
     }
     let seconds = t0.elapsed().as_secs_f64();
-    let metric = if eval_data.has_labels() {
+    let metric = if recon {
+        "mse"
+    } else if eval_data.has_labels() {
         "accuracy"
     } else {
         "agreement_with_float"
@@ -973,6 +1125,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "outputs": outputs,
                 "fake_quant_f32_value": ev.fake_f32,
                 "engine_agreement_f32": ev.agreement_f32,
+                "psnr_db": recon.then(|| serde_json::json!({
+                    "float": psnr(ev.float),
+                    "ptq": psnr(ptq_value),
+                    "qat": psnr(ev.fake),
+                    "engine": psnr(ev.engine),
+                })),
                 "epochs": args.epochs,
                 "epoch_seconds": epochs_secs,
                 "seconds": seconds,
@@ -985,6 +1143,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "ce_weight": args.ce_weight,
                 "output": args.output.display().to_string(),
             })
+        );
+    } else if recon {
+        println!(
+            "W{}A{} QAT, {} epochs in {:.1} s: reconstruction MSE float {:.6} ({:.2} dB), PTQ (engine) {:.6} ({:.2} dB), QAT fake-quant (exact mode) {:.6} ({:.2} dB), QAT engine {:.6} ({:.2} dB); engine within one output step of fake-quant on {:.2}% of {} samples (max difference {:.3e}); wrote {}",
+            args.weight_bits,
+            args.activation_bits,
+            args.epochs,
+            seconds,
+            ev.float,
+            psnr(ev.float),
+            ptq_value,
+            psnr(ptq_value),
+            ev.fake,
+            psnr(ev.fake),
+            ev.engine,
+            psnr(ev.engine),
+            ev.agreement * 100.0,
+            ev.samples,
+            ev.max_logit_diff,
+            args.output.display()
         );
     } else {
         println!(
