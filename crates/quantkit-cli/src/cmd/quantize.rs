@@ -39,9 +39,9 @@ pub struct Args {
     /// quantized model's outputs closest to the float model's: KL divergence of the
     /// softmax for a classifier's scores or a Softmax output, squared error for other
     /// outputs; a greedy search from minmax on the first 512 calibration samples, checked
-    /// on the next 256; per activation the candidate with the least local error of its
-    /// consumers is run in the part of the model downstream of it, and kept only if it
-    /// beats minmax beyond noise; docs/quantization.md §6).
+    /// on the next 256; per activation the two candidates with the least local error of
+    /// its consumers are run in the part of the model downstream of it, and one is kept
+    /// only if it beats minmax beyond noise; docs/quantization.md §6).
     /// Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
