@@ -148,7 +148,11 @@ fn output_rule_clips_what_a_later_clip_discards_where_the_local_rule_does_not() 
         x.method, "minmax",
         "behind Clip(0, 1) the output wants the outlier clipped: {x:?}"
     );
-    assert!(x.range.1 < 2.0, "clipped near the bulk's top: {x:?}");
+    // The screen (two of three candidates face minmax) keeps mse's [0, 28.2] and
+    // entropy's [0, 2.0] here, not percentile's tighter range that the unscreened search
+    // picks (`screen_keeping_every_candidate_is_the_full_search`): clipped all the same,
+    // the outlier is not kept.
+    assert!(x.range.1 <= 2.0, "clipped to the bulk, not the outlier: {x:?}");
 
     // The output rule's model is better on data neither rule saw, with and without an
     // outlier.
@@ -427,8 +431,8 @@ fn auto_observers(setup: &Setup, calib: &[Feed]) -> HashMap<String, Box<dyn Obse
 /// The screen (only the `AUTO_SCREEN` candidates with the least local error face minmax
 /// in the model) only removes model runs: a screen that keeps every candidate is the
 /// unscreened search exactly (same ranges, same scores in the same order, same runs), on
-/// LeNet's 8 activations and the clipped model; and on both the default screen ends at
-/// the same ranges as the full search.
+/// LeNet's 8 activations and the clipped model; on LeNet the default screen ends at the
+/// same ranges as the full search, on the clipped model at a coarser clip (said below).
 #[test]
 fn screen_keeping_every_candidate_is_the_full_search() {
     use quantkit_ptq::auto::choose_with;
@@ -489,6 +493,18 @@ fn screen_keeping_every_candidate_is_the_full_search() {
             full.choices.iter().map(|c| c.method).collect::<Vec<_>>(),
             one.choices.iter().map(|c| c.method).collect::<Vec<_>>()
         );
-        assert_eq!(full_act, one_act, "{}: the screen changed the result", setup.float.name);
+        if setup.float.name == "clipped" {
+            // Here the screen costs something: locally percentile is the worst of the
+            // three (0.37 against entropy's 0.34), so the model never sees it, and the
+            // screened search ends at entropy's [0, 2.0] where the full one picks
+            // percentile's tighter range. Both clip the outlier.
+            let x = |r: &quantkit_ptq::AutoReport| {
+                r.choices.iter().find(|c| c.tensor == "x").unwrap().clone()
+            };
+            assert_eq!(x(&full).method, "percentile", "{:?}", x(&full));
+            assert!(x(&full).range.1 < 2.0 && x(&one).range.1 <= 2.0);
+        } else {
+            assert_eq!(full_act, one_act, "{}: the screen changed the result", setup.float.name);
+        }
     }
 }
