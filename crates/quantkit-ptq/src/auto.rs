@@ -443,8 +443,14 @@ impl OutputKind {
 pub const PROB_FLOOR: f64 = 1e-6;
 
 fn log_softmax(v: &[f32]) -> Vec<f64> {
-    let m = v.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-    let lse = m + v.iter().map(|&x| (f64::from(x) - m).exp()).sum::<f64>().ln();
+    let m = v
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+    let lse = m + v
+        .iter()
+        .map(|&x| (f64::from(x) - m).exp())
+        .sum::<f64>()
+        .ln();
     v.iter().map(|&x| f64::from(x) - lse).collect()
 }
 
@@ -465,9 +471,9 @@ pub fn output_kinds(g: &Graph) -> Vec<OutputKind> {
         .flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n)))
         .collect();
     let two_d = |vi: &ValueInfo| {
-        vi.shape
-            .as_ref()
-            .map_or(true, |s| s.len() == 2 && s[1].known().map_or(true, |c| c >= 2))
+        vi.shape.as_ref().map_or(true, |s| {
+            s.len() == 2 && s[1].known().map_or(true, |c| c >= 2)
+        })
     };
     g.outputs
         .iter()
@@ -685,11 +691,7 @@ fn output_loss(
             let by_row = rt.shape.first() == Some(&rows) && rv.len() == qv.len();
             let chunk = if by_row { rv.len() / rows } else { rv.len() };
             let classifier = kind.is_classifier() && by_row && rt.shape.len() == 2 && chunk >= 2;
-            let kind = if classifier {
-                kind
-            } else {
-                OutputKind::Values
-            };
+            let kind = if classifier { kind } else { OutputKind::Values };
             for (i, (a, b)) in rv
                 .chunks(chunk.max(1))
                 .zip(qv.chunks(chunk.max(1)))

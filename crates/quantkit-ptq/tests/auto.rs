@@ -152,7 +152,10 @@ fn output_rule_clips_what_a_later_clip_discards_where_the_local_rule_does_not() 
     // entropy's [0, 2.0] here, not percentile's tighter range that the unscreened search
     // picks (`screen_keeping_every_candidate_is_the_full_search`): clipped all the same,
     // the outlier is not kept.
-    assert!(x.range.1 <= 2.0, "clipped to the bulk, not the outlier: {x:?}");
+    assert!(
+        x.range.1 <= 2.0,
+        "clipped to the bulk, not the outlier: {x:?}"
+    );
 
     // The output rule's model is better on data neither rule saw, with and without an
     // outlier.
@@ -353,7 +356,10 @@ fn classifier_objective_is_the_softmax_kl_and_ranks_unlike_the_squared_error() {
         OutputKind::Logits.loss(&float, &a),
         OutputKind::Logits.loss(&float, &b),
     );
-    assert!((la - kl_a).abs() < 1e-12 && (lb - kl_b).abs() < 1e-12, "{la} {lb}");
+    assert!(
+        (la - kl_a).abs() < 1e-12 && (lb - kl_b).abs() < 1e-12,
+        "{la} {lb}"
+    );
     assert!(lb < la);
     assert!((OutputKind::Values.loss(&float, &a) - sq(&a)).abs() < 1e-9);
     assert!(OutputKind::Values.loss(&float, &a) < OutputKind::Values.loss(&float, &b));
@@ -478,11 +484,21 @@ fn screen_keeping_every_candidate_is_the_full_search() {
         assert_eq!(full.model_runs, all.model_runs);
         assert_eq!(all.screened_out, 0);
         for (a, b) in full.choices.iter().zip(&all.choices) {
-            assert_eq!((&a.tensor, a.method, &a.scores), (&b.tensor, b.method, &b.scores));
+            assert_eq!(
+                (&a.tensor, a.method, &a.scores),
+                (&b.tensor, b.method, &b.scores)
+            );
         }
-        assert!(one.screened_out > 0, "{}: the screen removed no run", setup.float.name);
+        assert!(
+            one.screened_out > 0,
+            "{}: the screen removed no run",
+            setup.float.name
+        );
         let tried = |r: &quantkit_ptq::AutoReport| -> usize {
-            r.choices.iter().map(|c| c.scores.len().saturating_sub(1)).sum()
+            r.choices
+                .iter()
+                .map(|c| c.scores.len().saturating_sub(1))
+                .sum()
         };
         assert_eq!(tried(&one) + one.screened_out, tried(&full));
         eprintln!(
@@ -504,7 +520,11 @@ fn screen_keeping_every_candidate_is_the_full_search() {
             assert_eq!(x(&full).method, "percentile", "{:?}", x(&full));
             assert!(x(&full).range.1 < 2.0 && x(&one).range.1 <= 2.0);
         } else {
-            assert_eq!(full_act, one_act, "{}: the screen changed the result", setup.float.name);
+            assert_eq!(
+                full_act, one_act,
+                "{}: the screen changed the result",
+                setup.float.name
+            );
         }
     }
 }
