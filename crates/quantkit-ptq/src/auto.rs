@@ -471,9 +471,9 @@ pub fn output_kinds(g: &Graph) -> Vec<OutputKind> {
         .flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n)))
         .collect();
     let two_d = |vi: &ValueInfo| {
-        vi.shape.as_ref().map_or(true, |s| {
-            s.len() == 2 && s[1].known().map_or(true, |c| c >= 2)
-        })
+        vi.shape
+            .as_ref()
+            .is_none_or(|s| s.len() == 2 && s[1].known().is_none_or(|c| c >= 2))
     };
     g.outputs
         .iter()
