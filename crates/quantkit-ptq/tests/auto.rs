@@ -410,7 +410,7 @@ fn output_kinds_follow_the_graph() {
     );
     g.outputs = vec![out("box", &[1, 1])];
     assert_eq!(output_kinds(&g), vec![OutputKind::Values]);
-    let lenet = quantkit_graph::load_model(&repo().join("models/lenet.onnx")).unwrap();
+    let lenet = quantkit_graph::load_model(repo().join("models/lenet.onnx")).unwrap();
     assert_eq!(output_kinds(&lenet), vec![OutputKind::Logits]);
 }
 
