@@ -199,9 +199,9 @@ fn idx_calibration_defaults_to_the_train_split() {
     assert!(folder != test, "--calib-split test must read other images");
 }
 
-/// `--method auto` reports its search: every activation's choice, the output error of the
-/// chosen and the all-minmax model on both halves of the selection samples (the chosen
-/// one never above minmax on the checking half), and the text summary says what moved.
+/// `--method auto` reports its search: every activation's choice, the objective of the
+/// chosen and the all-minmax model on the choosing and checking samples (the chosen one
+/// never above minmax on the checking samples), and the text summary says what moved.
 #[test]
 fn auto_reports_its_search() {
     let out = tmp("lenet.auto.onnx");
@@ -226,8 +226,12 @@ fn auto_reports_its_search() {
         choices.len() as u64,
         v["activations_quantized"].as_u64().unwrap()
     );
-    assert_eq!(a["choose_samples"], 128);
-    assert_eq!(a["check_samples"], 128);
+    // 300 samples in 10 batches (9 of 32, one of 12): 7 choose, 3 check.
+    assert_eq!(a["choose_samples"], 224);
+    assert_eq!(a["check_samples"], 76);
+    // LeNet's only output is its logits: scored by the KL divergence of their softmax.
+    assert_eq!(a["objectives"][0]["kind"], "logits");
+    assert_eq!(a["objectives"][0]["name"], "output");
     let f = |k: &str| a[k].as_f64().unwrap();
     assert!(f("auto_error") <= f("minmax_error"));
     assert!(f("auto_check_error") <= f("minmax_check_error"));

@@ -36,10 +36,12 @@ pub struct Args {
     pub format: String,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, or auto (per
     /// activation the one of minmax, percentile=99.99, mse and entropy that makes the
-    /// quantized model's output closest to the float model's: a greedy search from
-    /// minmax on half of the first 256 calibration samples, checked on the other half;
-    /// up to 3 runs on 128 samples per activation of the part of the model downstream of
-    /// it; docs/quantization.md §6).
+    /// quantized model's outputs closest to the float model's: KL divergence of the
+    /// softmax for a classifier's scores or a Softmax output, squared error for other
+    /// outputs; a greedy search from minmax on the first 512 calibration samples, checked
+    /// on the next 256; per activation the two candidates with the least local error of
+    /// its consumers are run in the part of the model downstream of it, and one is kept
+    /// only if it beats minmax beyond noise; docs/quantization.md §6).
     /// Not used by --dynamic.
     #[arg(long, default_value = "minmax")]
     pub method: String,
@@ -296,7 +298,7 @@ fn report(
             .map(|c| format!("{} {}", c.tensor, c.method))
             .collect();
         println!(
-            "  auto: {} of {} activations off minmax{}; output error vs float {:.3e} (all minmax {:.3e}) on {} choosing samples, {:.3e} ({:.3e}) on {} checking samples; {} model runs in {:.2} s ({:.2} s of it computing the candidates; {:.0} % of the node evaluations of full re-runs){}",
+            "  auto: {} of {} activations off minmax{}; objective ({}) {:.3} of all-minmax's on {} choosing samples, {:.3} on {} checking samples; {} model runs ({} candidates screened out by local error) in {:.2} s ({:.2} s of it computing the candidates, {:.2} s screening; {:.0} % of the node evaluations of full re-runs){}",
             moved.len(),
             a.choices.len(),
             if moved.is_empty() {
@@ -304,15 +306,28 @@ fn report(
             } else {
                 format!(" ({})", moved.join(", "))
             },
-            a.auto_error,
-            a.minmax_error,
+            a.objectives
+                .iter()
+                .map(|o| format!(
+                    "{}: {}",
+                    o.name,
+                    match o.kind {
+                        quantkit_ptq::auto::OutputKind::Probabilities => "KL of probabilities",
+                        quantkit_ptq::auto::OutputKind::Logits => "KL of softmax(logits)",
+                        quantkit_ptq::auto::OutputKind::Values => "squared error",
+                    }
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.auto_error / a.minmax_error.max(f64::MIN_POSITIVE),
             a.choose_samples,
-            a.auto_check_error,
-            a.minmax_check_error,
+            a.auto_check_error / a.minmax_check_error.max(f64::MIN_POSITIVE),
             a.check_samples,
             a.model_runs,
+            a.screened_out,
             a.seconds,
             a.candidate_seconds,
+            a.screen_seconds,
             100.0 * a.nodes_run as f64 / a.nodes_full.max(1) as f64,
             if a.reverted.is_empty() {
                 String::new()
