@@ -90,8 +90,15 @@ fn short_w4a8_run_writes_the_model_and_json() {
     let csv = std::fs::read_to_string(&log).unwrap();
     assert!(csv.starts_with("epoch,loss,"), "{csv}");
     assert_eq!(csv.lines().count(), 2, "{csv}");
+    // The plot beside it: one epoch, so one loss marker and one marker per evaluated model.
+    let plot = log.with_extension("svg");
+    let svg = std::fs::read_to_string(&plot).expect("the plot is written beside the log");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
+    assert!(svg.contains("accuracy (%)") && svg.contains("integer engine"));
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&plot);
 }
 
 #[test]

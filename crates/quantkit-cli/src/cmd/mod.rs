@@ -10,6 +10,7 @@ pub mod engine_profile;
 pub mod eval;
 pub mod inspect;
 pub mod qat;
+pub mod qat_plot;
 pub mod quantize;
 pub mod run;
 pub mod target;

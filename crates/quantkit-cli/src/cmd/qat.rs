@@ -9,7 +9,6 @@
 //! arithmetic, `quantkit_train::exact`), so it agrees with the engine on every sample; the
 //! f32 fake-quant model that training differentiates is evaluated beside it.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -145,7 +144,9 @@ pub struct Args {
     /// Output QDQ ONNX model (written atomically, only after training succeeded).
     #[arg(short, long)]
     output: PathBuf,
-    /// CSV of per-epoch loss and accuracies.
+    /// CSV of per-epoch loss and accuracies; an SVG plot of them (loss, and float /
+    /// fake-quant / engine values per epoch) is written beside it with the extension `.svg`.
+    /// Both are written atomically after the model.
     #[arg(long)]
     log: Option<PathBuf>,
     /// Print the summary as JSON.
@@ -811,6 +812,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         log.push_str(&format!(",loss_output{i},engine_cosine_output{i}"));
     }
     log.push('\n');
+    let mut points: Vec<super::qat_plot::EpochPoint> = Vec::new();
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -953,6 +955,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 log.push_str(&format!(",{:.6},", p / seen.max(1) as f64));
             }
             log.push('\n');
+            points.push(super::qat_plot::EpochPoint {
+                epoch: epoch + 1,
+                loss: loss_sum / seen.max(1) as f64,
+                float: None,
+                fake: None,
+                engine: None,
+            });
             bar.println(format!(
                 "epoch {}: loss {:.4}, {sps:.0} samples/s (evaluated after the last epoch)",
                 epoch + 1,
@@ -1014,6 +1023,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             log.push_str(&format!(",{:.6},{:.6}", p / seen.max(1) as f64, c.cosine()));
         }
         log.push('\n');
+        points.push(super::qat_plot::EpochPoint {
+            epoch: epoch + 1,
+            loss: loss_sum / seen.max(1) as f64,
+            float: Some(ev.float),
+            fake: Some(ev.fake),
+            engine: Some(ev.engine),
+        });
         if args.distill {
             let parts: Vec<String> = float
                 .outputs
@@ -1081,9 +1097,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     quantkit_graph::save_model(&exported, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(path) = &args.log {
-        let mut f =
-            std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-        f.write_all(log.as_bytes())?;
+        quantkit_core::atomic::write_bytes(path, log.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        let (name, percent) = if recon {
+            ("reconstruction MSE", false)
+        } else if eval_data.has_labels() {
+            ("accuracy", true)
+        } else {
+            ("top-1 agreement with float", true)
+        };
+        let svg = super::qat_plot::render(&points, name, percent)?;
+        let plot = super::qat_plot::plot_path(path);
+        quantkit_core::atomic::write_bytes(&plot, svg.as_bytes())
+            .with_context(|| format!("writing {}", plot.display()))?;
     }
     let seconds = t0.elapsed().as_secs_f64();
     let metric = if recon {
