@@ -14,8 +14,11 @@ Usage:
     python3 bench/qat_table.py --runs lenet:8:8:1:20000 lenet:4:4:3:20000:lsq ... \\
         [--quantkit target/release/quantkit] [--data /usr/share/datasets/fashion-mnist] \\
         [--out DIR] [--results FILE.jsonl] [--lr 1e-4]
-A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill] (last: --eval-last;
-fl8: --first-last-8bit; distill: --distill, no labels in training).
+A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill][:dl=A][:val=N][:best]
+[:aug=SPEC] (last: --eval-last; fl8: --first-last-8bit; distill: --distill, no labels in training;
+dl=A: --distill-labels A, labels mixed into the distillation target; val=N: --validation N, N
+training images held out; best: --keep-best, the epoch kept by that validation split; aug=SPEC:
+--augment SPEC with `+` for `,`, e.g. aug=flip+shift=2).
 """
 import argparse, gzip, json, os, subprocess, sys, time
 
@@ -89,9 +92,17 @@ def main():
                 cmd.append("--first-last-8bit")
             elif e.startswith("obs="):
                 cmd += ["--observer-steps", e[4:]]
+            elif e.startswith("dl="):
+                cmd += ["--distill-labels", e[3:]]
+            elif e.startswith("val="):
+                cmd += ["--validation", e[4:]]
+            elif e == "best":
+                cmd.append("--keep-best")
+            elif e.startswith("aug="):
+                cmd += ["--augment", e[4:].replace("+", ",")]
             else:
                 sys.exit(f"unknown option {e} in {spec}")
-        tag = spec.replace(":", "_").replace("=", "")
+        tag = spec.replace(":", "_").replace("=", "").replace("+", "-")
         out = os.path.join(a.out, f"{tag}.onnx")
         cmd += ["--lr", lr, "-o", out, "--log", out + ".csv", "--json"]
         l0, t0 = load(), time.time()
@@ -103,7 +114,8 @@ def main():
             row = json.loads(r.stdout.strip().splitlines()[-1])
             row.update({"run": spec, "cmd": " ".join(cmd[1:]).replace(ROOT + "/", ""),
                         "wall_s": wall, "load_before": l0, "load_after": load(),
-                        "train_fraction": min(int(lim), 60000) / 60000})
+                        "train_fraction": min(int(lim), 60000) / 60000,
+                        "rayon_threads": os.environ.get("RAYON_NUM_THREADS")})
             tmp = os.path.join(a.out, f"{tag}.engine")
             os.makedirs(tmp, exist_ok=True)
             e = engine_top1(a.quantkit, out, xfile, tmp)

@@ -12,6 +12,7 @@
 //! assert_eq!(grads.get(x).unwrap().data(), &[0.0, 1.0, 1.0]);
 //! ```
 
+pub mod augment;
 pub mod error;
 pub mod exact;
 pub mod export;

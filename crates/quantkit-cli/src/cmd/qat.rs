@@ -89,6 +89,12 @@ pub struct Args {
     /// 0 leaves an output out). Default 1 for every output.
     #[arg(long)]
     distill_weights: Option<String>,
+    /// Distillation with labels: the scored output's distillation target becomes
+    /// `(1 − α)·teacher + α·one-hot(label)` (Hinton et al. 2015's weighted sum of the soft
+    /// and the hard cross-entropy, at T = 1). Needs `--distill`, labels and a KL term on
+    /// that output. Default 0 (no labels).
+    #[arg(long, default_value_t = 0.0)]
+    distill_labels: f32,
     /// The output whose argmax is scored (accuracy with labels, agreement without).
     /// Default: the first output that is a Softmax's probabilities, else output 0.
     #[arg(long)]
@@ -112,9 +118,28 @@ pub struct Args {
     /// the CSV then leaves the evaluation columns of earlier epochs empty.
     #[arg(long)]
     eval_last: bool,
-    /// Shuffling seed.
+    /// Shuffling seed (also seeds `--augment` and the `--validation` split).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Augment every training batch before the student and the teacher see it (labels
+    /// are kept): comma-separated `flip[=AXIS]`, `shift=PX`, `scale=F`, `brightness=F`,
+    /// `contrast=F`, `noise=F`, `p=F`, `layout=nchw|nhwc`, or `default` (`flip,shift=2,
+    /// scale=0.1,brightness=0.1,contrast=0.1,noise=0.02`). A fresh seeded transform each
+    /// time a sample is drawn; brightness and noise are in standard deviations of the
+    /// sample; `flip` mirrors the width axis, `flip=AXIS` that tensor axis (MTCNN's
+    /// `[N, W, H, C]` inputs: `flip=1`). Calibration and evaluation data are never
+    /// augmented (docs/qat.md).
+    #[arg(long)]
+    augment: Option<String>,
+    /// Hold out this many training samples (a seeded random subset, `--seed`) as a
+    /// validation split: never trained on nor calibrated on; the integer engine's accuracy
+    /// on it (without labels: top-1 agreement with the float model) is printed per epoch.
+    #[arg(long)]
+    validation: Option<usize>,
+    /// Write the epoch with the best validation figure instead of the last one (ties go to
+    /// the later epoch); needs `--validation`. The test set is never used to choose.
+    #[arg(long)]
+    keep_best: bool,
     /// Output QDQ ONNX model (written atomically, only after training succeeded).
     #[arg(short, long)]
     output: PathBuf,
@@ -399,6 +424,37 @@ fn output_step(g: &Graph, po: usize) -> Option<f32> {
     Some(g.initializers.get(dq.inputs.get(1)?)?.to_f32_vec()[0])
 }
 
+/// Mixes one-hot labels into a distillation target row by row:
+/// `q = (1 − α)·p_teacher + α·one-hot`, where `p_teacher` is the row itself (`probs`, a
+/// Softmax output) or its softmax (logits); logits are replaced by `ln q`, whose softmax is
+/// `q` (a zero becomes −∞, which the KL skips). At T = 1 the KL to `q` has the gradient
+/// `(p − q)/N` of `(1 − α)·CE(p_teacher) + α·CE(label)`.
+fn mix_labels(t: &mut [f32], labels: &[usize], alpha: f32, probs: bool) -> anyhow::Result<()> {
+    let k = t.len() / labels.len().max(1);
+    anyhow::ensure!(
+        k > 0 && k * labels.len() == t.len(),
+        "--distill-labels: {} labels for an output of {} values",
+        labels.len(),
+        t.len()
+    );
+    for (row, &y) in t.chunks_mut(k).zip(labels) {
+        anyhow::ensure!(y < k, "--distill-labels: label {y} for an output of {k} classes");
+        let p: Vec<f64> = if probs {
+            row.iter().map(|&v| f64::from(v)).collect()
+        } else {
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let e: Vec<f64> = row.iter().map(|&v| f64::from(v - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.into_iter().map(|v| v / s).collect()
+        };
+        for (j, v) in row.iter_mut().enumerate() {
+            let q = (1.0 - f64::from(alpha)) * p[j] + if j == y { f64::from(alpha) } else { 0.0 };
+            *v = if probs { q as f32 } else { q.ln() as f32 };
+        }
+    }
+    Ok(())
+}
+
 /// Runs `quantkit qat`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
@@ -465,10 +521,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         specs.len()
     );
     let input = specs[0].name.clone();
+    anyhow::ensure!(
+        !args.keep_best || args.validation.is_some(),
+        "--keep-best chooses the epoch on a validation split: give --validation N"
+    );
+    let augment = args
+        .augment
+        .as_deref()
+        .map(quantkit_train::augment::Augment::parse)
+        .transpose()?;
+    // The validation split: a seeded subset of the training data, kept out of training
+    // and out of the default calibration.
+    let split = match args.validation {
+        Some(nv) => {
+            let n = open(&args.data, &specs, Split::Train, args.labels.clone())?.len();
+            Some(
+                quantkit_data::holdout_split(n, nv, args.seed ^ 0x5EED_0F_0A11)
+                    .with_context(|| format!("--validation {nv} of {}", args.data.display()))?,
+            )
+        }
+        None => None,
+    };
 
     // PTQ starting point.
     let calib_path = args.calib.clone().unwrap_or_else(|| args.data.clone());
     let mut calib = open(&calib_path, &specs, Split::Train, args.labels.clone())?;
+    if let (None, Some((tr, _))) = (&args.calib, &split) {
+        calib = calib.subset(tr.clone())?;
+    }
     let mut cfg = quantkit_ptq::PtqConfig {
         calib_samples: Some(1000),
         ..Default::default()
@@ -521,6 +601,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .collect();
 
     let mut train = open(&args.data, &specs, Split::Train, args.labels.clone())?;
+    let mut val_data = None;
+    if let Some((tr, va)) = split {
+        val_data = Some(open(&args.data, &specs, Split::Train, args.labels.clone())?.subset(va)?);
+        train = train.subset(tr)?;
+    }
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.distill_labels),
+        "--distill-labels {}: expected a weight in [0, 1]",
+        args.distill_labels
+    );
+    if args.distill_labels > 0.0 {
+        anyhow::ensure!(
+            args.distill && train.has_labels() && args.distill_temperature == 1.0,
+            "--distill-labels mixes labels into the distillation target: it needs --distill, \
+             labels for {} and --distill-temperature 1",
+            args.data.display()
+        );
+    }
     if !args.distill && !train.has_labels() {
         bail!(
             "{}: no labels: give --labels, or --distill to train against the float model",
@@ -598,6 +696,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             terms.iter().any(|t| t.loss != OutputLoss::Ignore),
             "--distill-weights: every output has weight 0"
         );
+        anyhow::ensure!(
+            args.distill_labels == 0.0
+                || matches!(
+                    terms[po].loss,
+                    OutputLoss::KlProbs { .. } | OutputLoss::KlLogits { .. }
+                ),
+            "--distill-labels: output {po} is distilled by {:?}; labels mix only into a KL term",
+            terms[po].loss
+        );
     }
 
     let engine_opts = quantkit_engine::EngineOptions::default();
@@ -621,6 +728,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         po,
     )?;
 
+    let val_ptq = match &mut val_data {
+        Some(v) => Some(evaluate_engine(v, None, &input, &float, &ptq_plan, po)?.0),
+        None => None,
+    };
+    let mut val_scores: Vec<f64> = Vec::new();
+    // (epoch, the training state, its export, its per-output training losses).
+    let mut best: Option<(usize, Box<Qat>, Graph, Vec<f64>)> = None;
+
     let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
     let steps = n_train / args.batch;
     anyhow::ensure!(
@@ -638,6 +753,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     for i in 0..nout {
         log.push_str(&format!(",loss_output{i},engine_cosine_output{i}"));
+    }
+    if val_data.is_some() {
+        log.push_str(",validation");
     }
     log.push('\n');
     let bar = if args.json {
@@ -670,6 +788,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (step, b) in batches.enumerate() {
             let b = b?;
             let x = Tensor::from_f32(&b.shape, b.data);
+            // Augmented before the teacher and the student see it; labels stay.
+            let x = match &augment {
+                Some(a) => a
+                    .apply_tensor(&x, quantkit_train::augment::batch_seed(args.seed, epoch, step))
+                    .context("--augment")?,
+                None => x,
+            };
             let labels: Option<Vec<usize>> = b
                 .labels
                 .map(|l| l.into_iter().map(|v| v as usize).collect());
@@ -682,10 +807,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 )
             };
             let (l, out) = if args.distill {
-                let teachers: Vec<Vec<f32>> = float_outputs(&float, &input, &x)?
+                let mut teachers: Vec<Vec<f32>> = float_outputs(&float, &input, &x)?
                     .iter()
                     .map(Tensor::to_f32_vec)
                     .collect();
+                if args.distill_labels > 0.0 {
+                    let l = labels.as_deref().context("--distill-labels: a batch without labels")?;
+                    let probs = matches!(terms[po].loss, OutputLoss::KlProbs { .. });
+                    mix_labels(&mut teachers[po], l, args.distill_labels, probs)?;
+                }
                 let (l, parts, mut outs) = qat
                     .train_step_outputs(&mut opt, x, &teachers, &terms, lr)
                     .with_context(stopped)?;
@@ -736,6 +866,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let train_secs = te.elapsed().as_secs_f64();
         epochs_secs.push(train_secs);
         let sps = seen as f64 / train_secs.max(1e-9);
+        let part_means: Vec<f64> = part_sums.iter().map(|p| p / seen.max(1) as f64).collect();
+        let mut val_note = String::new();
+        if let Some(v) = &mut val_data {
+            let exported = qat.export().with_context(|| {
+                format!("epoch {}: exporting for the validation split", epoch + 1)
+            })?;
+            let plan = quantkit_engine::compile(&exported, &engine_opts)
+                .context("compiling the QAT model on the integer engine")?;
+            let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po)?;
+            val_scores.push(score);
+            val_note = format!(",{score:.6}");
+            bar.println(format!(
+                "epoch {}: validation ({} held-out training samples, engine) {:.2}% (PTQ {:.2}%)",
+                epoch + 1,
+                v.len(),
+                score * 100.0,
+                val_ptq.unwrap_or(f64::NAN) * 100.0
+            ));
+            // Ties go to the later epoch: further down the cosine schedule.
+            if args.keep_best && best.as_ref().is_none_or(|b| score >= val_scores[b.0]) {
+                best = Some((epoch, Box::new(qat.clone()), exported, part_means.clone()));
+            }
+        }
         if args.eval_last && epoch + 1 < args.epochs {
             log.push_str(&format!(
                 "{},{:.6},{:.6},{:.1},,,,,,,,{:.2}",
@@ -748,6 +901,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for p in &part_sums {
                 log.push_str(&format!(",{:.6},", p / seen.max(1) as f64));
             }
+            log.push_str(&val_note);
             log.push('\n');
             bar.println(format!(
                 "epoch {}: loss {:.4}, {sps:.0} samples/s (evaluated after the last epoch)",
@@ -798,6 +952,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (p, c) in part_sums.iter().zip(&ev.engine_close) {
             log.push_str(&format!(",{:.6},{:.6}", p / seen.max(1) as f64, c.cosine()));
         }
+        log.push_str(&val_note);
         log.push('\n');
         if args.distill {
             let parts: Vec<String> = float
@@ -833,17 +988,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.fake_f32 * 100.0,
             ev.agreement_f32 * 100.0
         ));
-        last = Some((
-            exported,
-            ev,
-            part_sums
-                .iter()
-                .map(|p| p / seen.max(1) as f64)
-                .collect::<Vec<_>>(),
-        ));
+        last = Some((exported, ev, part_means, epoch));
     }
     bar.finish_and_clear();
-    let (exported, ev, last_parts) = last.expect("at least one epoch");
+    let (mut exported, mut ev, mut last_parts, last_epoch) = last.expect("at least one epoch");
+    let mut kept_epoch = args.epochs;
+    if let Some((epoch, qat_best, exported_best, parts)) = best {
+        kept_epoch = epoch + 1;
+        if epoch != last_epoch {
+            // The test figures of the kept epoch (evaluated once, after the choice).
+            let plan = quantkit_engine::compile(&exported_best, &engine_opts)
+                .context("compiling the kept epoch's model on the integer engine")?;
+            let exact = exact_plan(&qat_best, &exported_best, &plan, &engine_opts, None)?;
+            ev = evaluate(
+                &mut eval_data,
+                args.eval_limit,
+                &input,
+                &float,
+                &qat_best,
+                &exact,
+                &plan,
+                po,
+            )?;
+            exported = exported_best;
+            last_parts = parts;
+        }
+        if !args.json {
+            eprintln!(
+                "keeping epoch {kept_epoch} (best validation figure {:.2}%)",
+                val_scores[epoch] * 100.0
+            );
+        }
+    }
     quantkit_graph::save_model(&exported, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(path) = &args.log {
@@ -896,6 +1072,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "weight_bits": args.weight_bits,
                 "activation_bits": args.activation_bits,
                 "first_last_8bit": args.first_last_8bit,
+                "augment": args.augment,
+                "validation_samples": args.validation,
+                "validation_ptq": val_ptq,
+                "validation": val_scores,
+                "kept_epoch": kept_epoch,
                 "output": args.output.display().to_string(),
             })
         );
@@ -927,4 +1108,52 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mix_labels;
+    use quantkit_train::losses::{compute, distill_kl, distill_kl_probs, LossKind};
+
+    /// The KL to the mixed target has the gradient of `(1 − α)·KD + α·CE(labels)` on the
+    /// logits, for logit and probability outputs; α = 0 leaves the teacher as it is.
+    #[test]
+    fn mixed_target_gradient_is_the_weighted_sum() {
+        let k = 4;
+        let student = [0.3f32, -1.2, 2.0, 0.1, 1.5, 0.2, -0.7, 0.9];
+        let teacher = [0.1f32, -1.0, 2.4, 0.0, 1.1, 0.5, -0.2, 0.3];
+        let labels = [2usize, 3];
+        let alpha = 0.3;
+        let (_, g_kd) = distill_kl(&student, &teacher, k, 1.0);
+        let (_, g_ce) = compute(LossKind::CrossEntropy, &student, k, Some(&labels), None).unwrap();
+        let mut mixed = teacher.to_vec();
+        mix_labels(&mut mixed, &labels, alpha, false).unwrap();
+        let (_, g) = distill_kl(&student, &mixed, k, 1.0);
+        for j in 0..g.len() {
+            let want = (1.0 - alpha) * g_kd[j] + alpha * g_ce[j];
+            assert!((g[j] - want).abs() < 1e-6, "{j}: {} vs {want}", g[j]);
+        }
+        // Probabilities: the mixed rows still sum to 1 and equal the mixed softmax.
+        let soft = |r: &[f32]| {
+            let m = r.iter().cloned().fold(f32::MIN, f32::max);
+            let e: Vec<f32> = r.iter().map(|v| (v - m).exp()).collect();
+            let s: f32 = e.iter().sum();
+            e.into_iter().map(|v| v / s).collect::<Vec<f32>>()
+        };
+        let mut p: Vec<f32> = teacher.chunks(k).flat_map(soft).collect();
+        let ps: Vec<f32> = student.chunks(k).flat_map(soft).collect();
+        mix_labels(&mut p, &labels, alpha, true).unwrap();
+        let q: Vec<f32> = mixed.chunks(k).flat_map(soft).collect();
+        for (a, b) in p.iter().zip(&q) {
+            assert!((a - b).abs() < 1e-6);
+        }
+        let (_, gp) = distill_kl_probs(&ps, &p, k, 1.0);
+        assert!(gp.iter().all(|v| v.is_finite()));
+        let mut same = teacher.to_vec();
+        mix_labels(&mut same, &labels, 0.0, false).unwrap();
+        let (a, b) = (soft(&same[..k]), soft(&teacher[..k]));
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-6));
+        assert!(mix_labels(&mut same, &[9, 0], 0.5, false).is_err());
+        assert!(mix_labels(&mut same, &[0, 0, 0], 0.5, false).is_err());
+    }
 }
