@@ -65,7 +65,10 @@ fn augmented_distillation_with_validation_keeps_the_best_epoch() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
     let kl = v["outputs"][0]["final_train_loss"].as_f64().unwrap();
-    assert!(kl < 0.02, "the student is far from its teacher: KL {kl}: {stdout}");
+    assert!(
+        kl < 0.02,
+        "the student is far from its teacher: KL {kl}: {stdout}"
+    );
     assert_eq!(v["validation_samples"].as_u64(), Some(200), "{stdout}");
     let val: Vec<f64> = v["validation"]
         .as_array()
@@ -81,7 +84,10 @@ fn augmented_distillation_with_validation_keeps_the_best_epoch() {
     assert_eq!(v["kept_epoch"].as_u64(), Some(kept as u64), "{stdout}");
     assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
     let csv = std::fs::read_to_string(&log).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",validation"), "{csv}");
+    assert!(
+        csv.lines().next().unwrap().ends_with(",validation"),
+        "{csv}"
+    );
     assert_eq!(csv.lines().count(), 4, "{csv}");
     assert!(quantkit_graph::load_model(&out).is_ok());
     let _ = std::fs::remove_file(&out);

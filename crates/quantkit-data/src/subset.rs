@@ -102,7 +102,10 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, (0..1000).collect::<Vec<_>>());
         assert!(ho.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(holdout_split(1000, 100, 7).unwrap(), (tr.clone(), ho.clone()));
+        assert_eq!(
+            holdout_split(1000, 100, 7).unwrap(),
+            (tr.clone(), ho.clone())
+        );
         assert_ne!(holdout_split(1000, 100, 8).unwrap().1, ho);
         // Not simply the first or last samples.
         assert!(ho[0] < 900 && *ho.last().unwrap() >= 100);

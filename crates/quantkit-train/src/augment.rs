@@ -83,6 +83,9 @@ impl Default for Augment {
     }
 }
 
+/// What `--augment default` means.
+pub const DEFAULT: &str = "flip,shift=2,scale=0.1,brightness=0.1,contrast=0.1,noise=0.02";
+
 fn bad(msg: String) -> TrainError {
     TrainError::Graph(msg)
 }
@@ -119,15 +122,24 @@ impl Geometry {
 
 impl Augment {
     /// Parses `flip[=AXIS],shift=PX,scale=F,brightness=F,contrast=F,noise=F,p=F,layout=nchw|nhwc`
-    /// (any subset, comma-separated). `default` alone is
-    /// `flip,shift=2,scale=0.1,brightness=0.1,contrast=0.1,noise=0.02`.
+    /// (any subset, comma-separated). `default` stands for [`DEFAULT`], and may be followed
+    /// by items that override it (`default,p=0.5`).
     pub fn parse(spec: &str) -> Result<Augment> {
-        let spec = spec.trim();
-        if spec == "default" {
-            return Self::parse("flip,shift=2,scale=0.1,brightness=0.1,contrast=0.1,noise=0.02");
-        }
+        // `default` may stand among other items (`default,p=0.5`); later items override.
+        let spec: Vec<&str> = spec
+            .split(',')
+            .map(str::trim)
+            .flat_map(|s| {
+                if s == "default" {
+                    DEFAULT.split(',').collect()
+                } else {
+                    vec![s]
+                }
+            })
+            .filter(|s| !s.is_empty())
+            .collect();
         let mut a = Augment::default();
-        for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for part in spec {
             let (k, v) = match part.split_once('=') {
                 Some((k, v)) => (k.trim(), Some(v.trim())),
                 None => (part, None),
@@ -312,11 +324,7 @@ impl Augment {
                     0.0
                 };
                 let m = dst.iter().map(|&v| f64::from(v)).sum::<f64>() / per as f64;
-                let var = dst
-                    .iter()
-                    .map(|&v| (f64::from(v) - m).powi(2))
-                    .sum::<f64>()
-                    / per as f64;
+                let var = dst.iter().map(|&v| (f64::from(v) - m).powi(2)).sum::<f64>() / per as f64;
                 let (m, s) = (m as f32, var.sqrt() as f32);
                 for v in dst.iter_mut() {
                     let mut y = m + c * (*v - m) + b * s;
@@ -335,7 +343,10 @@ impl Augment {
         let data = x
             .as_f32()
             .ok_or_else(|| bad(format!("augment: the input is {:?}, not float", x.dtype)))?;
-        Ok(Tensor::from_f32(&x.shape, self.apply(&x.shape, data, seed)?))
+        Ok(Tensor::from_f32(
+            &x.shape,
+            self.apply(&x.shape, data, seed)?,
+        ))
     }
 }
 
@@ -437,7 +448,10 @@ mod tests {
         // NCHW default: the last axis.
         let shape = [8, 1, 3, 4];
         let x = ramp(&shape);
-        let y = Augment::parse("flip").unwrap().apply(&shape, &x, 5).unwrap();
+        let y = Augment::parse("flip")
+            .unwrap()
+            .apply(&shape, &x, 5)
+            .unwrap();
         for i in 0..8 {
             let (s, d) = (&x[i * 12..i * 12 + 12], &y[i * 12..i * 12 + 12]);
             let mirrored = (0..3).all(|r| (0..4).all(|c| d[r * 4 + c] == s[r * 4 + 3 - c]));
@@ -459,15 +473,19 @@ mod tests {
         let src: Vec<f32> = (0..12).map(|v| v as f32).collect();
         let mut dst = vec![0.0; 12];
         warp(&g, &src, &mut dst, 1.0, 0.0, 1.0, None);
-        assert_eq!(
-            dst,
-            vec![0., 0., 1., 2., 4., 4., 5., 6., 8., 8., 9., 10.]
-        );
+        assert_eq!(dst, vec![0., 0., 1., 2., 4., 4., 5., 6., 8., 8., 9., 10.]);
     }
 
     #[test]
     fn bad_specs_and_shapes_are_errors() {
-        for s in ["shift", "scale=2", "noise=-1", "flip=0", "rotate=3", "layout=hwc"] {
+        for s in [
+            "shift",
+            "scale=2",
+            "noise=-1",
+            "flip=0",
+            "rotate=3",
+            "layout=hwc",
+        ] {
             assert!(Augment::parse(s).is_err(), "{s}");
         }
         let a = Augment::parse("flip").unwrap();
@@ -480,8 +498,6 @@ mod tests {
         assert!(a.apply(&[1, 1, 4, 4], &[0.0; 16], 0).is_ok());
         let a = Augment::parse("flip=1").unwrap();
         assert!(a.apply(&[1, 1, 4, 4], &[0.0; 16], 0).is_err());
-        assert!(Augment::default()
-            .apply(&[2, 3], &[0.0; 5], 0)
-            .is_err());
+        assert!(Augment::default().apply(&[2, 3], &[0.0; 5], 0).is_err());
     }
 }

@@ -438,7 +438,10 @@ fn mix_labels(t: &mut [f32], labels: &[usize], alpha: f32, probs: bool) -> anyho
         t.len()
     );
     for (row, &y) in t.chunks_mut(k).zip(labels) {
-        anyhow::ensure!(y < k, "--distill-labels: label {y} for an output of {k} classes");
+        anyhow::ensure!(
+            y < k,
+            "--distill-labels: label {y} for an output of {k} classes"
+        );
         let p: Vec<f64> = if probs {
             row.iter().map(|&v| f64::from(v)).collect()
         } else {
@@ -791,7 +794,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // Augmented before the teacher and the student see it; labels stay.
             let x = match &augment {
                 Some(a) => a
-                    .apply_tensor(&x, quantkit_train::augment::batch_seed(args.seed, epoch, step))
+                    .apply_tensor(
+                        &x,
+                        quantkit_train::augment::batch_seed(args.seed, epoch, step),
+                    )
                     .context("--augment")?,
                 None => x,
             };
@@ -812,7 +818,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .map(Tensor::to_f32_vec)
                     .collect();
                 if args.distill_labels > 0.0 {
-                    let l = labels.as_deref().context("--distill-labels: a batch without labels")?;
+                    let l = labels
+                        .as_deref()
+                        .context("--distill-labels: a batch without labels")?;
                     let probs = matches!(terms[po].loss, OutputLoss::KlProbs { .. });
                     mix_labels(&mut teachers[po], l, args.distill_labels, probs)?;
                 }
