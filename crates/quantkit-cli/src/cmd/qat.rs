@@ -539,7 +539,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(nv) => {
             let n = open(&args.data, &specs, Split::Train, args.labels.clone())?.len();
             Some(
-                quantkit_data::holdout_split(n, nv, args.seed ^ 0x5EED_0F_0A11)
+                quantkit_data::holdout_split(n, nv, args.seed ^ 0x005E_ED0F_0A11)
                     .with_context(|| format!("--validation {nv} of {}", args.data.display()))?,
             )
         }
