@@ -14,9 +14,11 @@ Usage:
     python3 bench/qat_table.py --runs lenet:8:8:1:20000 lenet:4:4:3:20000:lsq ... \\
         [--quantkit target/release/quantkit] [--data /usr/share/datasets/fashion-mnist] \\
         [--out DIR] [--results FILE.jsonl] [--lr 1e-4]
-A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill][:--opt[=V]]...
-(last: --eval-last; fl8: --first-last-8bit; distill: --distill, no labels in training unless
---ce-weight=W; --opt[=V]: any other `quantkit qat` option, passed as is).
+A run is MODEL:WBITS:ABITS:EPOCHS:LIMIT[:lsq][:lr=X][:obs=N][:last][:fl8][:distill][:val=N][:best]
+[:aug=SPEC][:--opt[=V]]... (last: --eval-last; fl8: --first-last-8bit; distill: --distill, no
+labels in training unless --ce-weight=W; val=N: --validation N, N training images held out;
+best: --keep-best, the epoch kept by that validation split; aug=SPEC: --augment SPEC with `+`
+for `,`, e.g. aug=flip+shift=2; --opt[=V]: any other `quantkit qat` option, passed as is).
 """
 import argparse, gzip, json, os, subprocess, sys, time
 
@@ -90,12 +92,18 @@ def main():
                 cmd.append("--first-last-8bit")
             elif e.startswith("obs="):
                 cmd += ["--observer-steps", e[4:]]
+            elif e.startswith("val="):
+                cmd += ["--validation", e[4:]]
+            elif e == "best":
+                cmd.append("--keep-best")
+            elif e.startswith("aug="):
+                cmd += ["--augment", e[4:].replace("+", ",")]
             elif e.startswith("--"):
                 # Any other `quantkit qat` option, as --name or --name=value.
                 cmd += e.split("=", 1)
             else:
                 sys.exit(f"unknown option {e} in {spec}")
-        tag = spec.replace(":", "_").replace("=", "")
+        tag = spec.replace(":", "_").replace("=", "").replace("+", "-")
         out = os.path.join(a.out, f"{tag}.onnx")
         cmd += ["--lr", lr, "-o", out, "--log", out + ".csv", "--json"]
         l0, t0 = load(), time.time()
@@ -107,7 +115,8 @@ def main():
             row = json.loads(r.stdout.strip().splitlines()[-1])
             row.update({"run": spec, "cmd": " ".join(cmd[1:]).replace(ROOT + "/", ""),
                         "wall_s": wall, "load_before": l0, "load_after": load(),
-                        "train_fraction": min(int(lim), 60000) / 60000})
+                        "train_fraction": min(int(lim), 60000) / 60000,
+                        "rayon_threads": os.environ.get("RAYON_NUM_THREADS")})
             tmp = os.path.join(a.out, f"{tag}.engine")
             os.makedirs(tmp, exist_ok=True)
             e = engine_top1(a.quantkit, out, xfile, tmp)

@@ -29,6 +29,7 @@ pub mod image_folder;
 pub mod mnist_json;
 pub mod npy;
 pub mod source;
+pub mod subset;
 
 pub use dataset::{Batch, BatchIter, BatchOptions, Dataset};
 pub use error::{DataError, Result};
@@ -36,3 +37,4 @@ pub use feed::{InputSpec, NamedFeeds, Run};
 pub use idx::Split;
 pub use image_folder::{ColorMode, ImageOptions, Layout};
 pub use source::{open_data, open_data_for, DataSource, OpenOptions};
+pub use subset::{holdout_split, Subset};

@@ -25,6 +25,7 @@
 //! assert_eq!(net.params.iter().next().unwrap().grad.data(), &[3.0, 1.0]);
 //! ```
 
+pub mod augment;
 pub mod error;
 pub mod exact;
 pub mod export;

@@ -138,9 +138,28 @@ pub struct Args {
     /// the CSV then leaves the evaluation columns of earlier epochs empty.
     #[arg(long)]
     eval_last: bool,
-    /// Shuffling seed.
+    /// Shuffling seed (also seeds `--augment` and the `--validation` split).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Augment every training batch before the student and the teacher see it (labels
+    /// are kept): comma-separated `flip[=AXIS]`, `shift=PX`, `scale=F`, `brightness=F`,
+    /// `contrast=F`, `noise=F`, `p=F`, `layout=nchw|nhwc`, or `default` (`flip,shift=2,
+    /// scale=0.1,brightness=0.1,contrast=0.1,noise=0.02`). A fresh seeded transform each
+    /// time a sample is drawn; brightness and noise are in standard deviations of the
+    /// sample; `flip` mirrors the width axis, `flip=AXIS` that tensor axis (MTCNN's
+    /// `[N, W, H, C]` inputs: `flip=1`). Calibration and evaluation data are never
+    /// augmented (docs/qat.md).
+    #[arg(long)]
+    augment: Option<String>,
+    /// Hold out this many training samples (a seeded random subset, `--seed`) as a
+    /// validation split: never trained on nor calibrated on; the integer engine's accuracy
+    /// on it (without labels: top-1 agreement with the float model) is printed per epoch.
+    #[arg(long)]
+    validation: Option<usize>,
+    /// Write the epoch with the best validation figure instead of the last one (ties go to
+    /// the later epoch); needs `--validation`. The test set is never used to choose.
+    #[arg(long)]
+    keep_best: bool,
     /// Output QDQ ONNX model (written atomically, only after training succeeded).
     #[arg(short, long)]
     output: PathBuf,
@@ -619,10 +638,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         specs.len()
     );
     let input = specs[0].name.clone();
+    anyhow::ensure!(
+        !args.keep_best || args.validation.is_some(),
+        "--keep-best chooses the epoch on a validation split: give --validation N"
+    );
+    let augment = args
+        .augment
+        .as_deref()
+        .map(quantkit_train::augment::Augment::parse)
+        .transpose()?;
+    // The validation split: a seeded subset of the training data, kept out of training
+    // and out of the default calibration.
+    let split = match args.validation {
+        Some(nv) => {
+            let n = open(&args.data, &specs, Split::Train, args.labels.clone())?.len();
+            Some(
+                quantkit_data::holdout_split(n, nv, args.seed ^ 0x005E_ED0F_0A11)
+                    .with_context(|| format!("--validation {nv} of {}", args.data.display()))?,
+            )
+        }
+        None => None,
+    };
 
     // PTQ starting point.
     let calib_path = args.calib.clone().unwrap_or_else(|| args.data.clone());
     let mut calib = open(&calib_path, &specs, Split::Train, args.labels.clone())?;
+    if let (None, Some((tr, _))) = (&args.calib, &split) {
+        calib = calib.subset(tr.clone())?;
+    }
     let mut cfg = quantkit_ptq::PtqConfig {
         calib_samples: Some(1000),
         ..Default::default()
@@ -692,6 +735,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.data.display()
         );
     }
+    let mut val_data = None;
+    if let Some((tr, va)) = split {
+        val_data = Some(open(&args.data, &specs, Split::Train, args.labels.clone())?.subset(va)?);
+        train = train.subset(tr)?;
+    }
+    anyhow::ensure!(
+        !(recon && args.validation.is_some()),
+        "--validation scores top-1 on held-out training samples; it does not apply to --loss mse"
+    );
     if !args.distill && !recon && !train.has_labels() {
         bail!(
             "{}: no labels: give --labels, or --distill to train against the float model",
@@ -793,6 +845,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         recon,
     )?;
 
+    let val_ptq = match &mut val_data {
+        Some(v) => Some(evaluate_engine(v, None, &input, &float, &ptq_plan, po, recon)?.0),
+        None => None,
+    };
+    let mut val_scores: Vec<f64> = Vec::new();
+    // (epoch, the training state, its export, its per-output training losses).
+    let mut best: Option<(usize, Box<Qat>, Graph, Vec<f64>)> = None;
+
     let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
     let steps = n_train / args.batch;
     anyhow::ensure!(
@@ -810,6 +870,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     for i in 0..nout {
         log.push_str(&format!(",loss_output{i},engine_cosine_output{i}"));
+    }
+    if val_data.is_some() {
+        log.push_str(",validation");
     }
     log.push('\n');
     let mut points: Vec<super::qat_plot::EpochPoint> = Vec::new();
@@ -851,6 +914,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (step, b) in batches.enumerate() {
             let b = b?;
             let x = Tensor::from_f32(&b.shape, b.data);
+            // Augmented before the teacher and the student see it; labels stay.
+            let x = match &augment {
+                Some(a) => a
+                    .apply_tensor(
+                        &x,
+                        quantkit_train::augment::batch_seed(args.seed, epoch, step),
+                    )
+                    .context("--augment")?,
+                None => x,
+            };
             let labels: Option<Vec<usize>> = b
                 .labels
                 .filter(|_| !recon)
@@ -942,6 +1015,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let train_secs = te.elapsed().as_secs_f64();
         epochs_secs.push(train_secs);
         let sps = seen as f64 / train_secs.max(1e-9);
+        let part_means: Vec<f64> = part_sums.iter().map(|p| p / seen.max(1) as f64).collect();
+        let mut val_note = String::new();
+        if let Some(v) = &mut val_data {
+            let exported = qat.export().with_context(|| {
+                format!("epoch {}: exporting for the validation split", epoch + 1)
+            })?;
+            let plan = quantkit_engine::compile(&exported, &engine_opts)
+                .context("compiling the QAT model on the integer engine")?;
+            let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
+            val_scores.push(score);
+            val_note = format!(",{score:.6}");
+            bar.println(format!(
+                "epoch {}: validation ({} held-out training samples, engine) {:.2}% (PTQ {:.2}%)",
+                epoch + 1,
+                v.len(),
+                score * 100.0,
+                val_ptq.unwrap_or(f64::NAN) * 100.0
+            ));
+            // Ties go to the later epoch: further down the cosine schedule.
+            if args.keep_best && best.as_ref().is_none_or(|b| score >= val_scores[b.0]) {
+                // Kept as exported: with BatchNormalization still on batch statistics,
+                // the model with its running statistics folded.
+                let kept = if qat.bn_batch_active() {
+                    qat.with_bn_folded()?
+                } else {
+                    qat.clone()
+                };
+                best = Some((epoch, Box::new(kept), exported, part_means.clone()));
+            }
+        }
         if args.eval_last && epoch + 1 < args.epochs {
             log.push_str(&format!(
                 "{},{:.6},{:.6},{:.1},,,,,,,,{:.2}",
@@ -954,6 +1057,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for p in &part_sums {
                 log.push_str(&format!(",{:.6},", p / seen.max(1) as f64));
             }
+            log.push_str(&val_note);
             log.push('\n');
             points.push(super::qat_plot::EpochPoint {
                 epoch: epoch + 1,
@@ -1022,6 +1126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (p, c) in part_sums.iter().zip(&ev.engine_close) {
             log.push_str(&format!(",{:.6},{:.6}", p / seen.max(1) as f64, c.cosine()));
         }
+        log.push_str(&val_note);
         log.push('\n');
         points.push(super::qat_plot::EpochPoint {
             epoch: epoch + 1,
@@ -1083,17 +1188,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ev.agreement_f32 * 100.0
         ));
         }
-        last = Some((
-            exported,
-            ev,
-            part_sums
-                .iter()
-                .map(|p| p / seen.max(1) as f64)
-                .collect::<Vec<_>>(),
-        ));
+        last = Some((exported, ev, part_means, epoch));
     }
     bar.finish_and_clear();
-    let (exported, ev, last_parts) = last.expect("at least one epoch");
+    let (mut exported, mut ev, mut last_parts, last_epoch) = last.expect("at least one epoch");
+    let mut kept_epoch = args.epochs;
+    if let Some((epoch, qat_best, exported_best, parts)) = best {
+        kept_epoch = epoch + 1;
+        if epoch != last_epoch {
+            // The test figures of the kept epoch (evaluated once, after the choice).
+            let plan = quantkit_engine::compile(&exported_best, &engine_opts)
+                .context("compiling the kept epoch's model on the integer engine")?;
+            let exact = exact_plan(&qat_best, &exported_best, &plan, &engine_opts, None)?;
+            ev = evaluate(
+                &mut eval_data,
+                args.eval_limit,
+                &input,
+                &float,
+                &qat_best,
+                &exact,
+                &plan,
+                po,
+                recon.then(|| output_step(&exported_best, po).unwrap_or(0.0)),
+            )?;
+            exported = exported_best;
+            last_parts = parts;
+        }
+        if !args.json {
+            eprintln!(
+                "keeping epoch {kept_epoch} (best validation figure {:.2}%)",
+                val_scores[epoch] * 100.0
+            );
+        }
+    }
     quantkit_graph::save_model(&exported, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(path) = &args.log {
@@ -1167,6 +1294,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "freeze_bn_epoch": args.freeze_bn_epoch,
                 "lsq_plus": args.lsq_plus,
                 "ce_weight": args.ce_weight,
+                "augment": args.augment,
+                "validation_samples": args.validation,
+                "validation_ptq": val_ptq,
+                "validation": val_scores,
+                "kept_epoch": kept_epoch,
                 "output": args.output.display().to_string(),
             })
         );
