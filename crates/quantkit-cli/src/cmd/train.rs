@@ -37,7 +37,7 @@ pub struct Args {
     seed: u64,
     /// Worker threads (default: all cores). Results are identical for any thread count.
     #[arg(long)]
-    threads: Option<usize>,
+    pub threads: Option<usize>,
     /// Train on only the first N training images (quick runs).
     #[arg(long)]
     limit: Option<usize>,
@@ -51,12 +51,7 @@ pub struct Args {
 
 /// Runs `quantkit train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if let Some(t) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global()
-            .context("setting the thread count")?;
-    }
+    // `--threads` sized the global pool (main.rs `start_thread_pool`).
     let mut model = zoo::build(&args.arch, args.seed)?;
     let mut cfg = TrainConfig::for_arch(&args.arch);
     cfg.seed = args.seed;
