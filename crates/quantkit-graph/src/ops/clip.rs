@@ -98,6 +98,26 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             })
             .collect()
     }
+    // f32 with bounds that are f32 values (always, unless a bound came from a wider
+    // type): the same comparisons in f32, which vectorise. The result is one of x, lo, hi
+    // either way, so it is the same value as the f64 path's.
+    if let crate::tensor::Data::F32(v) = &x.data {
+        let (l, h) = (lo as f32, hi as f32);
+        if f64::from(l) == lo && f64::from(h) == hi {
+            let y = v
+                .iter()
+                .map(|&x| {
+                    let y = x.max(l).min(h);
+                    if x.is_nan() || y == x {
+                        x
+                    } else {
+                        y
+                    }
+                })
+                .collect();
+            return make(x.dtype, x.shape.clone(), crate::tensor::Data::F32(y)).map(|t| vec![t]);
+        }
+    }
     let data = map_data!(&x.data, v => clip(v, lo, hi));
     make(x.dtype, x.shape.clone(), data).map(|t| vec![t])
 }
@@ -139,3 +159,57 @@ pub const DEF: super::OpDef = super::OpDef::onnx("Clip", 1, eval)
         clamp: true,
         ..super::Facts::NONE
     });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Node;
+
+    /// The f32 path gives the bits the element-generic (f64) path gives, on NaN, signed
+    /// zeros, infinities, values at the bounds, absent bounds and min > max.
+    #[test]
+    fn f32_path_equals_the_generic_path_bit_for_bit() {
+        let xs = vec![
+            f32::NAN,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -1.5,
+            0.25,
+            6.0,
+            6.000_001,
+            -3.0,
+            1e30,
+        ];
+        let n = Node::new("c", "Clip", &["x", "lo", "hi"], &["y"]);
+        let bounds = [
+            (Some(0.0f32), Some(6.0f32)),
+            (Some(-0.0), None),
+            (None, Some(0.25)),
+            (Some(1.0), Some(-1.0)),
+            (None, None),
+        ];
+        for (lo, hi) in bounds {
+            let run = |x: Tensor, lo: Option<Tensor>, hi: Option<Tensor>| {
+                eval(&OpCtx { node: &n, opset: 13 }, &[Some(&x), lo.as_ref(), hi.as_ref()])
+                    .unwrap()
+                    .remove(0)
+            };
+            let f32_out = run(
+                Tensor::from_f32(&[xs.len()], xs.clone()),
+                lo.map(|v| Tensor::from_f32(&[], vec![v])),
+                hi.map(|v| Tensor::from_f32(&[], vec![v])),
+            );
+            let as64 = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+            let f64_out = run(
+                Tensor::new(vec![xs.len()], crate::tensor::Data::F64(as64(&xs))).unwrap(),
+                lo.map(|v| Tensor::new(vec![], crate::tensor::Data::F64(vec![v.into()])).unwrap()),
+                hi.map(|v| Tensor::new(vec![], crate::tensor::Data::F64(vec![v.into()])).unwrap()),
+            );
+            let a: Vec<u32> = f32_out.to_f32_vec().iter().map(|v| v.to_bits()).collect();
+            let b: Vec<u32> = f64_out.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect();
+            assert_eq!(a, b, "bounds {lo:?} {hi:?}");
+        }
+    }
+}
