@@ -46,15 +46,40 @@ pub fn execute_with(
 }
 
 /// For each node index, the index of a `Relu` that is the only reader of its `Conv` output
-/// (and that output is not a graph output), so the pair can run fused.
-fn conv_relu_pairs(graph: &Graph) -> HashMap<usize, usize> {
-    let uses = crate::ir::Uses::new(graph);
+/// (and that output is not a graph output), so the pair can run fused. `reads` is each
+/// node's [`node_reads`].
+fn conv_relu_pairs(graph: &Graph, reads: &[Vec<&str>]) -> HashMap<usize, usize> {
     let mut pairs = HashMap::new();
+    if !graph.nodes.iter().any(|n| n.is(OpKind::Conv)) {
+        return pairs;
+    }
+    // Readers of each value: how many, and the last one.
+    let mut readers: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (i, r) in reads.iter().enumerate() {
+        for v in &graph.nodes[i].inputs {
+            if !v.is_empty() {
+                let e = readers.entry(v.as_str()).or_insert((0, i));
+                *e = (e.0 + 1, i);
+            }
+        }
+        // A subgraph's read makes its node one more reader.
+        for &v in r
+            .iter()
+            .filter(|v| !graph.nodes[i].inputs.iter().any(|x| x == *v))
+        {
+            let e = readers.entry(v).or_insert((0, i));
+            *e = (e.0 + 1, i);
+        }
+    }
     for (i, n) in graph.nodes.iter().enumerate() {
         if !n.is(OpKind::Conv) || n.outputs.len() != 1 {
             continue;
         }
-        if let Some(j) = uses.sole_reader(&n.outputs[0]) {
+        let out = n.outputs[0].as_str();
+        if graph.outputs.iter().any(|o| o.name == out) {
+            continue;
+        }
+        if let Some(&(1, j)) = readers.get(out) {
             let r = &graph.nodes[j];
             if r.is(OpKind::Relu) && r.inputs.len() == 1 && j > i {
                 pairs.insert(i, j);
@@ -62,6 +87,20 @@ fn conv_relu_pairs(graph: &Graph) -> HashMap<usize, usize> {
         }
     }
     pairs
+}
+
+/// Every value `node` reads, as [`crate::ir::Node::reads`] gives them (inputs without `""`
+/// and its subgraphs' outer reads), without building a set for the common node that has
+/// no subgraph (a name may then appear twice, which no caller minds).
+fn node_reads(node: &crate::ir::Node) -> Vec<&str> {
+    if node.subgraphs().next().is_some() {
+        return node.reads().into_iter().collect();
+    }
+    node.inputs
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(String::as_str)
+        .collect()
 }
 
 /// A caller's view of every value as it is produced.
@@ -242,8 +281,9 @@ fn run_body<'g>(
     mut observer: Option<Observer<'_>>,
 ) -> Result<Vec<Tensor>> {
     let fns = plan(graph)?;
+    let reads: Vec<Vec<&str>> = graph.nodes.iter().map(node_reads).collect();
     let fused = if observer.is_none() {
-        conv_relu_pairs(graph)
+        conv_relu_pairs(graph, &reads)
     } else {
         HashMap::new()
     };
@@ -258,8 +298,8 @@ fn run_body<'g>(
     // Last node index reading each value (its subgraphs' reads included), so it can be
     // dropped afterwards.
     let mut last_use: HashMap<&str, usize> = HashMap::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in n.reads() {
+    for (i, r) in reads.iter().enumerate() {
+        for &v in r {
             last_use.insert(v, i);
         }
     }
@@ -327,7 +367,7 @@ fn run_body<'g>(
             }
             env.insert(name.as_str(), t);
         }
-        for name in node.reads() {
+        for &name in &reads[i] {
             if last_use.get(name) == Some(&i) {
                 env.remove(name);
             }
