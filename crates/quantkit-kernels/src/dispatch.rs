@@ -21,7 +21,7 @@ mod table;
 
 pub use table::{kernels, table_for, Kernels};
 pub(crate) use table::{
-    Body, DirectFn, DwFn, I16IndirectFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody,
+    Body, DirectFn, DwFn, I16WindowFn, Mmm, StoreFloatFn, StoreI32Fn, Stores, TileFn, VectorBody,
     Winograd, I16,
 };
 

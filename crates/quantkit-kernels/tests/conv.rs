@@ -496,6 +496,10 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ConvParams::new(2, 2),
     ];
     let pointwise = ConvParams::new(1, 1);
+    let s2 = ConvParams {
+        stride: [2, 2],
+        ..p
+    };
     let cases = [
         ([2, 9, 10, 24], 40, p, "winograd"),
         ([1, 8, 8, 16], 16, p, "winograd"),
@@ -509,6 +513,11 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         // The GEMM paths: pooled blocks of 3 rows (8 pooled rows: 3 + 3 + 2), odd widths.
         ([2, 16, 15, 3], 20, p, "gemm-pairs"),
         ([1, 17, 28, 1], 32, p, "gemm-pairs"),
+        // Strided few-channel convs: the pool-window tile steps two strides per window;
+        // 9 and 8 windows per pooled row (calls of 6 + 3 and 6 + 2), C_in 3 and 2, 33
+        // output channels (the last of three panels partial).
+        ([2, 33, 35, 3], 20, s2, "gemm-pairs"),
+        ([1, 30, 31, 2], 33, s2, "gemm-pairs"),
         ([2, 6, 9, 5], 17, p, "gemm"),
         ([2, 10, 7, 5], 18, pointwise, "gemm"),
         // The direct conv's pooled tiles (weight zero points 0 only): odd sizes, partial

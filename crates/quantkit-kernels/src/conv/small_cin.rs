@@ -218,14 +218,20 @@ impl<'a> SmallCin<'a> {
         }
     }
 
-    /// For the indirect micro-kernel: the planes' words, the offset of each word of K from
-    /// a pixel's base, and the base of output pixel `(b, oy, ox)` (stride 1 only: then
-    /// the 6 pixels from `ox` have consecutive words for every word of K).
-    pub(crate) fn indirect(&self) -> Option<(&[u32], &[usize])> {
-        (self.p.stride[1] == 1).then_some((&self.words[..], &self.offsets[..]))
+    /// The planes' words and the offset of each word of K from a pixel's base, at any
+    /// stride (for the pooled windows: row `r` of a window is a pixel base, the next
+    /// window's two stretches [`Self::pixel_step`] words on).
+    pub(crate) fn words_and_offsets(&self) -> (&[u32], &[usize]) {
+        (&self.words[..], &self.offsets[..])
     }
 
-    /// See [`Self::indirect`].
+    /// Words between the bases of two horizontally adjacent output pixels (the stride).
+    pub(crate) fn pixel_step(&self) -> usize {
+        self.p.stride[1]
+    }
+
+    /// Index in `words` of output pixel `(b, oy, ox)`'s top-left tap in plane 0 (see
+    /// [`Self::words_and_offsets`]).
     #[inline(always)]
     pub(crate) fn pixel_base(&self, b: usize, oy: usize, ox: usize) -> usize {
         self.base(b, oy, ox)
