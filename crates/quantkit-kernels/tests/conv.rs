@@ -816,12 +816,17 @@ fn few_channel_convs_equal_im2col() {
         (1, mk(5, 1, 2, 3)),
         (1, mk(3, 2, 1, 1)),
     ];
-    for (c_in, p) in cases {
+    // Weight zero points not 0 (packed panels with row sums) and all 0 (the 6-pixel tiles
+    // read in place in the planes, `i16.rows`).
+    let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);
+    for ((c_in, p), zero_zw) in cases {
         let c_out = 19;
         let w: Vec<i8> = (0..c_out * c_in * p.kernel[0] * p.kernel[1])
             .map(|_| rng.range(-128, 127) as i8)
             .collect();
-        let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
+        let zw: Vec<i32> = (0..c_out)
+            .map(|_| if zero_zw { 0 } else { rng.range(-9, 9) })
+            .collect();
         let fast =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Pairs).unwrap();
         assert_eq!(fast.method(), "gemm-pairs", "c_in {c_in} {p:?}");

@@ -6,7 +6,7 @@ use super::geometry::{PanelGeometry, Tile, MR, NR, TILE};
 use super::pack::pack_a_panel;
 use super::sink::{column_terms, column_terms_za, write_tile, Epilogue, Sink, TilePos};
 use super::weights::PackedWeights;
-use crate::dispatch::{I16WindowFn, Kernels, Mmm, TileFn};
+use crate::dispatch::{I16RowsFn, I16WindowFn, Kernels, Mmm, TileFn};
 
 /// Exact sums of activation panels packed by the caller, one register tile at a time: the
 /// building block of convolutions that reduce tiles themselves (a fused max pool).
@@ -15,6 +15,8 @@ pub(crate) struct PanelSums<'a> {
     tile: TileFn,
     /// The table's indirect i16 kernel of 2×2 pool windows.
     window: I16WindowFn,
+    /// The table's i16 kernel of 6 rows read in place.
+    rows: I16RowsFn,
     w: std::borrow::Cow<'a, PackedWeights>,
     colterm: Vec<i32>,
     /// The weight panels widened to i16 (same `[g][16][2]` order) for the window
@@ -41,6 +43,7 @@ impl<'a> PanelSums<'a> {
         Some(PanelSums {
             tile: mmm.tile,
             window: k.i16().window,
+            rows: k.i16().rows,
             w,
             colterm,
             b16,
@@ -83,6 +86,34 @@ impl<'a> PanelSums<'a> {
                 row[c] = row[c].wrapping_add(ct[c]);
             }
         }
+    }
+
+    /// The raw sums `Σ_k a·w` of 6 rows read in place (word `g` of row `r` at
+    /// `rows[r] + koff[g]`) with column panel `p` (no column term: see
+    /// [`Self::column_terms`]); only when [`Self::has_indirect`].
+    #[inline(always)]
+    pub(crate) fn rows_tile(
+        &self,
+        a: &[u32],
+        rows: &[usize; MR],
+        koff: &[usize],
+        p: usize,
+        tile: &mut Tile,
+    ) {
+        let w = &*self.w;
+        let b16 = self
+            .b16
+            .as_deref()
+            .expect("indirect tiles need zero weight zero points");
+        assert!(koff.len() == w.kgroups && p < w.n_panels);
+        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        (self.rows)(a, rows, koff, b, &mut tile.0);
+    }
+
+    /// The column terms of (K1) for the activations' zero point (`−za·Σw` with zero weight
+    /// zero points), padded to whole panels.
+    pub(crate) fn column_terms(&self) -> &[i32] {
+        &self.colterm
     }
 
     /// Column panels of the weights.

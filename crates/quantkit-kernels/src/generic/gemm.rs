@@ -89,6 +89,22 @@ pub fn generic_gemm_i16_6x16<const R: usize>(
     i16_tile::<R>(kgroups, |g, r| a[r * lda + g], b, out)
 }
 
+/// `generic_gemm_i16_rows_6x16`: [`generic_gemm_i16_6x16`] of 6 rows read in place: word
+/// `g` of row `r` is `a[rows[r] + koff[g]]` (a pixel's base in the few-channel planes and
+/// the offset of word `g` from it), so A needs no packing. Same arithmetic, same result.
+///
+/// # Panics
+/// When a word or the panel lies outside `a` or `b`.
+pub fn generic_gemm_i16_rows_6x16(
+    a: &[u32],
+    rows: &[usize; 6],
+    koff: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    i16_tile::<6>(koff.len(), |g, r| a[rows[r] + koff[g]], b, out)
+}
+
 /// `generic_gemm_i16_window_4x16`: the exact sums of `windows ≤ 6` windows of 4 rows
 /// (the four conv pixels of a 2×2 max-pool window) with one 16-column i16 panel, each
 /// window reduced to its maximum: word `g` of row `r` of window `w` is
@@ -188,12 +204,12 @@ mod tests {
     use super::*;
     use crate::dispatch::{table_for, Isa};
 
-    /// The window kernel: scalar against a plain i64 maximum of sums, and every ISA's
-    /// table entry against scalar bit for bit, on stored u8 pairs with i8-range weights
+    /// The window kernel (and the 6-row tile on the same operands): scalar against a plain
+    /// i64 maximum of sums (i64 sums), and every ISA's table entry against it bit for bit, on stored u8 pairs with i8-range weights
     /// (the few-channel planes' operands) at both ends of their ranges, k-group counts
     /// 0–40, 0–6 windows, strides 1–3, rows of `out` past the windows untouched.
     #[test]
-    fn window_kernel_equals_the_reference_on_every_isa() {
+    fn window_and_rows_kernels_equal_the_reference_on_every_isa() {
         let mut state = 0x853c_49e6_748f_ea9bu64;
         let mut next = move || {
             state ^= state << 13;
@@ -246,6 +262,32 @@ mod tests {
                         .unwrap();
                     want[w * NR + c] = i32::try_from(m).unwrap();
                 }
+            }
+            // The 6-row tile on the same operands: rows 0..6 at rows[r % 4] + r.
+            let rows6: [usize; 6] = std::array::from_fn(|r| rows[r % 4] + r);
+            let mut want6 = [7i32; TILE];
+            for (r, &base) in rows6.iter().enumerate() {
+                for c in 0..NR {
+                    let s: i64 = koff
+                        .iter()
+                        .enumerate()
+                        .map(|(g, &o)| {
+                            let word = a[base + o];
+                            let (a0, a1) = ((word & 0xffff) as i64, (word >> 16) as i64);
+                            a0 * b[g * 32 + 2 * c] as i64 + a1 * b[g * 32 + 2 * c + 1] as i64
+                        })
+                        .sum();
+                    want6[r * NR + c] = i32::try_from(s).unwrap();
+                }
+            }
+            let mut got6 = [7i32; TILE];
+            generic_gemm_i16_rows_6x16(&a, &rows6, &koff, &b, &mut got6);
+            assert_eq!(got6, want6, "scalar rows, case {case}");
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+                let k = table_for(isa).unwrap();
+                let mut got6 = [7i32; TILE];
+                (k.i16().rows)(&a, &rows6, &koff, &b, &mut got6);
+                assert_eq!(got6, want6, "{isa} rows, case {case}");
             }
             let mut got = [7i32; TILE];
             generic_gemm_i16_window_4x16(&a, &rows, step, windows, &koff, &b, &mut got);

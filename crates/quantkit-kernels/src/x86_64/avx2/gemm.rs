@@ -68,6 +68,53 @@ pub unsafe fn avx2_gemm_i16_6x16<const R: usize>(
     unsafe { i16_tile::<R>(kgroups, |g| (a.as_ptr().add(g) as *const i32, lda), b, out) }
 }
 
+/// AVX2 tile of 6 rows read in place, same contract as
+/// [`crate::generic::gemm::generic_gemm_i16_rows_6x16`]: the 6×16 tile of
+/// [`avx2_gemm_i16_6x16`] (12 accumulators, `vpmaddwd` + `vpaddd`) with each row's word
+/// broadcast from its own address.
+///
+/// # Safety
+/// The CPU must support AVX2. (Bounds are checked here: every word `rows[r] + koff[g]`
+/// lies in `a` and `b` holds `koff.len()·32` values.)
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2_gemm_i16_rows_6x16(
+    a: &[u32],
+    rows: &[usize; 6],
+    koff: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    assert!(b.len() >= koff.len() * NR * 2);
+    let reach = rows.iter().max().copied().unwrap_or(0) + koff.iter().max().copied().unwrap_or(0);
+    assert!(koff.is_empty() || reach < a.len());
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    let r: [*const i32; 6] = std::array::from_fn(|i| ap.wrapping_add(rows[i]));
+    let mut acc0 = [_mm256_setzero_si256(); 6];
+    let mut acc1 = [_mm256_setzero_si256(); 6];
+    for (g, &o) in koff.iter().enumerate() {
+        // SAFETY: word rows[i] + o ≤ reach < a.len() and values [32g, 32g+32) of `b` exist
+        // (asserted above); AVX2 is enabled here.
+        unsafe {
+            let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
+            let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
+            for i in 0..6 {
+                let av = _mm256_set1_epi32(*r[i].add(o));
+                acc0[i] = _mm256_add_epi32(acc0[i], _mm256_madd_epi16(av, b0));
+                acc1[i] = _mm256_add_epi32(acc1[i], _mm256_madd_epi16(av, b1));
+            }
+        }
+    }
+    for i in 0..6 {
+        // SAFETY: row i of the tile is out[16i..16i+16] (6·16 ≤ TILE).
+        unsafe {
+            let row = out.as_mut_ptr().add(i * NR);
+            _mm256_storeu_si256(row as *mut __m256i, acc0[i]);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[i]);
+        }
+    }
+}
+
 /// AVX2 tiles of 2×2 max-pool windows with an indirect A, same contract as
 /// [`crate::generic::gemm::generic_gemm_i16_window_4x16`]: per window the 4 rows × 16
 /// columns stay in 8 accumulators across every k-group (`vpmaddwd` + `vpaddd`), are

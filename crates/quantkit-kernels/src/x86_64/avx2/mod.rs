@@ -74,6 +74,7 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.i16.isa = Isa::Avx2;
     k.i16.tile = tile_i16;
     k.i16.window = tile_i16_window;
+    k.i16.rows = tile_i16_rows;
     k.winograd.body = VectorBody::Avx2(avx2);
     k.winograd.input_isa = Isa::Avx2;
     k.winograd.input = winograd::avx2_winograd_input_16;
@@ -132,6 +133,12 @@ fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: 
             _ => k::<6>(kgroups, a, lda, b, out),
         }
     }
+}
+
+/// Entry of [`gemm::avx2_gemm_i16_rows_6x16`] (which checks its bounds itself).
+fn tile_i16_rows(a: &[u32], rows: &[usize; 6], koff: &[usize], b: &[i16], out: &mut [i32; TILE]) {
+    // SAFETY: installed only by `plug`, after detecting AVX2.
+    unsafe { gemm::avx2_gemm_i16_rows_6x16(a, rows, koff, b, out) }
 }
 
 /// Entry of [`gemm::avx2_gemm_i16_window_4x16`] (which checks its bounds itself).
