@@ -325,7 +325,7 @@ impl<'a> SmallCin<'a> {
 /// one base per pixel, so any stride and any run of pixels) for every column panel, then
 /// handed to the output stage. No activation panel is packed and no row sums are formed
 /// (the `−za·Σw` column term is the writer's). Tiles split into tasks when `work_ns` pays
-/// for it ([`par::tasks`]).
+/// for it ([`crate::par::tasks`]).
 pub(super) fn run_rows<O: crate::output::QuantType>(
     sc: &SmallCin<'_>,
     ps: &crate::gemm::PanelSums<'_>,
