@@ -105,9 +105,12 @@ pub(crate) fn is_exact(c_in: usize, max_g: u32) -> bool {
 }
 
 /// 3×3 weights transformed once (`U' = G' g G'ᵀ`) and packed per ξ in panels of 16 output
-/// channels: value `(ξ, panel p, k-pair g, column c, half h)` at
-/// `((ξ·n_panels + p)·kgroups + g)·32 + 2c + h`, i.e. the pair layout of the GEMM's weight
-/// panels, in i16. Channels past `c_in` / `c_out` are zero.
+/// channels: value `(panel p, ξ, k-pair g, column c, half h)` at
+/// `((p·ξs + ξ)·kgroups + g)·32 + 2c + h`, i.e. the pair layout of the GEMM's weight
+/// panels, in i16. Channels past `c_in` / `c_out` are zero. A column panel's ξ panels are
+/// one contiguous run, read in order by the band loop (ξ inner): at batch 1 each weight
+/// is read once per call (the conv net's 128→256 F(4×4) layer: 2.4 MB of them, from L3),
+/// and one run streams better than 36 runs 64 KB apart.
 #[derive(Debug, Clone)]
 pub(crate) struct WinogradWeights {
     /// Output tile size: 2 for F(2×2, 3×3), 4 for F(4×4, 3×3).
@@ -186,7 +189,7 @@ impl WinogradWeights {
                 });
                 let (kg, h) = (ci / 2, ci % 2);
                 let mut put = |xi: usize, v: i32| {
-                    data[((xi * n_panels + p) * kgroups + kg) * NR * 2 + c * 2 + h] = v as i16;
+                    data[((p * xis + xi) * kgroups + kg) * NR * 2 + c * 2 + h] = v as i16;
                 };
                 if m == 2 {
                     for (xi, &v) in transform_weights(&g).iter().flatten().enumerate() {
@@ -218,7 +221,8 @@ impl WinogradWeights {
     #[inline(always)]
     fn panel(&self, xi: usize, p: usize) -> &[i16] {
         let len = self.kgroups * NR * 2;
-        &self.data[(xi * self.n_panels + p) * len..][..len]
+        let xis = (self.m + 2) * (self.m + 2);
+        &self.data[(p * xis + xi) * len..][..len]
     }
 }
 
@@ -496,10 +500,11 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
             let v16: &mut [i16] = unsafe {
                 std::slice::from_raw_parts_mut(s.v.as_mut_ptr() as *mut i16, s.v.len() * 2)
             };
+            let mut bufs: InputBufs4 = ([[0; CB]; XI4], [[0; CB]; XI4]);
             for t in 0..tiles {
                 let bi = bands.start + t / self.tw;
                 let (b, ty, tx) = (bi / self.th, bi % self.th, t % self.tw);
-                self.input_tile_f4(b, ty, tx, v16, plane * 2, t * kgroups * 2);
+                self.input_tile_f4(b, ty, tx, v16, plane * 2, t * kgroups * 2, &mut bufs);
             }
         }
         let mut run = [
@@ -588,6 +593,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
     /// the pair padding channel (odd `c_in`) set to 0. Portable, 16 channels at a time in
     /// i16 lanes (exact: every partial sum is at most `100·255` in magnitude).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn input_tile_f4(
         &self,
         b: usize,
@@ -596,6 +602,7 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
         v: &mut [i16],
         plane: usize,
         off: usize,
+        (d, vt): &mut InputBufs4,
     ) {
         let [_, h, wd, c] = self.x.shape;
         let za = self.x.zero_point;
@@ -614,22 +621,41 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
                 }
             }
         }
-        // Buffers of the channel blocks, written in place (the last block's lanes past
-        // `c` keep earlier values, which are never stored).
-        let mut d = [[0i16; CB]; XI4];
-        let mut vt = [[0i16; CB]; XI4];
+        // The buffers of the channel blocks (the caller's, reused across tiles) are
+        // written in place; a partial block's lanes past `c` keep earlier values, which
+        // are never stored.
         let mut c0 = 0;
         while c0 < c {
             let n = (c - c0).min(CB);
-            for (dk, sk) in d.iter_mut().zip(&src) {
-                for (o, &x) in dk.iter_mut().zip(&sk[c0..c0 + n]) {
-                    let x = if T::SIGNED { x as i8 as i32 } else { x as i32 };
-                    *o = (x - za) as i16;
+            if n == CB {
+                // A whole block: fixed-size rows, so the widening is one vector step.
+                // (x − za) mod 2^16, as the i32 difference cast below.
+                let za = za as i16;
+                for (dk, sk) in d.iter_mut().zip(&src) {
+                    let sk: &[u8; CB] = sk[c0..c0 + CB].try_into().expect("16 channels");
+                    for (o, &x) in dk.iter_mut().zip(sk) {
+                        let x = if T::SIGNED { x as i8 as i16 } else { x as i16 };
+                        *o = x.wrapping_sub(za);
+                    }
+                }
+            } else {
+                for (dk, sk) in d.iter_mut().zip(&src) {
+                    for (o, &x) in dk.iter_mut().zip(&sk[c0..c0 + n]) {
+                        let x = if T::SIGNED { x as i8 as i32 } else { x as i32 };
+                        *o = (x - za) as i16;
+                    }
                 }
             }
-            transform_input_f4(&d, &mut vt);
-            for (xi, vx) in vt.iter().enumerate() {
-                v[xi * plane + off + c0..][..n].copy_from_slice(&vx[..n]);
+            transform_input_f4(d, vt);
+            if n == CB {
+                // Fixed-size copies (a copy of `n` values is a `memcpy` call each).
+                for (xi, vx) in vt.iter().enumerate() {
+                    v[xi * plane + off + c0..][..CB].copy_from_slice(vx);
+                }
+            } else {
+                for (xi, vx) in vt.iter().enumerate() {
+                    v[xi * plane + off + c0..][..n].copy_from_slice(&vx[..n]);
+                }
             }
             c0 += CB;
         }
@@ -694,38 +720,43 @@ impl<'a, T: ActElem> WinogradConv<'a, T> {
 /// Positions of the 6×6 transform domain of F(4×4, 3×3).
 const XI4: usize = 36;
 
+/// The input values `d` and transformed values `V` of one tile's block of 16 channels.
+type InputBufs4 = ([[i16; CB]; XI4], [[i16; CB]; XI4]);
+
 /// `Bᵀ d B` of F(4×4, 3×3) on 16 channels (row-major 6×6, index `6i + j`), with
 /// `Bᵀ = [[4,0,−5,0,1,0],[0,−4,−4,1,1,0],[0,4,−4,−1,1,0],[0,−2,−1,2,1,0],[0,2,−1,−2,1,0],
 /// [0,4,0,−5,0,1]]`: down each column, then along each row. Every partial sum is at most
-/// `10·255` (first pass) and `100·255` (second) in magnitude, so i16 is exact.
+/// `10·255` (first pass) and `100·255` (second) in magnitude, so i16 is exact. Written on
+/// whole 16-lane rows (the lane loop innermost), so each step is one vector operation in
+/// a SIMD copy (a lane-outer loop over the 36 values did not vectorise: BENCHMARKS.md,
+/// branch `speed3`).
 #[inline(always)]
 fn transform_input_f4(d: &[[i16; CB]; XI4], v: &mut [[i16; CB]; XI4]) {
+    type L = [i16; CB];
     #[inline(always)]
-    fn bt(x: [i16; 6]) -> [i16; 6] {
-        let [d0, d1, d2, d3, d4, d5] = x;
-        [
-            4 * d0 - 5 * d2 + d4,
-            d3 + d4 - 4 * (d1 + d2),
-            4 * (d1 - d2) + d4 - d3,
-            2 * (d3 - d1) + d4 - d2,
-            2 * (d1 - d3) + d4 - d2,
-            4 * d1 - 5 * d3 + d5,
-        ]
+    fn bt(x: [&L; 6]) -> [L; 6] {
+        let mut o = [[0i16; CB]; 6];
+        for l in 0..CB {
+            let [d0, d1, d2, d3, d4, d5] = [x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]];
+            o[0][l] = 4 * d0 - 5 * d2 + d4;
+            o[1][l] = d3 + d4 - 4 * (d1 + d2);
+            o[2][l] = 4 * (d1 - d2) + d4 - d3;
+            o[3][l] = 2 * (d3 - d1) + d4 - d2;
+            o[4][l] = 2 * (d1 - d3) + d4 - d2;
+            o[5][l] = 4 * d1 - 5 * d3 + d5;
+        }
+        o
     }
-    for l in 0..CB {
-        let mut t = [0i16; XI4];
-        for j in 0..6 {
-            let col = bt(std::array::from_fn(|i| d[6 * i + j][l]));
-            for i in 0..6 {
-                t[6 * i + j] = col[i];
-            }
+    let mut t = [[0i16; CB]; XI4];
+    for j in 0..6 {
+        let col = bt(std::array::from_fn(|i| &d[6 * i + j]));
+        for (i, c) in col.into_iter().enumerate() {
+            t[6 * i + j] = c;
         }
-        for i in 0..6 {
-            let row = bt(std::array::from_fn(|j| t[6 * i + j]));
-            for j in 0..6 {
-                v[6 * i + j][l] = row[j];
-            }
-        }
+    }
+    for i in 0..6 {
+        let row = bt(std::array::from_fn(|j| &t[6 * i + j]));
+        v[6 * i..6 * i + 6].copy_from_slice(&row);
     }
 }
 
@@ -739,36 +770,42 @@ const _: () = assert!(INV9.wrapping_mul(9) == 1);
 /// 4×4 outputs to `y` (`[dy][dx]`), 16 channels each.
 #[inline(always)]
 fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize, y: &mut [[[i32; NR]; 4]; 4]) {
+    type L = [i32; NR];
+    // On whole 16-lane rows, the lane loop innermost (as `transform_input_f4`).
     #[inline(always)]
-    fn at(x: [i32; 6]) -> [i32; 4] {
-        let [m0, m1, m2, m3, m4, m5] = x;
-        let (p, q) = (m1.wrapping_add(m2), m1.wrapping_sub(m2));
-        let (u, s) = (m3.wrapping_add(m4), m3.wrapping_sub(m4));
-        [
-            m0.wrapping_mul(6)
+    fn at(x: [&L; 6]) -> [L; 4] {
+        let mut o = [[0i32; NR]; 4];
+        for l in 0..NR {
+            let [m0, m1, m2, m3, m4, m5] = [x[0][l], x[1][l], x[2][l], x[3][l], x[4][l], x[5][l]];
+            let (p, q) = (m1.wrapping_add(m2), m1.wrapping_sub(m2));
+            let (u, s) = (m3.wrapping_add(m4), m3.wrapping_sub(m4));
+            o[0][l] = m0
+                .wrapping_mul(6)
                 .wrapping_add(p.wrapping_mul(4))
-                .wrapping_add(u),
-            q.wrapping_mul(4).wrapping_add(s.wrapping_mul(2)),
-            p.wrapping_add(u).wrapping_mul(4),
-            q.wrapping_mul(4)
+                .wrapping_add(u);
+            o[1][l] = q.wrapping_mul(4).wrapping_add(s.wrapping_mul(2));
+            o[2][l] = p.wrapping_add(u).wrapping_mul(4);
+            o[3][l] = q
+                .wrapping_mul(4)
                 .wrapping_add(s.wrapping_mul(8))
-                .wrapping_add(m5.wrapping_mul(24)),
-        ]
-    }
-    let rows: [&[i32; NR]; XI4] =
-        std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
-    for l in 0..NR {
-        let mut s = [[0i32; 6]; 4];
-        for j in 0..6 {
-            let col = at(std::array::from_fn(|i| rows[6 * i + j][l]));
-            for a in 0..4 {
-                s[a][j] = col[a];
-            }
+                .wrapping_add(m5.wrapping_mul(24));
         }
-        for a in 0..4 {
-            let z = at(s[a]);
-            for bcol in 0..4 {
-                y[a][bcol][l] = z[bcol].wrapping_mul(INV9) >> 6;
+        o
+    }
+    let rows: [&L; XI4] =
+        std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
+    let mut s = [[[0i32; NR]; 6]; 4];
+    for j in 0..6 {
+        let col = at(std::array::from_fn(|i| rows[6 * i + j]));
+        for (a, c) in col.into_iter().enumerate() {
+            s[a][j] = c;
+        }
+    }
+    for (a, sa) in s.iter().enumerate() {
+        let z = at(std::array::from_fn(|j| &sa[j]));
+        for (ya, za) in y[a].iter_mut().zip(&z) {
+            for (o, &v) in ya.iter_mut().zip(za) {
+                *o = v.wrapping_mul(INV9) >> 6;
             }
         }
     }
@@ -779,20 +816,34 @@ fn output_tile_f4(m: &[[i32; TILE]; XI4], r: usize, y: &mut [[[i32; NR]; 4]; 4])
 /// see the module docs), down each column, then along each row.
 #[inline(always)]
 fn output_tile(m: &[[i32; TILE]; XI], r: usize) -> [[[i32; NR]; 2]; 2] {
-    let mut y = [[[0i32; NR]; 2]; 2];
-    let rows: [&[i32; NR]; XI] =
-        std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
-    for l in 0..NR {
-        let mut s = [0i32; 8];
-        for j in 0..4 {
-            let (m0, m1, m2, m3) = (rows[j][l], rows[4 + j][l], rows[8 + j][l], rows[12 + j][l]);
-            s[j] = m0.wrapping_add(m1).wrapping_add(m2);
-            s[4 + j] = m1.wrapping_sub(m2).wrapping_sub(m3);
+    type L = [i32; NR];
+    // On whole 16-lane rows, the lane loop innermost (as `transform_input_f4`).
+    #[inline(always)]
+    fn at(x: [&L; 4]) -> [L; 2] {
+        let mut o = [[0i32; NR]; 2];
+        for l in 0..NR {
+            let [m0, m1, m2, m3] = [x[0][l], x[1][l], x[2][l], x[3][l]];
+            o[0][l] = m0.wrapping_add(m1).wrapping_add(m2);
+            o[1][l] = m1.wrapping_sub(m2).wrapping_sub(m3);
         }
-        for a in 0..2 {
-            let (s0, s1, s2, s3) = (s[4 * a], s[4 * a + 1], s[4 * a + 2], s[4 * a + 3]);
-            y[a][0][l] = s0.wrapping_add(s1).wrapping_add(s2) >> 2;
-            y[a][1][l] = s1.wrapping_sub(s2).wrapping_sub(s3) >> 2;
+        o
+    }
+    let rows: [&L; XI] =
+        std::array::from_fn(|xi| m[xi][r * NR..][..NR].try_into().expect("16 columns"));
+    let mut s = [[[0i32; NR]; 4]; 2];
+    for j in 0..4 {
+        let col = at(std::array::from_fn(|i| rows[4 * i + j]));
+        for (a, c) in col.into_iter().enumerate() {
+            s[a][j] = c;
+        }
+    }
+    let mut y = [[[0i32; NR]; 2]; 2];
+    for (ya, sa) in y.iter_mut().zip(&s) {
+        let z = at(std::array::from_fn(|j| &sa[j]));
+        for (yab, zb) in ya.iter_mut().zip(&z) {
+            for (o, &v) in yab.iter_mut().zip(zb) {
+                *o = v >> 2;
+            }
         }
     }
     y

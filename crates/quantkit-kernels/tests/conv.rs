@@ -496,6 +496,10 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         ConvParams::new(2, 2),
     ];
     let pointwise = ConvParams::new(1, 1);
+    let s2 = ConvParams {
+        stride: [2, 2],
+        ..p
+    };
     let cases = [
         ([2, 9, 10, 24], 40, p, "winograd"),
         ([1, 8, 8, 16], 16, p, "winograd"),
@@ -509,6 +513,11 @@ fn conv_with_max_pool_equals_conv_then_pool() {
         // The GEMM paths: pooled blocks of 3 rows (8 pooled rows: 3 + 3 + 2), odd widths.
         ([2, 16, 15, 3], 20, p, "gemm-pairs"),
         ([1, 17, 28, 1], 32, p, "gemm-pairs"),
+        // Strided few-channel convs: the pool-window tile steps two strides per window;
+        // 9 and 8 windows per pooled row (calls of 6 + 3 and 6 + 2), C_in 3 and 2, 33
+        // output channels (the last of three panels partial).
+        ([2, 33, 35, 3], 20, s2, "gemm-pairs"),
+        ([1, 30, 31, 2], 33, s2, "gemm-pairs"),
         ([2, 6, 9, 5], 17, p, "gemm"),
         ([2, 10, 7, 5], 18, pointwise, "gemm"),
         // The direct conv's pooled tiles (weight zero points 0 only): odd sizes, partial
@@ -807,12 +816,17 @@ fn few_channel_convs_equal_im2col() {
         (1, mk(5, 1, 2, 3)),
         (1, mk(3, 2, 1, 1)),
     ];
-    for (c_in, p) in cases {
+    // Weight zero points not 0 (packed panels with row sums) and all 0 (the 6-pixel tiles
+    // read in place in the planes, `i16.rows`).
+    let cases = cases.into_iter().flat_map(|c| [(c, false), (c, true)]);
+    for ((c_in, p), zero_zw) in cases {
         let c_out = 19;
         let w: Vec<i8> = (0..c_out * c_in * p.kernel[0] * p.kernel[1])
             .map(|_| rng.range(-128, 127) as i8)
             .collect();
-        let zw: Vec<i32> = (0..c_out).map(|_| rng.range(-9, 9)).collect();
+        let zw: Vec<i32> = (0..c_out)
+            .map(|_| if zero_zw { 0 } else { rng.range(-9, 9) })
+            .collect();
         let fast =
             ConvWeights::with_algorithm(&w, c_out, c_in, p, &zw, ConvAlgorithm::Pairs).unwrap();
         assert_eq!(fast.method(), "gemm-pairs", "c_in {c_in} {p:?}");

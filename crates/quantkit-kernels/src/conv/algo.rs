@@ -191,7 +191,9 @@ impl Rates {
     /// The model's rates for `isa`, fitted to `quantkit bench conv --algo …` on the
     /// LeNet, conv-net and ResNet layers, one thread, on an AMD EPYC (Zen 4) with AVX-512
     /// VNNI (the AVX2 rates with `--isa avx2` on the same machine); BENCHMARKS.md
-    /// (`p_wino4`: the conv net's three Winograd layers at batch 1, 2026-11-25).
+    /// (`p_wino4`: the conv net's three Winograd layers at batch 1, 2026-11-25; AVX2's
+    /// refitted to 0.25 from 0.33 on the same layers, 2026-11-27, after the F(4×4)
+    /// transforms were vectorised: 0.276, 0.236, 0.252 ns per value, branch `speed3`).
     pub(crate) fn of(isa: Isa) -> Rates {
         match isa {
             // Portable code: only a forced choice or a machine without SIMD runs it, and
@@ -219,7 +221,7 @@ impl Rates {
                 p_pair: 9.2,
                 r_i16: 80.0,
                 p_wino: 0.074,
-                p_wino4: 0.33,
+                p_wino4: 0.25,
                 r_direct: 4.0,
                 p_direct: 18.0,
                 r_dw: 3.0,

@@ -273,6 +273,16 @@ fn conv_impl<T: ActElem, O: QuantType>(
         }
         Kind::SmallCin(pw) => {
             let sc = SmallCin::new(x, p, oh, ow, !pw.zero_points_all_zero());
+            let k = table_for(isa)?;
+            let za = x.zero_point + if T::SIGNED { 128 } else { 0 };
+            // Without weight zero points: 6-pixel tiles read in place in the planes.
+            if let Some(ps) = crate::gemm::PanelSums::new(k, pw, za).filter(|s| s.has_indirect()) {
+                let mut writer = TileWriter::new(k, c_out, stage, out_i32, out_q);
+                writer.add_column_terms(ps.column_terms());
+                let work = w.ns_per_px * m as f64;
+                small_cin::run_rows(&sc, &ps, [n, oh, ow], c_out, work, &writer);
+                return Ok(());
+            }
             let rows = |first: usize, out: &mut [u8]| sc.rows(first, out);
             let panel = |q: usize, dst: &mut [u32], sums: &mut [i32]| sc.panel(q, dst, sums);
             let a = Activations::gather(&rows, Some(&panel), T::SIGNED, m, sc.k(), x.zero_point);

@@ -126,10 +126,13 @@ pub fn conv2d_quant_max_pool_with<T: ActElem, O: QuantType + PoolElem>(
 }
 
 /// Conv + 2×2 stride-2 max pool of a few-channel conv (the stage is monotone, checked by the
-/// caller), on ISAs with the pairs geometry (returns `false` otherwise): per pooled output
-/// row, stretches of 6 pixels of its two conv rows are packed as two panels, their register
-/// tiles of exact sums are reduced window by window right away, and the 3 maxima go
-/// through the output stage. No block of sums is written and read back.
+/// caller), on ISAs with the pairs geometry (returns `false` otherwise). Without weight
+/// zero points, the table's window kernel reads each pool window's four conv pixels in
+/// the planes, keeps their sums in registers and stores only the maximum, up to 6 pooled
+/// pixels per call; otherwise, per pooled output row, stretches of 6 pixels of its two
+/// conv rows are packed as two panels, their register tiles of exact sums are reduced
+/// window by window right away, and the 3 maxima go through the output stage. No block of
+/// sums is written and read back.
 pub(super) fn pooled_small_cin<T: ActElem, O: QuantType>(
     k: &Kernels,
     x: &NhwcInput<'_, T>,
@@ -217,20 +220,39 @@ impl<O: QuantType> PooledRow<'_, O> {
         let (b, py) = (r / self.ph, r % self.ph);
         let kg = self.sc.k() / 2;
         let np = self.ps.n_panels();
-        let PooledBufs {
-            a0,
-            a1,
-            pooled,
-            offs,
-        } = bufs;
+        let PooledBufs { a0, a1, pooled } = bufs;
+        pooled.resize_with(np, || Tile([0; TILE]));
+        if self.ps.has_indirect() {
+            // Without weight zero points: the window kernel reads each pool window's four
+            // conv pixels in place and keeps their sums in registers until the maximum,
+            // up to 6 pooled pixels per call, at any stride.
+            let (words, koff) = self.sc.words_and_offsets();
+            let sw = self.sc.pixel_step();
+            let mut x = 0;
+            while x < self.pwid {
+                let cnt = PIXELS.min(self.pwid - x);
+                let top = self.sc.pixel_base(b, 2 * py, 2 * x);
+                let bottom = self.sc.pixel_base(b, 2 * py + 1, 2 * x);
+                let rows = [top, top + sw, bottom, bottom + sw];
+                let pixel = (b * self.ph + py) * self.pwid + x;
+                for (p, pt) in pooled.iter_mut().enumerate() {
+                    self.ps
+                        .window_tile(words, (&rows, 2 * sw, cnt), koff, p, pt);
+                    let c0 = p * NR;
+                    // SAFETY: pooled pixels `pixel..pixel + cnt` of row `py` belong to
+                    // this row only, and channels `c0..c0+cols` exist; the caller sized
+                    // the output.
+                    unsafe {
+                        self.writer
+                            .write(pt, cnt, pixel, c0, NR.min(self.c_out - c0), self.c_out)
+                    };
+                }
+                x += cnt;
+            }
+            return;
+        }
         a0.resize(kg * MR, 0);
         a1.resize(kg * MR, 0);
-        pooled.resize_with(np, || Tile([0; TILE]));
-        // Full stretches at stride 1 without weight zero points read the planes in place.
-        let indirect = self.sc.indirect().filter(|_| self.ps.has_indirect());
-        if let Some((_, o)) = indirect {
-            offs.resize(2 * o.len(), 0);
-        }
         let (mut s0, mut s1) = ([0i32; MR], [0i32; MR]);
         let (mut t0, mut t1) = (Tile([0; TILE]), Tile([0; TILE]));
         // Pooled pixels `start..start + filled` of the row wait in `pooled` (one tile per
@@ -238,31 +260,11 @@ impl<O: QuantType> PooledRow<'_, O> {
         let (mut start, mut filled) = (0, 0);
         for x0 in (0..2 * self.pwid).step_by(MR) {
             let len = MR.min(2 * self.pwid - x0);
-            let direct = match indirect {
-                Some((words, o)) if len == MR => {
-                    let (top, bottom) = offs.split_at_mut(o.len());
-                    let base0 = self.sc.pixel_base(b, 2 * py, x0);
-                    let base1 = self.sc.pixel_base(b, 2 * py + 1, x0);
-                    for ((t, u), &off) in top.iter_mut().zip(bottom.iter_mut()).zip(o) {
-                        *t = base0 + off;
-                        *u = base1 + off;
-                    }
-                    Some((words, &*top, &*bottom))
-                }
-                _ => {
-                    self.sc.panel_stretch((b, 2 * py, x0), len, a0, &mut s0);
-                    self.sc.panel_stretch((b, 2 * py + 1, x0), len, a1, &mut s1);
-                    None
-                }
-            };
+            self.sc.panel_stretch((b, 2 * py, x0), len, a0, &mut s0);
+            self.sc.panel_stretch((b, 2 * py + 1, x0), len, a1, &mut s1);
             for (p, pt) in pooled.iter_mut().enumerate() {
-                if let Some((words, top, bottom)) = direct {
-                    self.ps.tile_indirect(words, top, p, &mut t0);
-                    self.ps.tile_indirect(words, bottom, p, &mut t1);
-                } else {
-                    self.ps.tile(a0, &s0, len, p, &mut t0);
-                    self.ps.tile(a1, &s1, len, p, &mut t1);
-                }
+                self.ps.tile(a0, &s0, len, p, &mut t0);
+                self.ps.tile(a1, &s1, len, p, &mut t1);
                 let top = t0.0[..len * NR].chunks_exact(2 * NR);
                 let bottom = t1.0[..len * NR].chunks_exact(2 * NR);
                 let outs = pt.0[filled * NR..].chunks_exact_mut(NR);
@@ -314,8 +316,6 @@ pub(super) struct PooledBufs {
     a0: Vec<u32>,
     a1: Vec<u32>,
     pooled: Vec<Tile>,
-    /// Word offsets of the two rows' stretches for the indirect micro-kernel.
-    offs: Vec<usize>,
 }
 
 /// Pooled conv rows per block of [`pooled_gemm`]: 6 conv rows, so a block's `6·ow` GEMM

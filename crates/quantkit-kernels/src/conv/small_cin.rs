@@ -218,14 +218,20 @@ impl<'a> SmallCin<'a> {
         }
     }
 
-    /// For the indirect micro-kernel: the planes' words, the offset of each word of K from
-    /// a pixel's base, and the base of output pixel `(b, oy, ox)` (stride 1 only: then
-    /// the 6 pixels from `ox` have consecutive words for every word of K).
-    pub(crate) fn indirect(&self) -> Option<(&[u32], &[usize])> {
-        (self.p.stride[1] == 1).then_some((&self.words[..], &self.offsets[..]))
+    /// The planes' words and the offset of each word of K from a pixel's base, at any
+    /// stride (for the pooled windows: row `r` of a window is a pixel base, the next
+    /// window's two stretches [`Self::pixel_step`] words on).
+    pub(crate) fn words_and_offsets(&self) -> (&[u32], &[usize]) {
+        (&self.words[..], &self.offsets[..])
     }
 
-    /// See [`Self::indirect`].
+    /// Words between the bases of two horizontally adjacent output pixels (the stride).
+    pub(crate) fn pixel_step(&self) -> usize {
+        self.p.stride[1]
+    }
+
+    /// Index in `words` of output pixel `(b, oy, ox)`'s top-left tap in plane 0 (see
+    /// [`Self::words_and_offsets`]).
     #[inline(always)]
     pub(crate) fn pixel_base(&self, b: usize, oy: usize, ox: usize) -> usize {
         self.base(b, oy, ox)
@@ -311,4 +317,57 @@ impl<'a> SmallCin<'a> {
             pos.advance(seg, self.oh, self.ow);
         }
     }
+}
+
+/// The few-channel conv without weight zero points (`ps` has the i16 weights), output
+/// `[n, oh, ow]` × `c_out` into `writer`: tiles of 6 consecutive output pixels (across
+/// output rows), each read in place in the planes by the table's 6-row tile (`i16.rows`:
+/// one base per pixel, so any stride and any run of pixels) for every column panel, then
+/// handed to the output stage. No activation panel is packed and no row sums are formed
+/// (the `−za·Σw` column term is the writer's). Tiles split into tasks when `work_ns` pays
+/// for it ([`crate::par::tasks`]).
+pub(super) fn run_rows<O: crate::output::QuantType>(
+    sc: &SmallCin<'_>,
+    ps: &crate::gemm::PanelSums<'_>,
+    [n, oh, ow]: [usize; 3],
+    c_out: usize,
+    work_ns: f64,
+    writer: &crate::gemm::TileWriter<'_, O>,
+) {
+    use crate::gemm::{Tile, NR, TILE};
+    use crate::par::{self, SplitKind};
+    let m = n * oh * ow;
+    let tiles = m.div_ceil(MR);
+    let tasks = par::tasks(work_ns, tiles);
+    let per = tiles.div_ceil(tasks.max(1)).max(1);
+    let ntasks = tiles.div_ceil(per);
+    let (words, koff) = sc.words_and_offsets();
+    let np = ps.n_panels();
+    let job = |task: usize| {
+        let mut tile = Tile([0; TILE]);
+        for t in task * per..((task + 1) * per).min(tiles) {
+            let px0 = t * MR;
+            let rows_n = MR.min(m - px0);
+            let mut pos = PixelPos::at(px0, oh, ow);
+            let mut rows = [0usize; MR];
+            for (r, row) in rows.iter_mut().enumerate() {
+                // Rows past the output repeat the first (their sums are dropped).
+                *row = if r < rows_n {
+                    let base = sc.pixel_base(pos.b, pos.oy, pos.ox);
+                    pos.advance(1, oh, ow);
+                    base
+                } else {
+                    sc.pixel_base(0, 0, 0)
+                };
+            }
+            for p in 0..np {
+                ps.rows_tile(words, &rows, koff, p, &mut tile);
+                let c0 = p * NR;
+                // SAFETY: output pixels px0..px0+rows_n belong to this task only and
+                // channels c0..c0+cols exist; the caller sized the output.
+                unsafe { writer.write(&tile, rows_n, px0, c0, NR.min(c_out - c0), c_out) };
+            }
+        }
+    };
+    par::for_tasks(SplitKind::Gemm, ntasks, job);
 }

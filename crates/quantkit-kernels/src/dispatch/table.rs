@@ -76,9 +76,17 @@ pub(crate) type DwFn = fn(&crate::conv::dw_blocks::DwArgs<'_>, &mut [u8]);
 /// element-wise functions, [`crate::lut::apply_codes`]).
 pub(crate) type LutFn = fn(&[u8; 256], &mut [u8]);
 
-/// i16 GEMM tile with an indirect A: word `g` of row `r` is `a[offsets[g] + r]`, 6 rows.
-/// Checks the lengths.
-pub(crate) type I16IndirectFn = fn(&[u32], &[usize], &[i16], &mut [i32; TILE]);
+/// i16 tile of 6 rows read in place (the few-channel conv without a pool): `(a, rows, koff,
+/// B [g][16][2] i16, out)`; word `g` of row `r` is `a[rows[r] + koff[g]]`, `out[16r + c]`
+/// its sum. Checks the bounds.
+pub(crate) type I16RowsFn = fn(&[u32], &[usize; 6], &[usize], &[i16], &mut [i32; TILE]);
+
+/// i16 tiles of 2×2 max-pool windows with an indirect A (the pooled few-channel conv):
+/// `(a, rows, step, windows, koff, B [g][16][2] i16, out)`; word `g` of row `r` of window
+/// `w` is `a[rows[r] + w·step + koff[g]]`, and `out[16w + c]` is the maximum over the
+/// window's 4 rows of their sums (`windows ≤ 6`). Checks the bounds.
+pub(crate) type I16WindowFn =
+    fn(&[u32], &[usize; 4], usize, usize, &[usize], &[i16], &mut [i32; TILE]);
 
 /// Winograd input transform `V = Bᵀ d B` of 16 channels `c0..c0+16` of one tile: `(the 16
 /// source pixels' bytes, signed, c0, za, v, plane, off)`, value `(ξ, c)` to
@@ -138,8 +146,10 @@ pub(crate) struct I16 {
     pub(crate) isa: Isa,
     /// Packed-A tile.
     pub(crate) tile: I16TileFn,
-    /// Indirect-A tile.
-    pub(crate) indirect: I16IndirectFn,
+    /// Indirect-A tiles of 2×2 pool windows, reduced to their maxima.
+    pub(crate) window: I16WindowFn,
+    /// Indirect-A tile of 6 rows at any addresses.
+    pub(crate) rows: I16RowsFn,
 }
 
 /// Winograd F(2×2, 3×3): the band loop's compiled copy and the input transform.

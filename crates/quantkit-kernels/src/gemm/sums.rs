@@ -6,19 +6,21 @@ use super::geometry::{PanelGeometry, Tile, MR, NR, TILE};
 use super::pack::pack_a_panel;
 use super::sink::{column_terms, column_terms_za, write_tile, Epilogue, Sink, TilePos};
 use super::weights::PackedWeights;
-use crate::dispatch::{I16IndirectFn, Kernels, Mmm, TileFn};
+use crate::dispatch::{I16RowsFn, I16WindowFn, Kernels, Mmm, TileFn};
 
 /// Exact sums of activation panels packed by the caller, one register tile at a time: the
 /// building block of convolutions that reduce tiles themselves (a fused max pool).
 pub(crate) struct PanelSums<'a> {
     /// The table's micro-kernel (pairs geometry).
     tile: TileFn,
-    /// The table's indirect i16 micro-kernel.
-    indirect: I16IndirectFn,
+    /// The table's indirect i16 kernel of 2×2 pool windows.
+    window: I16WindowFn,
+    /// The table's i16 kernel of 6 rows read in place.
+    rows: I16RowsFn,
     w: std::borrow::Cow<'a, PackedWeights>,
     colterm: Vec<i32>,
-    /// The weight panels widened to i16 (same `[g][16][2]` order) for the indirect
-    /// micro-kernel, when every weight zero point is 0 (no row sums needed).
+    /// The weight panels widened to i16 (same `[g][16][2]` order) for the window
+    /// kernel, when every weight zero point is 0 (no row sums needed).
     b16: Option<Vec<i16>>,
 }
 
@@ -40,38 +42,78 @@ impl<'a> PanelSums<'a> {
         });
         Some(PanelSums {
             tile: mmm.tile,
-            indirect: k.i16().indirect,
+            window: k.i16().window,
+            rows: k.i16().rows,
             w,
             colterm,
             b16,
         })
     }
 
-    /// Whether [`Self::tile_indirect`] is available (every weight zero point is 0).
+    /// Whether [`Self::window_tile`] is available (every weight zero point is 0).
     pub(crate) fn has_indirect(&self) -> bool {
         self.b16.is_some()
     }
 
-    /// [`Self::tile`] of 6 full rows whose k-group `g` words are `a[offsets[g]..+6]`
-    /// (no packing: the i16 indirect micro-kernel reads them in place); only when
-    /// [`Self::has_indirect`].
+    /// The exact sums of `windows ≤ 6` 2×2 pool windows reduced to their maxima, for
+    /// column panel `p`: `tile[16w + c]` is the largest `Σ_k (a − za)(w − zw)` of the four
+    /// rows `rows[r] + w·step` whose k-group `g` word is at `koff[g]` from the row (the
+    /// words read in place from the few-channel planes); only when [`Self::has_indirect`].
+    /// The column term (`−za·Σw`, constant per column) is added after the maximum: the
+    /// raw sums `Σ a·w` of at most `MAX_K` products of `|a| ≤ 255`, `|w| ≤ 128` and their
+    /// corrected values both fit i32, so this is the maximum of the corrected sums.
     #[inline(always)]
-    pub(crate) fn tile_indirect(&self, a: &[u32], offsets: &[usize], p: usize, tile: &mut Tile) {
+    pub(crate) fn window_tile(
+        &self,
+        a: &[u32],
+        (rows, step, windows): (&[usize; 4], usize, usize),
+        koff: &[usize],
+        p: usize,
+        tile: &mut Tile,
+    ) {
         let w = &*self.w;
         let b16 = self
             .b16
             .as_deref()
             .expect("indirect tiles need zero weight zero points");
-        assert!(offsets.len() == w.kgroups && p < w.n_panels);
+        assert!(koff.len() == w.kgroups && p < w.n_panels);
         let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
-        (self.indirect)(a, offsets, b, &mut tile.0);
+        (self.window)(a, rows, step, windows, koff, b, &mut tile.0);
         let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
-        for row in tile.0[..MR * NR].chunks_exact_mut(NR) {
+        for row in tile.0[..windows * NR].chunks_exact_mut(NR) {
             let row: &mut [i32; NR] = row.try_into().expect("16 columns");
             for c in 0..NR {
                 row[c] = row[c].wrapping_add(ct[c]);
             }
         }
+    }
+
+    /// The raw sums `Σ_k a·w` of 6 rows read in place (word `g` of row `r` at
+    /// `rows[r] + koff[g]`) with column panel `p` (no column term: see
+    /// [`Self::column_terms`]); only when [`Self::has_indirect`].
+    #[inline(always)]
+    pub(crate) fn rows_tile(
+        &self,
+        a: &[u32],
+        rows: &[usize; MR],
+        koff: &[usize],
+        p: usize,
+        tile: &mut Tile,
+    ) {
+        let w = &*self.w;
+        let b16 = self
+            .b16
+            .as_deref()
+            .expect("indirect tiles need zero weight zero points");
+        assert!(koff.len() == w.kgroups && p < w.n_panels);
+        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        (self.rows)(a, rows, koff, b, &mut tile.0);
+    }
+
+    /// The column terms of (K1) for the activations' zero point (`−za·Σw` with zero weight
+    /// zero points), padded to whole panels.
+    pub(crate) fn column_terms(&self) -> &[i32] {
+        &self.colterm
     }
 
     /// Column panels of the weights.

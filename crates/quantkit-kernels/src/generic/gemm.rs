@@ -89,17 +89,51 @@ pub fn generic_gemm_i16_6x16<const R: usize>(
     i16_tile::<R>(kgroups, |g, r| a[r * lda + g], b, out)
 }
 
-/// `generic_gemm_i16_indirect_6x16`: [`generic_gemm_i16_6x16`] with an *indirect* A: word
-/// `g` of row `r` is `a[offsets[g] + r]` (each k-group's 6 rows are consecutive words
-/// somewhere in `a`, e.g. a run of output pixels in a plane of the few-channel conv), so A
-/// needs no packing. Same arithmetic, same result.
-pub fn generic_gemm_i16_indirect_6x16(
+/// `generic_gemm_i16_rows_6x16`: [`generic_gemm_i16_6x16`] of 6 rows read in place: word
+/// `g` of row `r` is `a[rows[r] + koff[g]]` (a pixel's base in the few-channel planes and
+/// the offset of word `g` from it), so A needs no packing. Same arithmetic, same result.
+///
+/// # Panics
+/// When a word or the panel lies outside `a` or `b`.
+pub fn generic_gemm_i16_rows_6x16(
     a: &[u32],
-    offsets: &[usize],
+    rows: &[usize; 6],
+    koff: &[usize],
     b: &[i16],
     out: &mut [i32; TILE],
 ) {
-    i16_tile::<6>(offsets.len(), |g, r| a[offsets[g] + r], b, out)
+    i16_tile::<6>(koff.len(), |g, r| a[rows[r] + koff[g]], b, out)
+}
+
+/// `generic_gemm_i16_window_4x16`: the exact sums of `windows ≤ 6` windows of 4 rows
+/// (the four conv pixels of a 2×2 max-pool window) with one 16-column i16 panel, each
+/// window reduced to its maximum: word `g` of row `r` of window `w` is
+/// `a[rows[r] + w·step + koff[g]]` (two i16 values, low half first, as
+/// [`generic_gemm_i16_6x16`] reads them), `out[16w + c] = max_r Σ_g` pair
+/// products, in wrapping i32 as `vpmaddwd` + `vpaddd` compute them. Rows of `out` past
+/// `windows` are left as they are.
+///
+/// # Panics
+/// When `windows > 6` or a word or the panel lies outside `a` or `b`.
+pub fn generic_gemm_i16_window_4x16(
+    a: &[u32],
+    rows: &[usize; 4],
+    step: usize,
+    windows: usize,
+    koff: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    assert!(windows * NR <= TILE);
+    let mut sums = [0i32; TILE];
+    for w in 0..windows {
+        let rows: [usize; 4] = std::array::from_fn(|r| rows[r] + w * step);
+        i16_tile::<4>(koff.len(), |g, r| a[rows[r] + koff[g]], b, &mut sums);
+        for c in 0..NR {
+            let m = (0..4).map(|r| sums[r * NR + c]).max().expect("4 rows");
+            out[w * NR + c] = m;
+        }
+    }
 }
 
 /// The body of both scalar i16 kernels: `word(g, r)` is k-group `g`'s word of row `r`.
@@ -162,5 +196,108 @@ pub(crate) fn generic_conv_u8i8_i32_8x32_indirect(
     for (r, acc_r) in acc.iter().enumerate() {
         out[0].0[r * NR..(r + 1) * NR].copy_from_slice(&acc_r[..NR]);
         out[1].0[r * NR..(r + 1) * NR].copy_from_slice(&acc_r[NR..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::{table_for, Isa};
+
+    /// The window kernel (and the 6-row tile on the same operands): scalar against a plain
+    /// i64 maximum of sums (i64 sums), and every ISA's table entry against it bit for bit, on stored u8 pairs with i8-range weights
+    /// (the few-channel planes' operands) at both ends of their ranges, k-group counts
+    /// 0–40, 0–6 windows, strides 1–3, rows of `out` past the windows untouched.
+    #[test]
+    fn window_and_rows_kernels_equal_the_reference_on_every_isa() {
+        let mut state = 0x853c_49e6_748f_ea9bu64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..300 {
+            let kg = case % 41;
+            let windows = case % 7;
+            let step = 1 + case % 3;
+            let extreme = case % 5 == 0;
+            let a: Vec<u32> = (0..600)
+                .map(|_| {
+                    let (lo, hi) = if extreme {
+                        (255, 255)
+                    } else {
+                        (next() as u32 & 0xff, (next() >> 8) as u32 & 0xff)
+                    };
+                    lo | hi << 16
+                })
+                .collect();
+            let b: Vec<i16> = (0..kg * NR * 2)
+                .map(|_| {
+                    if extreme {
+                        -128
+                    } else {
+                        (next() % 256) as i16 - 128
+                    }
+                })
+                .collect();
+            let koff: Vec<usize> = (0..kg).map(|_| (next() % 300) as usize).collect();
+            let rows: [usize; 4] = std::array::from_fn(|_| (next() % 250) as usize);
+            let mut want = [7i32; TILE];
+            for w in 0..windows {
+                for c in 0..NR {
+                    let m = (0..4)
+                        .map(|r| {
+                            koff.iter()
+                                .enumerate()
+                                .map(|(g, &o)| {
+                                    let word = a[rows[r] + w * step + o];
+                                    let (a0, a1) = ((word & 0xffff) as i64, (word >> 16) as i64);
+                                    a0 * b[g * 32 + 2 * c] as i64
+                                        + a1 * b[g * 32 + 2 * c + 1] as i64
+                                })
+                                .sum::<i64>()
+                        })
+                        .max()
+                        .unwrap();
+                    want[w * NR + c] = i32::try_from(m).unwrap();
+                }
+            }
+            // The 6-row tile on the same operands: rows 0..6 at rows[r % 4] + r.
+            let rows6: [usize; 6] = std::array::from_fn(|r| rows[r % 4] + r);
+            let mut want6 = [7i32; TILE];
+            for (r, &base) in rows6.iter().enumerate() {
+                for c in 0..NR {
+                    let s: i64 = koff
+                        .iter()
+                        .enumerate()
+                        .map(|(g, &o)| {
+                            let word = a[base + o];
+                            let (a0, a1) = ((word & 0xffff) as i64, (word >> 16) as i64);
+                            a0 * b[g * 32 + 2 * c] as i64 + a1 * b[g * 32 + 2 * c + 1] as i64
+                        })
+                        .sum();
+                    want6[r * NR + c] = i32::try_from(s).unwrap();
+                }
+            }
+            let mut got6 = [7i32; TILE];
+            generic_gemm_i16_rows_6x16(&a, &rows6, &koff, &b, &mut got6);
+            assert_eq!(got6, want6, "scalar rows, case {case}");
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+                let k = table_for(isa).unwrap();
+                let mut got6 = [7i32; TILE];
+                (k.i16().rows)(&a, &rows6, &koff, &b, &mut got6);
+                assert_eq!(got6, want6, "{isa} rows, case {case}");
+            }
+            let mut got = [7i32; TILE];
+            generic_gemm_i16_window_4x16(&a, &rows, step, windows, &koff, &b, &mut got);
+            assert_eq!(got, want, "scalar, case {case}");
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+                let k = table_for(isa).unwrap();
+                let mut got = [7i32; TILE];
+                (k.i16().window)(&a, &rows, step, windows, &koff, &b, &mut got);
+                assert_eq!(got, want, "{isa}, case {case}");
+            }
+        }
     }
 }

@@ -38,7 +38,8 @@ pub(crate) fn generic() -> Kernels {
         i16: I16 {
             isa: Isa::Scalar,
             tile: gemm::generic_tile_i16_6x16,
-            indirect: gemm::generic_gemm_i16_indirect_6x16,
+            window: gemm::generic_gemm_i16_window_4x16,
+            rows: gemm::generic_gemm_i16_rows_6x16,
         },
         winograd: Winograd {
             body: VectorBody::Generic,

@@ -68,28 +68,123 @@ pub unsafe fn avx2_gemm_i16_6x16<const R: usize>(
     unsafe { i16_tile::<R>(kgroups, |g| (a.as_ptr().add(g) as *const i32, lda), b, out) }
 }
 
-/// AVX2 microkernel with an indirect A, 6 rows × 16 columns, same contract as
-/// [`crate::generic::gemm::generic_gemm_i16_indirect_6x16`].
+/// AVX2 tile of 6 rows read in place, same contract as
+/// [`crate::generic::gemm::generic_gemm_i16_rows_6x16`]: the 6×16 tile of
+/// [`avx2_gemm_i16_6x16`] (12 accumulators, `vpmaddwd` + `vpaddd`) with each row's word
+/// broadcast from its own address.
 ///
 /// # Safety
-/// The CPU must support AVX2. (Bounds are checked here: every `offsets[g] + 6 ≤ a.len()`
-/// and `b` holds `offsets.len()·32` values.)
+/// The CPU must support AVX2. (Bounds are checked here: every word `rows[r] + koff[g]`
+/// lies in `a` and `b` holds `koff.len()·32` values.)
 #[target_feature(enable = "avx2")]
-pub unsafe fn avx2_gemm_i16_indirect_6x16(
+pub unsafe fn avx2_gemm_i16_rows_6x16(
     a: &[u32],
-    offsets: &[usize],
+    rows: &[usize; 6],
+    koff: &[usize],
     b: &[i16],
     out: &mut [i32; TILE],
 ) {
-    assert!(b.len() >= offsets.len() * NR * 2);
-    assert!(offsets.iter().all(|&o| o + MR <= a.len()));
+    assert!(b.len() >= koff.len() * NR * 2);
+    let reach = rows.iter().max().copied().unwrap_or(0) + koff.iter().max().copied().unwrap_or(0);
+    assert!(koff.is_empty() || reach < a.len());
     let ap = a.as_ptr() as *const i32;
-    // SAFETY: words offsets[g]..+6 of `a` and values [32g, 32g+32) of `b` exist (asserted
-    // above); AVX2 is enabled here.
-    unsafe { i16_tile::<MR>(offsets.len(), |g| (ap.add(offsets[g]), 1), b, out) }
+    let bp = b.as_ptr();
+    let r: [*const i32; 6] = std::array::from_fn(|i| ap.wrapping_add(rows[i]));
+    let mut acc0 = [_mm256_setzero_si256(); 6];
+    let mut acc1 = [_mm256_setzero_si256(); 6];
+    for (g, &o) in koff.iter().enumerate() {
+        // SAFETY: word rows[i] + o ≤ reach < a.len() and values [32g, 32g+32) of `b` exist
+        // (asserted above); AVX2 is enabled here.
+        unsafe {
+            let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
+            let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
+            for i in 0..6 {
+                let av = _mm256_set1_epi32(*r[i].add(o));
+                acc0[i] = _mm256_add_epi32(acc0[i], _mm256_madd_epi16(av, b0));
+                acc1[i] = _mm256_add_epi32(acc1[i], _mm256_madd_epi16(av, b1));
+            }
+        }
+    }
+    for i in 0..6 {
+        // SAFETY: row i of the tile is out[16i..16i+16] (6·16 ≤ TILE).
+        unsafe {
+            let row = out.as_mut_ptr().add(i * NR);
+            _mm256_storeu_si256(row as *mut __m256i, acc0[i]);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, acc1[i]);
+        }
+    }
 }
 
-/// The body of both i16 microkernels: `row(g)` gives the address of k-group `g`'s word of
+/// AVX2 tiles of 2×2 max-pool windows with an indirect A, same contract as
+/// [`crate::generic::gemm::generic_gemm_i16_window_4x16`]: per window the 4 rows × 16
+/// columns stay in 8 accumulators across every k-group (`vpmaddwd` + `vpaddd`), are
+/// reduced with `vpmaxsd` and stored once: no 6×16 tile is written, read back and
+/// reduced per pair of conv rows.
+///
+/// # Safety
+/// The CPU must support AVX2. (Bounds are checked here: every word `rows[r] + w·step +
+/// koff[g]` (`w < windows ≤ 6`) lies in `a` and `b` holds `koff.len()·32` values.)
+#[target_feature(enable = "avx2")]
+pub unsafe fn avx2_gemm_i16_window_4x16(
+    a: &[u32],
+    rows: &[usize; 4],
+    step: usize,
+    windows: usize,
+    koff: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    assert!(windows * NR <= TILE && b.len() >= koff.len() * NR * 2);
+    if windows == 0 || koff.is_empty() {
+        for w in 0..windows {
+            out[w * NR..(w + 1) * NR].fill(0);
+        }
+        return;
+    }
+    let reach = rows.iter().max().copied().unwrap_or(0)
+        + (windows - 1) * step
+        + koff.iter().max().copied().unwrap_or(0);
+    assert!(reach < a.len());
+    let ap = a.as_ptr() as *const i32;
+    let bp = b.as_ptr();
+    for w in 0..windows {
+        let r: [*const i32; 4] = std::array::from_fn(|i| {
+            // SAFETY: rows[i] + w·step ≤ reach < a.len() (asserted above).
+            unsafe { ap.add(rows[i] + w * step) }
+        });
+        let mut acc0 = [_mm256_setzero_si256(); 4];
+        let mut acc1 = [_mm256_setzero_si256(); 4];
+        for (g, &o) in koff.iter().enumerate() {
+            // SAFETY: word rows[i] + w·step + o ≤ reach of `a` and values [32g, 32g+32)
+            // of `b` exist (asserted above); AVX2 is enabled here.
+            unsafe {
+                let b0 = _mm256_loadu_si256(bp.add(g * 32) as *const __m256i);
+                let b1 = _mm256_loadu_si256(bp.add(g * 32 + 16) as *const __m256i);
+                for i in 0..4 {
+                    let av = _mm256_set1_epi32(*r[i].add(o));
+                    acc0[i] = _mm256_add_epi32(acc0[i], _mm256_madd_epi16(av, b0));
+                    acc1[i] = _mm256_add_epi32(acc1[i], _mm256_madd_epi16(av, b1));
+                }
+            }
+        }
+        let m0 = _mm256_max_epi32(
+            _mm256_max_epi32(acc0[0], acc0[1]),
+            _mm256_max_epi32(acc0[2], acc0[3]),
+        );
+        let m1 = _mm256_max_epi32(
+            _mm256_max_epi32(acc1[0], acc1[1]),
+            _mm256_max_epi32(acc1[2], acc1[3]),
+        );
+        // SAFETY: row w of the tile is out[16w..16w+16] (w < windows ≤ 6, asserted).
+        unsafe {
+            let row = out.as_mut_ptr().add(w * NR);
+            _mm256_storeu_si256(row as *mut __m256i, m0);
+            _mm256_storeu_si256(row.add(8) as *mut __m256i, m1);
+        }
+    }
+}
+
+/// The body of the i16 microkernel: `row(g)` gives the address of k-group `g`'s word of
 /// row 0 and the stride (in words) between rows.
 ///
 /// # Safety

@@ -73,7 +73,8 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.store16 = stores;
     k.i16.isa = Isa::Avx2;
     k.i16.tile = tile_i16;
-    k.i16.indirect = tile_i16_indirect;
+    k.i16.window = tile_i16_window;
+    k.i16.rows = tile_i16_rows;
     k.winograd.body = VectorBody::Avx2(avx2);
     k.winograd.input_isa = Isa::Avx2;
     k.winograd.input = winograd::avx2_winograd_input_16;
@@ -134,10 +135,24 @@ fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: 
     }
 }
 
-/// Entry of [`gemm::avx2_gemm_i16_indirect_6x16`] (which checks its bounds itself).
-fn tile_i16_indirect(a: &[u32], offsets: &[usize], b: &[i16], out: &mut [i32; TILE]) {
+/// Entry of [`gemm::avx2_gemm_i16_rows_6x16`] (which checks its bounds itself).
+fn tile_i16_rows(a: &[u32], rows: &[usize; 6], koff: &[usize], b: &[i16], out: &mut [i32; TILE]) {
     // SAFETY: installed only by `plug`, after detecting AVX2.
-    unsafe { gemm::avx2_gemm_i16_indirect_6x16(a, offsets, b, out) }
+    unsafe { gemm::avx2_gemm_i16_rows_6x16(a, rows, koff, b, out) }
+}
+
+/// Entry of [`gemm::avx2_gemm_i16_window_4x16`] (which checks its bounds itself).
+fn tile_i16_window(
+    a: &[u32],
+    rows: &[usize; 4],
+    step: usize,
+    windows: usize,
+    koff: &[usize],
+    b: &[i16],
+    out: &mut [i32; TILE],
+) {
+    // SAFETY: installed only by `plug`, after detecting AVX2.
+    unsafe { gemm::avx2_gemm_i16_window_4x16(a, rows, step, windows, koff, b, out) }
 }
 
 /// Entry of [`depthwise::avx2_dw_u8i16_16`].

@@ -226,33 +226,10 @@ pub unsafe fn avx512vnni_gemm_i16_6x16<const R: usize>(
     unsafe { i16_tile::<R>(kgroups, |g| (a.as_ptr().add(g) as *const i32, lda), b, out) }
 }
 
-/// AVX-512 VNNI microkernel with an indirect A, 6 rows × 16 columns, the contract of
-/// [`crate::generic::gemm::generic_gemm_i16_indirect_6x16`].
-///
-/// # Safety
-/// The CPU must support AVX-512 F and VNNI. (Bounds are checked here: every
-/// `offsets[g] + 6 ≤ a.len()` and `b` holds `offsets.len()·32` values.)
-#[target_feature(enable = "avx512f,avx512vnni")]
-pub unsafe fn avx512vnni_gemm_i16_indirect_6x16(
-    a: &[u32],
-    offsets: &[usize],
-    b: &[i16],
-    out: &mut [i32; TILE],
-) {
-    assert!(b.len() >= offsets.len() * I16_PANEL);
-    assert!(offsets.iter().all(|&o| o + I16_MR <= a.len()));
-    let ap = a.as_ptr() as *const i32;
-    // SAFETY: words offsets[g]..+6 of `a` and values [32g, 32g+32) of `b` exist (asserted
-    // above); AVX-512 F/VNNI are enabled here.
-    unsafe { i16_tile::<I16_MR>(offsets.len(), |g| (ap.add(offsets[g]), 1), b, out) }
-}
-
-/// Rows of the i16 tile (the pairs geometry's).
-const I16_MR: usize = crate::gemm::MR;
 /// i16 values of one k-group of a 16-column i16 panel: one zmm.
 const I16_PANEL: usize = crate::gemm::NR * 2;
 
-/// The body of both i16 microkernels: `row(g)` gives the address of k-group `g`'s word of
+/// The body of the i16 microkernel: `row(g)` gives the address of k-group `g`'s word of
 /// row 0 and the stride (in words) between rows.
 ///
 /// # Safety

@@ -81,7 +81,6 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.direct = (Isa::Avx512Vnni, direct_tile);
     k.i16.isa = Isa::Avx512Vnni;
     k.i16.tile = tile_i16;
-    k.i16.indirect = tile_i16_indirect;
     k.depthwise = VectorBody::Avx512(avx512);
     k.dw_blocks = (Isa::Avx512Vnni, dw_blocks);
     // The Winograd band loop (F(4×4)'s portable transforms: 16 i32 lanes per zmm) in its
@@ -146,12 +145,6 @@ fn tile_i16(rows: usize, kgroups: usize, a: &[u32], lda: usize, b: &[i16], out: 
             _ => k::<6>(kgroups, a, lda, b, out),
         }
     }
-}
-
-/// Entry of [`gemm::avx512vnni_gemm_i16_indirect_6x16`] (which checks its bounds itself).
-fn tile_i16_indirect(a: &[u32], offsets: &[usize], b: &[i16], out: &mut [i32; TILE]) {
-    // SAFETY: installed only by `plug`, after detecting AVX-512 F/BW/VL/VNNI.
-    unsafe { gemm::avx512vnni_gemm_i16_indirect_6x16(a, offsets, b, out) }
 }
 
 /// Entry of [`gemm::avx512vnni_gemm_u8i8_i32_8x32`].
