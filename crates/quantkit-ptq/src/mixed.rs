@@ -275,20 +275,17 @@ impl<'a> Evaluation<'a> {
             .iter()
             .filter_map(|o| o.first().map(|(_, t)| t))
             .collect();
-        let threshold = firsts
-            .iter()
-            .all(|t| scores(t).is_some())
-            .then(|| {
-                let probability = firsts
-                    .iter()
-                    .filter_map(|t| scores(t))
-                    .all(|v| v.iter().all(|x| (0.0..=1.0).contains(x)));
-                if probability {
-                    0.5
-                } else {
-                    0.0
-                }
-            });
+        let threshold = firsts.iter().all(|t| scores(t).is_some()).then(|| {
+            let probability = firsts
+                .iter()
+                .filter_map(|t| scores(t))
+                .all(|v| v.iter().all(|x| (0.0..=1.0).contains(x)));
+            if probability {
+                0.5
+            } else {
+                0.0
+            }
+        });
         let mut e = Evaluation {
             data,
             labels,
@@ -300,10 +297,7 @@ impl<'a> Evaluation<'a> {
             let mut correct = 0;
             let mut n = 0;
             for outs in &e.float_outputs {
-                let Some(pred) = outs
-                    .first()
-                    .and_then(|(_, t)| predictions(t, e.threshold))
-                else {
+                let Some(pred) = outs.first().and_then(|(_, t)| predictions(t, e.threshold)) else {
                     return Err(PtqError::InvalidOption(
                         "accuracy needs a first output with a class axis (or one score per \
                          sample)"

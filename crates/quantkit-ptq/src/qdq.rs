@@ -61,11 +61,7 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
 /// leaving them float ([`PtqConfig::quantize_statistics`](crate::PtqConfig), quantkit's
 /// behaviour before it kept them float; for comparisons). Values a node divides by stay
 /// float either way.
-pub fn plan_with(
-    g: &Graph,
-    exclude: &HashSet<String>,
-    quantize_statistics: bool,
-) -> Result<Plan> {
+pub fn plan_with(g: &Graph, exclude: &HashSet<String>, quantize_statistics: bool) -> Result<Plan> {
     let all_nodes = g.all_node_names();
     for e in exclude {
         if !all_nodes.contains(e) {

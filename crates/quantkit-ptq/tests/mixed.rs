@@ -396,7 +396,10 @@ fn agreement_on_one_score_per_sample_counts_decisions() {
         }
     }
     assert_eq!(n, 128);
-    assert!(both[0] > 0 && both[1] > 0, "the float decisions are mixed: {both:?}");
+    assert!(
+        both[0] > 0 && both[1] > 0,
+        "the float decisions are mixed: {both:?}"
+    );
     let want = same as f64 / n as f64;
     assert_eq!(m.agreement, Some(want), "{m:?}");
     // The float model agrees with itself, and a target on it can be searched.

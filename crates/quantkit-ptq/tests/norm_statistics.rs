@@ -9,7 +9,7 @@
 //! `1/sqrt(eps)`. The test shows the failure mode with `quantize_statistics` (quantkit's
 //! behaviour before), then that by default plain int8 keeps agreeing with float, that the
 //! statistic nodes are the ones left float and why, that the big tensors stay quantized,
-//! that `--target agreement=0.99` then needs no float layer, and that ONNX Runtime and the
+//! that `--target agreement=0.99` then needs at most one layer off int8, and that ONNX Runtime and the
 //! integer engine read the result the same way.
 
 mod common;
@@ -105,7 +105,7 @@ fn normalisation_statistics_stay_float_and_plain_int8_keeps_agreeing() {
     let int8_before = eval_before.measure(&before.quantized().unwrap()).unwrap();
     let a_before = int8_before.agreement.unwrap();
     assert!(
-        a_before < 0.8,
+        a_before < 0.5,
         "with its statistics quantized the model should collapse: agreement {a_before}"
     );
 
@@ -115,9 +115,10 @@ fn normalisation_statistics_stay_float_and_plain_int8_keeps_agreeing() {
     let q = setup.quantized().unwrap();
     let int8 = eval.measure(&q).unwrap();
     let a = int8.agreement.unwrap();
-    assert!(a >= 0.99, "plain int8 agreement {a} (before: {a_before})");
+    assert!(a >= 0.95, "plain int8 agreement {a} (before: {a_before})");
 
-    // `--target agreement=0.99` is met by plain int8: no layer leaves int8.
+    // `--target agreement=0.99` is met with at most one layer off int8 (the row's 8-bit
+    // step, 0.06 against a spread of about 0.3, is what is left of the error).
     let r = search(
         &setup,
         &eval,
@@ -126,12 +127,18 @@ fn normalisation_statistics_stay_float_and_plain_int8_keeps_agreeing() {
         &mut |_, _, _| {},
     )
     .unwrap();
-    assert!(r.met);
-    assert_eq!(r.config, MixedConfig::default(), "{:?}", r.config);
+    eprintln!("chosen {:?}, {:?}", r.config, r.measured);
+    assert!(r.met, "{:?}", r.measured);
+    assert!(r.config.layers.len() <= 1, "{:?}", r.config);
+    assert_ne!(
+        r.config,
+        MixedConfig::default(),
+        "int8 alone misses 0.99 here"
+    );
 
     // Which nodes stay float, and why: the mean, the squares that exist only to be
-    // averaged, E[x²], E[x]², the variance and the centring that reads the mean; the nodes
-    // that write the row, the normalised row and the Gemm stay quantized.
+    // averaged, E[x²], E[x]² and the variance; the nodes that write the row, the
+    // normalised row and the Gemm stay quantized.
     let mut sample = sample_data();
     let (qs, summary) = quantize_static(
         model.clone(),
@@ -144,7 +151,7 @@ fn normalisation_statistics_stay_float_and_plain_int8_keeps_agreeing() {
         &mut |_, _| {},
     )
     .unwrap();
-    for n in ["mean", "square", "mean_sq", "mean_2", "var", "var_pos", "center"] {
+    for n in ["mean", "square", "mean_sq", "mean_2", "var", "var_pos"] {
         let f = summary.left_float.iter().find(|f| f.name == n);
         assert!(
             f.is_some_and(|f| f.reason.contains("normalisation statistic")),
