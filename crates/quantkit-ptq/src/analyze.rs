@@ -28,7 +28,7 @@
 //! depend on how data are loaded.
 
 use crate::error::{core, graph as graph_err, PtqError, Result};
-use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan, Plan, QdqOptions};
+use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan_with, Plan, QdqOptions};
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
@@ -308,7 +308,7 @@ impl Setup {
         }
         let prep = prepare(&mut graph)?;
         let exclude: HashSet<String> = config.exclude.iter().cloned().collect();
-        let mut plan = plan(&graph, &exclude)?;
+        let mut plan = plan_with(&graph, &exclude, config.quantize_statistics)?;
         let wanted: HashSet<&str> = plan.activations.iter().map(String::as_str).collect();
         let mut observers: HashMap<String, Box<dyn Observer>> = HashMap::new();
         let mut ranks = HashMap::new();
@@ -429,7 +429,7 @@ impl Setup {
         p.quantized.retain(|n| keep(n));
         let kept: HashSet<&str> = p.quantized.iter().map(String::as_str).collect();
         let mut want: HashSet<&str> = HashSet::new();
-        for n in &self.float.nodes {
+        for n in all_nodes(&self.float) {
             if kept.contains(n.name.as_str()) {
                 want.extend(node_acts(n));
             }
@@ -473,10 +473,8 @@ impl Setup {
             .map(|(p, a)| (p.as_str(), a.as_str()))
             .collect();
         let fused_act: HashSet<&str> = fused.values().copied().collect();
-        let by_name: HashMap<&str, &Node> = self
-            .float
-            .nodes
-            .iter()
+        let by_name: HashMap<&str, &Node> = all_nodes(&self.float)
+            .into_iter()
             .map(|n| (n.name.as_str(), n))
             .collect();
         let acts: HashSet<&str> = self.plan.activations.iter().map(String::as_str).collect();
@@ -503,6 +501,23 @@ impl Setup {
         }
         out
     }
+}
+
+/// Every node of `g` at every subgraph depth (If branches, Loop and Scan bodies), in graph
+/// order, each graph's nodes before its subgraphs'. The plan names quantized nodes at any
+/// depth, so what acts on a layer looks its nodes up here.
+pub(crate) fn all_nodes(g: &Graph) -> Vec<&Node> {
+    fn walk<'a>(g: &'a Graph, out: &mut Vec<&'a Node>) {
+        for n in &g.nodes {
+            out.push(n);
+            for sub in n.subgraphs() {
+                walk(sub, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(g, &mut out);
+    out
 }
 
 /// Samples in a feed: the batch dimension of its first input.

@@ -47,8 +47,8 @@ pub use prepare::{
     upgrade_opset_21, PrepareReport,
 };
 pub use qdq::{
-    initializer_bytes, insert_qdq, insert_qdq_mixed, insert_qdq_wide, plan, FloatNode, Plan,
-    QdqOptions,
+    initializer_bytes, insert_qdq, insert_qdq_mixed, insert_qdq_wide, plan, plan_with, FloatNode,
+    Plan, QdqOptions,
 };
 pub use qoperator::{to_qoperator, QopReport};
 
@@ -107,6 +107,12 @@ pub struct PtqConfig {
     pub calib_samples: Option<usize>,
     /// Samples per executor call during calibration.
     pub batch_size: usize,
+    /// Quantize the statistics of a normalisation written as primitive operators (the mean
+    /// and variance of a LayerNorm, RMSNorm or L2 normalisation: values computed from a
+    /// reduction that reach a divisor) like any other activation. Default `false`: they
+    /// stay float ([`qdq::plan_with`]); `true` is quantkit's behaviour before, for
+    /// comparisons (`quantkit quantize --quantize-statistics`).
+    pub quantize_statistics: bool,
 }
 
 impl Default for PtqConfig {
@@ -118,6 +124,7 @@ impl Default for PtqConfig {
             exclude: Vec::new(),
             calib_samples: None,
             batch_size: 32,
+            quantize_statistics: false,
         }
     }
 }
@@ -203,7 +210,7 @@ pub fn quantize_static_staged(
     }
     let prep = prepare(&mut graph)?;
     let exclude: HashSet<String> = config.exclude.iter().cloned().collect();
-    let mut plan = qdq::plan(&graph, &exclude)?;
+    let mut plan = qdq::plan_with(&graph, &exclude, config.quantize_statistics)?;
     let t0 = std::time::Instant::now();
     let wanted: HashSet<String> = plan.activations.iter().cloned().collect();
     let cal = calibrate(

@@ -26,7 +26,7 @@
 //! A [`MixedConfig`] is the choice per layer; [`Setup::mixed`] writes its QDQ graph, so a
 //! saved choice can be re-applied to the same model (`quantkit quantize --config FILE`).
 
-use crate::analyze::{analyze, AnalyzeOptions, Feed, Setup, Stage};
+use crate::analyze::{all_nodes, analyze, AnalyzeOptions, Feed, Setup, Stage};
 use crate::error::{graph as graph_err, PtqError, Result};
 use quantkit_graph::{execute, Graph, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -100,7 +100,10 @@ impl MixedConfig {
 #[serde(rename_all = "lowercase")]
 pub enum Metric {
     /// Share of samples whose top-1 class (argmax over the last axis of the first output)
-    /// agrees with the float model's; the target is a minimum in `[0, 1]`.
+    /// agrees with the float model's; the target is a minimum in `[0, 1]`. A first output
+    /// with one score per sample (last axis of size 1: a detector's probability or logit)
+    /// is read as a yes/no decision instead: score > 0.5 when every float output of the
+    /// evaluation data lies in `[0, 1]` (a probability), else score > 0 (a logit).
     Agreement,
     /// Cosine of all outputs (flattened) against the float outputs; a minimum.
     Cosine,
@@ -192,7 +195,8 @@ impl Target {
 /// The model-output figures of one configuration against the float model.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Measured {
-    /// Top-1 agreement with the float model (`null` without a class axis).
+    /// Top-1 agreement with the float model (`null` without a class axis), or agreement of
+    /// the yes/no decisions of a single score per sample ([`Metric::Agreement`]).
     pub agreement: Option<f64>,
     /// Cosine of all outputs against the float outputs.
     pub cosine: f64,
@@ -212,6 +216,9 @@ pub struct Evaluation<'a> {
     labels: Option<&'a [i64]>,
     float_outputs: Vec<Vec<(String, Tensor)>>,
     float_correct: Option<usize>,
+    /// The decision threshold when the first output holds one score per sample
+    /// ([`Metric::Agreement`]).
+    threshold: Option<f32>,
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -231,6 +238,22 @@ fn rows(t: &Tensor) -> Option<(&[f32], usize)> {
     (t.rank() >= 2 && c > 1).then_some((v, c))
 }
 
+/// The scores of an output with one score per sample (rank ≥ 2, last axis 1).
+fn scores(t: &Tensor) -> Option<&[f32]> {
+    let v = t.as_f32()?;
+    (t.rank() >= 2 && t.shape.last() == Some(&1)).then_some(v)
+}
+
+/// Predicted classes of the first output: argmax rows, or yes/no decisions of single
+/// scores at `threshold`.
+fn predictions(t: &Tensor, threshold: Option<f32>) -> Option<Vec<usize>> {
+    if let Some((v, c)) = rows(t) {
+        return Some(v.chunks(c).map(argmax).collect());
+    }
+    let th = threshold?;
+    scores(t).map(|v| v.iter().map(|&x| usize::from(x > th)).collect())
+}
+
 impl<'a> Evaluation<'a> {
     /// Runs the float graph of `setup` on `data` (one feed per batch). `labels`, when given,
     /// hold one class per sample of the feeds in order.
@@ -247,29 +270,48 @@ impl<'a> Evaluation<'a> {
                     .map_err(graph_err(format!("running the float model on batch {bi}")))?,
             );
         }
+        // One score per sample: a probability when every float score lies in [0, 1].
+        let firsts: Vec<&Tensor> = float_outputs
+            .iter()
+            .filter_map(|o| o.first().map(|(_, t)| t))
+            .collect();
+        let threshold = firsts.iter().all(|t| scores(t).is_some()).then(|| {
+            let probability = firsts
+                .iter()
+                .filter_map(|t| scores(t))
+                .all(|v| v.iter().all(|x| (0.0..=1.0).contains(x)));
+            if probability {
+                0.5
+            } else {
+                0.0
+            }
+        });
         let mut e = Evaluation {
             data,
             labels,
             float_outputs,
             float_correct: None,
+            threshold,
         };
         if let Some(l) = labels {
             let mut correct = 0;
             let mut n = 0;
             for outs in &e.float_outputs {
-                let Some((v, c)) = outs.first().and_then(|(_, t)| rows(t)) else {
+                let Some(pred) = outs.first().and_then(|(_, t)| predictions(t, e.threshold)) else {
                     return Err(PtqError::InvalidOption(
-                        "accuracy needs a first output with a class axis".into(),
+                        "accuracy needs a first output with a class axis (or one score per \
+                         sample)"
+                            .into(),
                     ));
                 };
-                for row in v.chunks(c) {
+                for p in pred {
                     let Some(&y) = l.get(n) else {
                         return Err(PtqError::InvalidOption(format!(
                             "{} labels for more evaluation samples",
                             l.len()
                         )));
                     };
-                    correct += usize::from(argmax(row) as i64 == y);
+                    correct += usize::from(p as i64 == y);
                     n += 1;
                 }
             }
@@ -296,6 +338,12 @@ impl<'a> Evaluation<'a> {
             .sum()
     }
 
+    /// The decision threshold when the first output holds one score per sample (0.5 for a
+    /// probability, 0 for a logit; [`Metric::Agreement`]), `None` otherwise.
+    pub fn decision_threshold(&self) -> Option<f32> {
+        self.threshold
+    }
+
     /// Measures `graph` (a quantized variant of the setup's float graph) on the data.
     pub fn measure(&self, graph: &Graph) -> Result<Measured> {
         let (mut rr, mut aa, mut ra, mut noise) = (0f64, 0f64, 0f64, 0f64);
@@ -317,10 +365,12 @@ impl<'a> Evaluation<'a> {
                     noise += (x - y) * (x - y);
                 }
                 if k == 0 {
-                    match (rows(r), rows(a)) {
-                        (Some((rv, c)), Some((av, _))) => {
-                            for (x, y) in rv.chunks(c).zip(av.chunks(c)) {
-                                let (px, py) = (argmax(x), argmax(y));
+                    match (
+                        predictions(r, self.threshold),
+                        predictions(a, self.threshold),
+                    ) {
+                        (Some(px), Some(py)) if px.len() == py.len() => {
+                            for (px, py) in px.into_iter().zip(py) {
                                 agree += usize::from(px == py);
                                 nrows += 1;
                                 if let Some(l) = self.labels {
@@ -385,10 +435,8 @@ impl Setup {
         let mut drop: HashSet<&str> = HashSet::new();
         let mut bits: HashMap<String, u8> = HashMap::new();
         let mut wide: HashSet<&str> = HashSet::new();
-        let by_name: HashMap<&str, &quantkit_graph::Node> = self
-            .float
-            .nodes
-            .iter()
+        let by_name: HashMap<&str, &quantkit_graph::Node> = all_nodes(&self.float)
+            .into_iter()
             .map(|n| (n.name.as_str(), n))
             .collect();
         for (name, p) in &config.layers {
@@ -411,10 +459,8 @@ impl Setup {
                 }
             }
         }
-        let weighted: Vec<&str> = self
-            .float
-            .nodes
-            .iter()
+        let weighted: Vec<&str> = all_nodes(&self.float)
+            .into_iter()
             .filter(|n| n.facts().weight.is_some() && self.plan.quantized.contains(&n.name))
             .map(|n| n.name.as_str())
             .collect();
@@ -514,7 +560,8 @@ pub fn search(
     let int8 = eval.measure(&setup.mixed(&config)?)?;
     if target.metric == Metric::Agreement && int8.agreement.is_none() {
         return Err(PtqError::InvalidOption(
-            "--target agreement=...: the model's first output has no class axis (use cosine or sqnr)"
+            "--target agreement=...: the model's first output has no class axis nor one score per \
+             sample (use cosine or sqnr)"
                 .into(),
         ));
     }
@@ -527,17 +574,14 @@ pub fn search(
         kept: true,
     });
     let layers = setup.layers();
+    let with_weight: HashSet<&str> = all_nodes(&setup.float)
+        .into_iter()
+        .filter(|x| x.facts().weight.is_some())
+        .map(|x| x.name.as_str())
+        .collect();
     let weighted: HashSet<&str> = layers
         .iter()
-        .filter(|l| {
-            l.nodes.iter().any(|n| {
-                setup
-                    .float
-                    .nodes
-                    .iter()
-                    .any(|x| &x.name == n && x.facts().weight.is_some())
-            })
-        })
+        .filter(|l| l.nodes.iter().any(|n| with_weight.contains(n.as_str())))
         .map(|l| l.nodes[0].as_str())
         .collect();
     // The ranking: needed for the fallback when int8 misses, and for the 4-bit order.

@@ -49,7 +49,19 @@ fn is_float_init(g: &Graph, name: &str) -> bool {
 /// (If branches, Loop and Scan bodies, at any depth) are planned like top-level ones, each
 /// graph with its own constants (see [`crate::prepare::localize_constants`]); their
 /// activations are observed by name during calibration like any other value.
+///
+/// Values a node divides by and the statistics of a normalisation stay float (see
+/// [`plan_with`]; this is `plan_with(g, exclude, false)`).
 pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
+    plan_with(g, exclude, false)
+}
+
+/// [`plan`], where `quantize_statistics` quantizes the statistics of a normalisation (its
+/// mean and variance written as primitive operators) like any other activation instead of
+/// leaving them float ([`PtqConfig::quantize_statistics`](crate::PtqConfig), quantkit's
+/// behaviour before it kept them float; for comparisons). Values a node divides by stay
+/// float either way.
+pub fn plan_with(g: &Graph, exclude: &HashSet<String>, quantize_statistics: bool) -> Result<Plan> {
     let all_nodes = g.all_node_names();
     for e in exclude {
         if !all_nodes.contains(e) {
@@ -63,7 +75,14 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
     let mut p = Plan::default();
     let mut seen = HashSet::new();
     let mut weighted = false;
-    plan_graph(g, exclude, &mut p, &mut seen, &mut weighted);
+    plan_graph(
+        g,
+        exclude,
+        quantize_statistics,
+        &mut p,
+        &mut seen,
+        &mut weighted,
+    );
     if !weighted {
         return Err(PtqError::NothingToQuantize(if exclude.is_empty() {
             String::new()
@@ -74,17 +93,59 @@ pub fn plan(g: &Graph, exclude: &HashSet<String>) -> Result<Plan> {
     Ok(p)
 }
 
-/// Values that must stay float because they reach a divisor, mapped to the node that
-/// divides by them: the input of `Reciprocal` and `Log`, `Div`'s divisor, `Pow`'s base when
-/// the exponent is not a constant ≥ 0, and, walking back through operators that keep 0 at 0
-/// (`Sqrt`, `Abs`, `Relu`, `Identity`, `Cast`, the layout ops), the values these are
-/// computed from. Quantizing such a value rounds a small positive number to exactly 0 and
-/// the model divides by zero: a LayerNorm written as `Reciprocal(Sqrt(var + eps))` (JAX and
-/// TF exports, e.g. Magika's) gave `inf` logits on a file whose variance was small, because
-/// the quantized `var + eps` undid the epsilon. ONNX Runtime's quantizer does the same.
-fn divisor_values(g: &Graph, uses: &Uses) -> HashMap<String, String> {
-    let mut out: HashMap<String, String> = HashMap::new();
+/// Why a value must stay float ([`float_values`]).
+#[derive(Debug, Clone)]
+struct KeepFloat {
+    /// The node that divides by (a value computed from) it.
+    divider: String,
+    /// The reduction it is computed from, when it is a normalisation statistic.
+    reduction: Option<String>,
+}
+
+impl KeepFloat {
+    fn reason(&self, v: &str) -> String {
+        match &self.reduction {
+            None => format!(
+                "`{v}` reaches the divisor of node `{}`: quantized, a small value would \
+                 round to 0 and divide by zero",
+                self.divider
+            ),
+            Some(r) => format!(
+                "`{v}` is a normalisation statistic (computed from the reduction `{r}`, it \
+                 reaches the divisor of node `{}`): quantized, a variance written as \
+                 E[x²] − E[x]² cancels and a small one rounds to 0",
+                self.divider
+            ),
+        }
+    }
+}
+
+/// Values that must stay float, with why:
+///
+/// 1. **Divisors**: the input of `Reciprocal` and `Log`, `Div`'s divisor, `Pow`'s base when
+///    the exponent is not a constant ≥ 0, and, walking back through operators that keep 0
+///    at 0 (`Sqrt`, `Abs`, `Relu`, `Identity`, `Cast`, the layout ops), the values these
+///    are computed from. Quantizing such a value rounds a small positive number to exactly
+///    0 and the model divides by zero: a LayerNorm written as `Reciprocal(Sqrt(var + eps))`
+///    (JAX and TF exports, e.g. Magika's) gave `inf` logits on a file whose variance was
+///    small, because the quantized `var + eps` undid the epsilon. ONNX Runtime's quantizer
+///    does the same.
+/// 2. **Normalisation statistics**: every value on a path from such a divisor back, through
+///    element-wise arithmetic and layout operators, to the output of a reduction
+///    (`ReduceMean`, `ReduceSum`, `ReduceSumSquare`, `ReduceL1`, `ReduceL2`,
+///    `GlobalAveragePool`), that output included; the walk stops there, the reduction's
+///    input is not a statistic, except what exists only to be reduced (the squares of
+///    `E[x²]`, see [`mark_reduced`]). These are the mean, the variance and what is
+///    computed from them in a LayerNorm / RMSNorm / InstanceNorm / L2 normalisation
+///    written as primitive operators. Quantized, a variance written as `E[x²] − E[x]²` (Magika's JAX export) is
+///    the difference of two quantized numbers much larger than itself, and one rounded to
+///    0 or wrong by 100 % scales the whole normalised row: plain int8 kept 4 % of Magika's
+///    top-1 answers. They are per-row scalars, so keeping them float costs neither bytes
+///    nor measurable time; the normalised tensor itself stays quantized.
+fn float_values(g: &Graph, uses: &Uses, statistics: bool) -> HashMap<String, KeepFloat> {
+    let mut out: HashMap<String, KeepFloat> = HashMap::new();
     let mut stack: Vec<(String, String)> = Vec::new();
+    let mut roots: Vec<(String, String)> = Vec::new();
     for n in &g.nodes {
         let divisor = if n.is(OpKind::Reciprocal) || n.is(OpKind::Log) {
             n.inputs.first()
@@ -106,6 +167,7 @@ fn divisor_values(g: &Graph, uses: &Uses) -> HashMap<String, String> {
         };
         if let Some(v) = divisor.filter(|v| !v.is_empty() && !g.initializers.contains_key(*v)) {
             stack.push((v.clone(), n.name.clone()));
+            roots.push((v.clone(), n.name.clone()));
         }
     }
     let keeps_zero = [
@@ -137,9 +199,164 @@ fn divisor_values(g: &Graph, uses: &Uses) -> HashMap<String, String> {
                 }
             }
         }
-        out.insert(v, divider);
+        out.insert(
+            v,
+            KeepFloat {
+                divider,
+                reduction: None,
+            },
+        );
+    }
+    if !statistics {
+        return out;
+    }
+    // 2. Statistics: the reduction each value is computed from (memoised; `None`: none
+    //    reached through element-wise and layout operators).
+    let mut memo: HashMap<String, Option<String>> = HashMap::new();
+    for (v, divider) in roots {
+        let mut seen: HashSet<String> = HashSet::new();
+        mark_statistics(g, uses, &v, &divider, &mut memo, &mut seen, &mut out);
     }
     out
+}
+
+/// Reductions whose output is a statistic of the tensor they read.
+const REDUCTIONS: [OpKind; 6] = [
+    OpKind::ReduceMean,
+    OpKind::ReduceSum,
+    OpKind::ReduceSumSquare,
+    OpKind::ReduceL1,
+    OpKind::ReduceL2,
+    OpKind::GlobalAveragePool,
+];
+
+/// Element-wise and layout operators a statistic flows through (every non-constant input
+/// is followed, except `Pow`'s exponent and `Clip`'s bounds).
+const STAT_OPS: [OpKind; 19] = [
+    OpKind::Add,
+    OpKind::Sub,
+    OpKind::Mul,
+    OpKind::Div,
+    OpKind::Max,
+    OpKind::Min,
+    OpKind::Neg,
+    OpKind::Abs,
+    OpKind::Sqrt,
+    OpKind::Pow,
+    OpKind::Relu,
+    OpKind::Clip,
+    OpKind::Identity,
+    OpKind::Cast,
+    OpKind::Reshape,
+    OpKind::Flatten,
+    OpKind::Squeeze,
+    OpKind::Unsqueeze,
+    OpKind::Expand,
+];
+
+/// Marks in `out` what the reduction `r` (a statistic's source) reduces when that exists
+/// only to be reduced: walking back from its input through element-wise operators whose
+/// output nothing else reads (`Mul(x, x)` or `Pow(x − mean, 2)` read by `ReduceMean` alone),
+/// up to a value with other readers (the row itself). Quantized, such a tensor biases the
+/// statistic instead of averaging out: the many small squares of a row round to the same
+/// code, and `E[x²]` comes out wrong by more than the variance it is compared with (Magika's
+/// first LayerNorm: with `Square` quantized plain int8 kept 0.69 of its top-1 answers, with
+/// it float 0.85).
+fn mark_reduced(
+    g: &Graph,
+    uses: &Uses,
+    r: usize,
+    divider: &str,
+    out: &mut HashMap<String, KeepFloat>,
+) {
+    let reduction = g.nodes[r].name.clone();
+    let mut reader = r;
+    let mut v = g.nodes[r].inputs.first().cloned();
+    while let Some(x) = v.take() {
+        if x.is_empty() || g.initializers.contains_key(&x) || out.contains_key(&x) {
+            break;
+        }
+        let only_reader = {
+            let readers = uses.readers(&x);
+            !readers.is_empty() && readers.iter().all(|&i| i == reader) && !uses.is_output(&x)
+        };
+        let Some(p) = uses.producer(&x).filter(|_| only_reader) else {
+            break;
+        };
+        let n = &g.nodes[p];
+        if !STAT_OPS.iter().any(|&k| n.is(k)) {
+            break;
+        }
+        out.insert(
+            x,
+            KeepFloat {
+                divider: divider.to_string(),
+                reduction: Some(reduction.clone()),
+            },
+        );
+        // Go on through a single non-constant input (Mul(x, x) reads one value twice).
+        let inputs: HashSet<&String> = n
+            .inputs
+            .iter()
+            .filter(|i| !i.is_empty() && !g.initializers.contains_key(*i))
+            .collect();
+        if inputs.len() == 1 {
+            v = inputs.into_iter().next().cloned();
+            reader = p;
+        }
+    }
+}
+
+/// Walks back from `v` (reached from the divisor of `divider`) and marks in `out` every
+/// value on a path to a reduction output; returns the reduction `v` is computed from.
+fn mark_statistics(
+    g: &Graph,
+    uses: &Uses,
+    v: &str,
+    divider: &str,
+    memo: &mut HashMap<String, Option<String>>,
+    seen: &mut HashSet<String>,
+    out: &mut HashMap<String, KeepFloat>,
+) -> Option<String> {
+    if let Some(r) = memo.get(v) {
+        return r.clone();
+    }
+    if !seen.insert(v.to_string()) {
+        return None; // a cycle cannot happen in a valid graph; be safe
+    }
+    let found = uses.producer(v).and_then(|p| {
+        let n = &g.nodes[p];
+        if REDUCTIONS.iter().any(|&k| n.is(k)) {
+            mark_reduced(g, uses, p, divider, out);
+            return Some(n.name.clone());
+        }
+        if !STAT_OPS.iter().any(|&k| n.is(k)) {
+            return None;
+        }
+        let followed: &[String] = if n.is(OpKind::Pow) || n.is(OpKind::Clip) {
+            &n.inputs[..n.inputs.len().min(1)]
+        } else {
+            &n.inputs
+        };
+        let mut found = None;
+        for x in followed {
+            if x.is_empty() || g.initializers.contains_key(x) {
+                continue;
+            }
+            let r = mark_statistics(g, uses, x, divider, memo, seen, out);
+            found = found.or(r);
+        }
+        found
+    });
+    if let Some(r) = &found {
+        let e = out.entry(v.to_string()).or_insert_with(|| KeepFloat {
+            divider: divider.to_string(),
+            reduction: None,
+        });
+        e.reduction.get_or_insert_with(|| r.clone());
+    }
+    memo.insert(v.to_string(), found.clone());
+    found
 }
 
 /// Plans the nodes of one graph, then of its subgraphs; `weighted` is set when a weighted
@@ -147,12 +364,13 @@ fn divisor_values(g: &Graph, uses: &Uses) -> HashMap<String, String> {
 fn plan_graph(
     g: &Graph,
     exclude: &HashSet<String>,
+    quantize_statistics: bool,
     p: &mut Plan,
     seen: &mut HashSet<String>,
     weighted: &mut bool,
 ) {
     let uses = Uses::new(g);
-    let divisors = divisor_values(g, &uses);
+    let divisors = float_values(g, &uses, !quantize_statistics);
     let mut quant = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
         let quant_inputs: &[String] = match n.facts().quant_inputs {
@@ -169,10 +387,7 @@ fn plan_graph(
         let reason = if exclude.contains(&n.name) {
             Some("excluded by --exclude".to_string())
         } else if let Some((v, d)) = divisor {
-            Some(format!(
-                "`{v}` reaches the divisor of node `{d}`: quantized, a small value would \
-                 round to 0 and divide by zero"
-            ))
+            Some(d.reason(v))
         } else if !n.is_onnx_domain() {
             Some(format!("operator of domain {}", n.domain))
         } else if n.facts().quant_inputs == QuantInputs::None {
@@ -248,7 +463,7 @@ fn plan_graph(
     p.activations.extend(acts);
     for n in &g.nodes {
         for sub in n.subgraphs() {
-            plan_graph(sub, exclude, p, seen, weighted);
+            plan_graph(sub, exclude, quantize_statistics, p, seen, weighted);
         }
     }
 }

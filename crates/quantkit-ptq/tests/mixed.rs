@@ -358,3 +358,59 @@ fn configurations_round_trip_and_unknown_layers_are_errors() {
     let t: Target = "sqnr=30dB".parse().unwrap();
     assert_eq!(t.value, 30.0);
 }
+
+/// The destroyed model with one sigmoid score per sample (`fc` → 1, Sigmoid): a detector's
+/// probability. `agreement` is then the agreement of the yes/no decisions (p > 0.5).
+fn detector() -> Graph {
+    let mut g = destroyed();
+    init(&mut g, "wf", &[72, 1], rand_vec(72, 0.15, 26));
+    init(&mut g, "bf", &[1], vec![0.0]);
+    g.nodes.last_mut().unwrap().outputs = vec!["score".into()];
+    g.nodes
+        .push(Node::new("sigmoid", "Sigmoid", &["score"], &["logits"]));
+    g
+}
+
+#[test]
+fn agreement_on_one_score_per_sample_counts_decisions() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 400);
+    let setup = Setup::new(detector(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    assert_eq!(eval.decision_threshold(), Some(0.5));
+    let q = setup.quantized().unwrap();
+    let m = eval.measure(&q).unwrap();
+    // The same count by hand: decisions of float and int8 at p > 0.5.
+    let (mut same, mut n, mut both) = (0, 0, [0usize; 2]);
+    for feed in &data {
+        let f = quantkit_graph::execute(&setup.float, feed.clone()).unwrap()[0]
+            .1
+            .to_f32_vec();
+        let g = quantkit_graph::execute(&q, feed.clone()).unwrap()[0]
+            .1
+            .to_f32_vec();
+        for (a, b) in f.iter().zip(&g) {
+            same += usize::from((*a > 0.5) == (*b > 0.5));
+            both[usize::from(*a > 0.5)] += 1;
+            n += 1;
+        }
+    }
+    assert_eq!(n, 128);
+    assert!(
+        both[0] > 0 && both[1] > 0,
+        "the float decisions are mixed: {both:?}"
+    );
+    let want = same as f64 / n as f64;
+    assert_eq!(m.agreement, Some(want), "{m:?}");
+    // The float model agrees with itself, and a target on it can be searched.
+    assert_eq!(eval.measure(&setup.float).unwrap().agreement, Some(1.0));
+    let r = search(
+        &setup,
+        &eval,
+        "agreement=0.99".parse().unwrap(),
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(r.met, "{:?}", r.measured);
+}

@@ -74,6 +74,12 @@ pub struct Args {
     /// Keep this node in float (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
+    /// Quantize the statistics of a normalisation written as primitive operators (the mean
+    /// and variance of a LayerNorm / RMSNorm computed by Reduce* ops and divided by) like any
+    /// other activation. By default they stay float: they are per-row scalars, and quantized
+    /// a variance written as E[x²] − E[x]² cancels or rounds to 0 (docs/architecture.md).
+    #[arg(long)]
+    pub quantize_statistics: bool,
     /// Use at most N calibration samples (arrays, for an .npz of batches; runs, for NAME__K
     /// arrays).
     #[arg(long)]
@@ -172,6 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         exclude: args.exclude.clone(),
         calib_samples: args.calib_samples,
         batch_size: args.batch_size,
+        quantize_statistics: args.quantize_statistics,
     };
     if mixed {
         if !(2..=8).contains(&args.weight_bits) {

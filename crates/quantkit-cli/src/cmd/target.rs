@@ -266,6 +266,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let calibration_samples = samples(&calib);
     drop(calib);
     let evaluation = Evaluation::new(&setup, &eval, labels.as_deref())?;
+    let eval_source = match evaluation.decision_threshold() {
+        Some(t) => format!(
+            "{eval_source}; one score per sample: agreement is of the decisions score > {t}"
+        ),
+        None => eval_source,
+    };
     let result: SearchResult;
     let chosen: MixedConfig;
     let measured: Measured;
