@@ -283,3 +283,45 @@ fn constant_shape_arithmetic_is_folded() {
     assert_eq!(g.initializers["sh"].as_i64().unwrap(), &[2, 3]);
     assert_eq!(g.value_info["y"].static_shape(), Some(vec![2, 3]));
 }
+
+/// A value declared without a type (as some exporters leave `If` branch outputs) is written
+/// without one, not with element type 0, which ONNX Runtime refuses ("Invalid tensor data
+/// type 0"); reading it back gives the same untyped value.
+#[test]
+fn an_untyped_value_is_written_without_a_type() {
+    let untyped = ValueInfo {
+        name: "y".into(),
+        dtype: None,
+        onnx_elem_type: 0,
+        shape: None,
+    };
+    let g = Graph {
+        inputs: vec![ValueInfo::new("x", DType::F32, &[2, 3])],
+        outputs: vec![untyped.clone()],
+        opset_imports: vec![(String::new(), 17)],
+        nodes: vec![Node::new("r", "Relu", &["x"], &["y"])],
+        ..Graph::default()
+    };
+    let m = export_model(&g);
+    let out = &m.graph.as_ref().unwrap().output[0];
+    assert!(out.r#type.is_none(), "{out:?}");
+    let g2 = import_model(
+        &decode_model(&m.encode_to_vec(), "untyped").unwrap(),
+        "untyped",
+    )
+    .unwrap();
+    assert_eq!(g2.outputs, vec![untyped]);
+    // A typed value keeps its type.
+    let typed = export_model(&Graph {
+        outputs: vec![ValueInfo::new("y", DType::F32, &[2, 3])],
+        ..g
+    });
+    let t = typed.graph.as_ref().unwrap().output[0]
+        .r#type
+        .as_ref()
+        .unwrap();
+    assert!(matches!(
+        &t.value,
+        Some(proto::type_proto::Value::TensorType(tt)) if tt.elem_type == Some(1)
+    ));
+}

@@ -455,11 +455,15 @@ fn value_info_to_proto(v: &ValueInfo) -> proto::ValueInfoProto {
             })
             .collect(),
     });
+    // A value the model declares without a type (If branch outputs of some exporters, e.g.
+    // silero-vad's) stays without one: an explicit element type 0 is refused by ONNX
+    // Runtime ("Invalid tensor data type 0").
+    let typed = v.onnx_elem_type != 0 || shape.is_some();
     proto::ValueInfoProto {
         name: Some(v.name.clone()),
-        r#type: Some(proto::TypeProto {
+        r#type: typed.then(|| proto::TypeProto {
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(v.onnx_elem_type),
+                elem_type: (v.onnx_elem_type != 0).then_some(v.onnx_elem_type),
                 shape,
             })),
             denotation: None,
