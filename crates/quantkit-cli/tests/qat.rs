@@ -1,7 +1,8 @@
 //! Integration tests of `quantkit qat` on the committed LeNet and 1,000-image sample: a
 //! short W4A8 run writes a QDQ model and the JSON summary, its exact-mode fake-quant
 //! evaluation agreeing with the engine on every image; a short W4A4 run whose file runs in
-//! ONNX Runtime with the engine's top-1 and keeps every activation code in 4 bits; bad
+//! ONNX Runtime with the engine's top-1 and keeps every activation code in 4 bits (from
+//! the default `--init mse` start; the W4A8 run takes `--init minmax`); bad
 //! input (labels that do not match the samples, 1-bit activations, no labels without
 //! `--distill`, a diverging loss) is a clear error and writes nothing; the low-bit recipe
 //! options (`--ce-weight`, `--lsq-plus`, `--freeze-bn-epoch`) run and keep exact mode.
@@ -55,6 +56,10 @@ fn short_w4a8_run_writes_the_model_and_json() {
         "--eval-limit",
         "200",
         "--lsq",
+        // The earlier start (PTQ's min/max ranges) stays covered here; W4A4 below runs
+        // the default (`mse`).
+        "--init",
+        "minmax",
         "-o",
         out.to_str().unwrap(),
         "--log",
@@ -75,6 +80,7 @@ fn short_w4a8_run_writes_the_model_and_json() {
         assert!(v.get(k).is_some(), "missing {k}: {stdout}");
     }
     assert!(v["engine_value"].as_f64().unwrap() > 0.7, "{stdout}");
+    assert_eq!(v["init"].as_str(), Some("minmax"), "{stdout}");
     // Exact mode: the reported fake-quant evaluation is the engine's numbers.
     assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
     let step = v["output_step"]
@@ -143,6 +149,16 @@ fn bad_input_is_an_error_and_writes_nothing() {
     ]);
     assert!(!ok);
     assert!(err.contains("--activation-bits 1"), "{err}");
+    let (ok, _, err) = qat(&[
+        "--data",
+        &sample(),
+        "--init",
+        "kl",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("kl") && err.contains("mse"), "{err}");
     // A learning rate that blows the weights and scales up.
     let (ok, _, err) = qat(&[
         "--data",
@@ -227,6 +243,7 @@ fn short_w4a4_run_runs_in_onnx_runtime_and_the_engine() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
     assert_eq!(v["activation_bits"].as_u64(), Some(4), "{stdout}");
+    assert_eq!(v["init"].as_str(), Some("mse"), "{stdout}");
     assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
     assert_eq!(v["engine_max_logit_diff"].as_f64(), Some(0.0), "{stdout}");
     assert!(v["engine_value"].as_f64().unwrap() > 0.6, "{stdout}");

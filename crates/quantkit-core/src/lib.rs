@@ -49,6 +49,7 @@ pub mod params;
 pub mod quant_type;
 pub mod scheme;
 pub mod tensor;
+pub mod weight_clip;
 
 pub use error::{CoreError, Result};
 pub use fixed_point::{FixedPointRounding, QuantizedMultiplier};
@@ -65,3 +66,4 @@ pub use params::{choose_qparams, quantize_bias, QParams};
 pub use quant_type::QuantType;
 pub use scheme::{Granularity, QuantScheme};
 pub use tensor::{dequantize_linear, quantize_linear};
+pub use weight_clip::{mse_clip_ranges, WEIGHT_CLIP_STEPS};

@@ -36,6 +36,7 @@ pub mod optim;
 pub mod params;
 pub mod profile;
 pub mod qat;
+pub mod qat_init;
 pub mod rng;
 pub mod tensor;
 pub mod trainer;

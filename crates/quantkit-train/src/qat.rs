@@ -20,16 +20,18 @@ use quantkit_graph::{DType, Data, Graph, OpKind, Tensor as GTensor};
 use crate::error::{Result, TrainError};
 use crate::exact::ExactPlan;
 use crate::graph::{FakeQuant, FqSpec, GraphNet, Role};
+pub use crate::qat_init::QatInit;
 
 /// What QAT quantizes and learns.
 #[derive(Clone, Debug)]
 pub struct QatOptions {
     /// Weight bits (2..=8, symmetric signed, as PTQ).
     pub weight_bits: u8,
-    /// Activation bits (2..=8). Below 8, PTQ's 8-bit activation ranges are re-quantized to
-    /// the narrow code range (`[0, 2^b − 1]` for u8 codes, `[−2^(b−1), 2^(b−1) − 1]` for
-    /// i8) and the export stores 8-bit codes with the range made explicit by a Clip in
-    /// front of each QuantizeLinear (see [`Qat::export`]).
+    /// Activation bits (2..=8). Below 8, each activation starts from a range for the narrow
+    /// code range (`[0, 2^b − 1]` for u8 codes, `[−2^(b−1), 2^(b−1) − 1]` for i8): PTQ's
+    /// 8-bit range re-quantized, or one chosen at `b` bits ([`QatOptions::init`]); the
+    /// export stores 8-bit codes with the range made explicit by a Clip in front of each
+    /// QuantizeLinear (see [`Qat::export`]).
     pub activation_bits: u8,
     /// Learn the scales (LSQ) instead of keeping PTQ's.
     pub lsq: bool,
@@ -57,6 +59,10 @@ pub struct QatOptions {
     /// (a real number in code units, rounded to the integer the forward and the export use
     /// after each step). Weights stay symmetric. Meant together with `lsq`.
     pub lsq_plus: bool,
+    /// Where the narrow (below 8 bits) scales and zero points start: PTQ's min/max ranges
+    /// re-quantized (default here; [`QatInit::MinMax`]) or ranges chosen at the trained
+    /// width ([`QatInit::Mse`], the default of `quantkit qat`). 8-bit tensors keep PTQ's.
+    pub init: QatInit,
 }
 
 impl Default for QatOptions {
@@ -71,6 +77,7 @@ impl Default for QatOptions {
             first_last_8bit: false,
             bn_batch_stats: Vec::new(),
             lsq_plus: false,
+            init: QatInit::MinMax,
         }
     }
 }
@@ -152,6 +159,9 @@ struct ActMap {
     /// no Clip for it (the codes are moved or max-pooled, already in the narrow range), so
     /// the engine keeps running the operator on the codes.
     tied: Option<usize>,
+    /// The range was chosen for its width on the calibration data ([`QatInit::Mse`]): the
+    /// EMA min/max observers leave it.
+    calibrated: bool,
 }
 
 /// A BatchNormalization on batch statistics that QAT runs after a Conv until it is folded.
@@ -415,6 +425,22 @@ impl Qat {
                             }
                             &w8
                         } else {
+                            if opts.weight_bits < 8 && matches!(opts.init, QatInit::Mse { .. }) {
+                                // Scales chosen at the trained width, not max/q_max.
+                                let st = qdq.initializers.get(&scale).ok_or_else(|| {
+                                    err(format!("weight scale `{scale}` is not a constant"))
+                                })?;
+                                let v = crate::qat_init::weight_scales(
+                                    &fname,
+                                    &ft.to_f32_vec(),
+                                    &ft.shape,
+                                    axis,
+                                    &wscheme,
+                                    &st.to_f32_vec(),
+                                )?;
+                                t.initializers
+                                    .insert(scale.clone(), GTensor::from_f32(&st.shape, v));
+                            }
                             &wscheme
                         };
                         pending.push(FqSpec {
@@ -491,6 +517,7 @@ impl Qat {
                     .int_range()
                     .ok_or_else(|| err(format!("zero point `{zp}` is not an integer")))?;
                 let mut zero_points = zps(zt);
+                let mut calibrated = false;
                 if opts.activation_bits < 8 && !keep_act.contains(&n.inputs[1]) {
                     // PTQ calibrated 8-bit codes: the same real range, re-quantized to the
                     // narrow codes (quantkit-core's choose_qparams, as PTQ chooses them).
@@ -507,8 +534,27 @@ impl Qat {
                         })?
                         .to_f32_vec()[0];
                     let z = zero_points[0];
-                    let lo = s * (qmin as i32 - z) as f32;
-                    let hi = s * (qmax as i32 - z) as f32;
+                    let (lo, hi) = match &opts.init {
+                        QatInit::MinMax => {
+                            (s * (qmin as i32 - z) as f32, s * (qmax as i32 - z) as f32)
+                        }
+                        // The float tensor: the QuantizeLinear's input, or the graph output
+                        // its DequantizeLinear writes (PTQ renames the producer's output).
+                        QatInit::Mse { activation_ranges } => {
+                            calibrated = true;
+                            *activation_ranges
+                                .get(&n.inputs[0])
+                                .or_else(|| activation_ranges.get(&dq.outputs[0]))
+                                .ok_or_else(|| {
+                                    err(format!(
+                                        "activation `{}`: no calibrated {}-bit range \
+                                         (QatInit::Mse needs one per narrow activation, \
+                                         see qat_init::activation_ranges)",
+                                        n.inputs[0], opts.activation_bits
+                                    ))
+                                })?
+                        }
+                    };
                     let scheme = QuantScheme::new(opts.activation_bits, nmin < 0)
                         .map_err(|e| err(format!("activation bits: {e}")))?;
                     let (ns, nz) = quantkit_core::choose_qparams(sname, lo, hi, &scheme)
@@ -558,6 +604,7 @@ impl Qat {
                     zp,
                     ema: None,
                     tied,
+                    calibrated,
                 });
                 continue;
             }
@@ -866,14 +913,19 @@ impl Qat {
 
     /// Updates the activation ranges from the values of the last training forward while
     /// the observer phase lasts (EMA of the batch min/max, then new scale and zero point by
-    /// quantkit-core's `choose_qparams`).
+    /// quantkit-core's `choose_qparams`). Ranges chosen at their width by [`QatInit::Mse`]
+    /// are left as they are.
     pub fn observe(&mut self, v: &crate::graph::Values) -> Result<()> {
         self.steps_done += 1;
         if self.steps_done > self.opts.observer_steps {
             return Ok(());
         }
         let m = self.opts.observer_momentum;
-        for a in self.acts.iter_mut().filter(|a| a.tied.is_none()) {
+        for a in self
+            .acts
+            .iter_mut()
+            .filter(|a| a.tied.is_none() && !a.calibrated)
+        {
             let Some((_, f, xs, ss)) = self.net.fake_quants().find(|(i, ..)| *i == a.step) else {
                 continue;
             };

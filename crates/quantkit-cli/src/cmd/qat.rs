@@ -19,7 +19,7 @@ use quantkit_graph::{Graph, Tensor};
 use quantkit_train::exact::ExactPlan;
 use quantkit_train::losses::LossKind;
 use quantkit_train::optim::{cosine_lr, Adam};
-use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatOptions};
+use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatInit, QatOptions};
 
 /// Arguments of `quantkit qat`.
 #[derive(clap::Args)]
@@ -56,10 +56,19 @@ pub struct Args {
     first_last_8bit: bool,
     /// Activation bits, 2–8 (u8 affine, per tensor). Below 8 the codes are stored in u8
     /// with the narrow range made explicit by a Clip in front of each QuantizeLinear (runs
-    /// in ONNX Runtime and on the engine); the PTQ figure is then PTQ's ranges re-quantized
-    /// to the narrow codes.
+    /// in ONNX Runtime and on the engine); the PTQ figure is then the starting point of
+    /// `--init` at the narrow widths.
     #[arg(long, default_value_t = 8)]
     activation_bits: u8,
+    /// Where the scales of tensors below 8 bits start. `mse` (default): each narrow
+    /// activation's range minimises the quantization error of its calibration histogram at
+    /// the activation width, each narrow weight's per-channel scale the weight's error at the
+    /// weight width (a clip search), and the EMA observers leave those activations alone.
+    /// `minmax`: PTQ's 8-bit min/max ranges re-quantized to the narrow codes, weight scales
+    /// max|w|/q_max. 8-bit tensors start from PTQ's min/max ranges either way. The PTQ
+    /// figure is this starting point, exported.
+    #[arg(long, default_value = "mse", value_parser = ["mse", "minmax"])]
+    init: String,
     /// Epochs.
     #[arg(long, default_value_t = 1)]
     epochs: usize,
@@ -125,7 +134,9 @@ pub struct Args {
     /// Per-tensor weights instead of per output channel.
     #[arg(long)]
     per_tensor: bool,
-    /// Training steps whose batches move the activation ranges (EMA) before they freeze.
+    /// Training steps whose batches move the activation ranges (EMA of the batch min/max)
+    /// before they freeze: the ranges that start from PTQ's min/max (8-bit activations, and
+    /// narrow ones with `--init minmax`); `--init mse` ranges are not moved.
     #[arg(long, default_value_t = 100)]
     observer_steps: usize,
     /// Train on at most this many samples per epoch.
@@ -674,6 +685,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.qdq.per_channel = !args.per_tensor;
     let (ptq, _) = quantkit_ptq::quantize_static(float.clone(), &mut calib, &cfg, &mut |_, _| {})
         .context("post-training quantization (the QAT starting point)")?;
+    let init = match args.init.as_str() {
+        // The same calibration samples, observed again with histograms at the narrow width.
+        "mse" if args.activation_bits < 8 => QatInit::Mse {
+            activation_ranges: quantkit_train::qat_init::activation_ranges(
+                &float,
+                &mut calib,
+                args.activation_bits,
+                cfg.qdq.signed_activations,
+                cfg.calib_samples.unwrap_or(usize::MAX),
+            )
+            .context("choosing the activation ranges at the narrow width (--init mse)")?,
+        },
+        "mse" => QatInit::Mse {
+            activation_ranges: Default::default(),
+        },
+        _ => QatInit::MinMax,
+    };
+    let narrow_start = init != QatInit::MinMax && args.weight_bits < 8;
     drop(calib);
     let mut qat = Qat::from_ptq(
         &float,
@@ -687,6 +716,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             int4_weights: !args.int8_weights,
             first_last_8bit: args.first_last_8bit,
             bn_batch_stats,
+            init,
             ..Default::default()
         },
     )?;
@@ -824,10 +854,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let engine_opts = quantkit_engine::EngineOptions::default();
-    // Below 8 activation bits (or with 8-bit first/last layers), the PTQ baseline is PTQ's
-    // placement and ranges with the narrow codes: the QAT model before its first step,
-    // exported.
-    let ptq = if args.activation_bits < 8 || args.first_last_8bit {
+    // Below 8 activation bits, with 8-bit first/last layers or narrow weights starting from
+    // `--init mse`, the PTQ baseline is PTQ's placement with the starting ranges at the
+    // trained widths: the QAT model before its first step, exported.
+    let ptq = if args.activation_bits < 8 || args.first_last_8bit || narrow_start {
         qat.export()
             .context("exporting PTQ with narrow activation codes")?
     } else {
@@ -1290,6 +1320,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "samples": ev.samples,
                 "weight_bits": args.weight_bits,
                 "activation_bits": args.activation_bits,
+                "init": args.init,
                 "first_last_8bit": args.first_last_8bit,
                 "freeze_bn_epoch": args.freeze_bn_epoch,
                 "lsq_plus": args.lsq_plus,
@@ -1324,9 +1355,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "W{}A{} QAT, {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
+            "W{}A{} QAT ({} start), {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
             args.weight_bits,
             args.activation_bits,
+            args.init,
             args.epochs,
             seconds,
             ev.float * 100.0,
