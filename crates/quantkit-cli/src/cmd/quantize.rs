@@ -77,7 +77,7 @@ pub struct Args {
     /// Quantize the statistics of a normalisation written as primitive operators (the mean
     /// and variance of a LayerNorm / RMSNorm computed by Reduce* ops and divided by) like any
     /// other activation. By default they stay float: they are per-row scalars, and quantized
-    /// a variance written as E[x²] − E[x]² cancels or rounds to 0 (docs/architecture.md).
+    /// a variance written as `E[x²] − E[x]²` cancels or rounds to 0 (docs/architecture.md).
     #[arg(long)]
     pub quantize_statistics: bool,
     /// Use at most N calibration samples (arrays, for an .npz of batches; runs, for NAME__K
