@@ -55,6 +55,19 @@ impl<'a> PanelSums<'a> {
         self.b16.is_some()
     }
 
+    /// Column panel `p`'s i16 weight pairs for the in-place tiles, after checking that
+    /// `koff` holds one offset per k-group.
+    #[inline(always)]
+    fn indirect_panel(&self, koff: &[usize], p: usize) -> &[i16] {
+        let w = &*self.w;
+        let b16 = self
+            .b16
+            .as_deref()
+            .expect("indirect tiles need zero weight zero points");
+        assert!(koff.len() == w.kgroups && p < w.n_panels);
+        &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2]
+    }
+
     /// The exact sums of `windows ≤ 6` 2×2 pool windows reduced to their maxima, for
     /// column panel `p`: `tile[16w + c]` is the largest `Σ_k (a − za)(w − zw)` of the four
     /// rows `rows[r] + w·step` whose k-group `g` word is at `koff[g]` from the row (the
@@ -71,13 +84,7 @@ impl<'a> PanelSums<'a> {
         p: usize,
         tile: &mut Tile,
     ) {
-        let w = &*self.w;
-        let b16 = self
-            .b16
-            .as_deref()
-            .expect("indirect tiles need zero weight zero points");
-        assert!(koff.len() == w.kgroups && p < w.n_panels);
-        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        let b = self.indirect_panel(koff, p);
         (self.window)(a, rows, step, windows, koff, b, &mut tile.0);
         let ct: [i32; NR] = self.colterm[p * NR..][..NR].try_into().expect("16 columns");
         for row in tile.0[..windows * NR].chunks_exact_mut(NR) {
@@ -100,13 +107,7 @@ impl<'a> PanelSums<'a> {
         p: usize,
         tile: &mut Tile,
     ) {
-        let w = &*self.w;
-        let b16 = self
-            .b16
-            .as_deref()
-            .expect("indirect tiles need zero weight zero points");
-        assert!(koff.len() == w.kgroups && p < w.n_panels);
-        let b = &b16[p * w.kgroups * NR * 2..(p + 1) * w.kgroups * NR * 2];
+        let b = self.indirect_panel(koff, p);
         (self.rows)(a, rows, koff, b, &mut tile.0);
     }
 
