@@ -573,19 +573,11 @@ mod tests {
     fn binary_case<T: QuantType>() {
         use ChainOp::*;
         let vals = values(600);
-        let mut da = [0f32; 256];
-        let mut db = [0f32; 256];
-        for i in 0..256 {
-            da[i] = vals[i];
-            db[i] = vals[i + 300];
-        }
+        let da: [f32; 256] = std::array::from_fn(|i| vals[i]);
+        let db: [f32; 256] = std::array::from_fn(|i| vals[i + 300]);
         // Plain dequantization tables too (the engine's usual case).
-        let mut qa = [0f32; 256];
-        let mut qb = [0f32; 256];
-        for i in 0..256 {
-            qa[i] = (i as i32 - 3) as f32 * 0.0371;
-            qb[i] = (i as i32 - 250) as f32 * 0.5;
-        }
+        let qa: [f32; 256] = std::array::from_fn(|i| (i as i32 - 3) as f32 * 0.0371);
+        let qb: [f32; 256] = std::array::from_fn(|i| (i as i32 - 250) as f32 * 0.5);
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         let codes: Vec<u8> = (0..2051)
             .map(|_| {
