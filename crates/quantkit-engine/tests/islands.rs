@@ -550,8 +550,9 @@ fn prelu_per_channel_is_tables() {
     }
 }
 
-/// GlobalAveragePool on codes (squeeze-and-excitation blocks): the reference's f64 sums in
-/// its own order, so bit-exact, on NCHW and NHWC codes and a plane of 4,096 values.
+/// GlobalAveragePool on codes (squeeze-and-excitation blocks): the reference's f64 sums
+/// (computed as integer sums of the table's units, `steps/pool.rs`), bit-exact, on NCHW and
+/// NHWC codes and a plane of 4,096 values.
 #[test]
 fn global_average_pool_is_exact() {
     for (dt, z) in DTYPES {

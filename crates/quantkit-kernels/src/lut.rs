@@ -105,7 +105,8 @@ impl Lut8 {
 
 /// Applies a 256-entry map of 8-bit codes in place, `data[i] = table[data[i]]` (a code
 /// table built by [`Lut8`] or by composing tables), on the dispatched ISA: AVX-512 VBMI
-/// `vpermi2b` where the CPU has it (64 bytes per three shuffles), scalar elsewhere. Every
+/// `vpermi2b` where the CPU has it (64 bytes per three shuffles), AVX2 `vpshufb` on 16 rows
+/// of 16 entries (32 bytes per 64 vector operations) otherwise, scalar without AVX2. Every
 /// path gives the same bytes.
 pub fn apply_codes(table: &[u8; 256], data: &mut [u8]) {
     (crate::dispatch::kernels().lut())(table, data)

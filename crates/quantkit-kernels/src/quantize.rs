@@ -4,7 +4,10 @@
 //!   `docs/quantization.md`;
 //! - [`dequantize`]: 8-bit codes → f32, ONNX `DequantizeLinear` per tensor, equation (2);
 //! - [`chain_quantize`]: a chain of f32 operations with constants, then (1) — the input
-//!   normalisation `(x − mean) / std → QuantizeLinear` the integer engine runs in one pass.
+//!   normalisation `(x − mean) / std → QuantizeLinear` the integer engine runs in one pass;
+//! - [`binary_codes`]: `Q(DQ(a) ∘ b)` on 8-bit codes with a clamp — the integer engine's
+//!   element-wise Add/Sub/Mul/Div of two quantized tensors (QLinearAdd, QLinearMul, the
+//!   squeeze-and-excite scale).
 //!
 //! The per-element arithmetic is quantkit-core's ([`quantkit_core::quantize_code`],
 //! [`quantkit_core::dequantize_code`]), so the graph executor, the engine and these loops
@@ -150,6 +153,70 @@ pub fn chain_quantize_with<T: QuantType>(
     generic::chain_quantize(x, ops, scale, zero_point, out)
 }
 
+/// The second operand of [`binary_codes`].
+#[derive(Debug, Clone, Copy)]
+pub enum Operand<'a> {
+    /// 8-bit codes (as bytes) and the f32 value of each code (the graph's DequantizeLinear
+    /// of that code, indexed by the byte); as long as the first operand.
+    Codes(&'a [f32; 256], &'a [u8]),
+    /// f32 values, as many as the first operand has codes.
+    Values(&'a [f32]),
+}
+
+/// `out[i] = clamp(quantize_code::<T>(op(da[a[i]], b[i]), scale, zero_point), lo, hi)` as
+/// the code's byte (an i8 code as its two's complement), where `b[i]` is the second
+/// operand's f32 value ([`Operand`]) and `op(v, c)` is one f32 operation ([`ChainOp`]:
+/// `Add` is `v + c`, `SubFrom` is `c − v`, so an operand order is kept whichever operand is
+/// `a`). Per element this is exactly `quantize_code(v ∘ c)` of quantkit-core, the graph's
+/// QuantizeLinear after its f32 Add/Sub/Mul/Div, so the codes equal the float executor's
+/// bit for bit; `[lo, hi]` is a fused Relu/Clip as a clamp on codes (within `T`'s range).
+///
+/// # Panics
+/// If `a`, the second operand and `out` differ in length.
+#[allow(clippy::too_many_arguments)]
+pub fn binary_codes<T: QuantType>(
+    op: ChainOp,
+    da: &[f32; 256],
+    a: &[u8],
+    b: Operand<'_>,
+    scale: f32,
+    zero_point: i32,
+    (lo, hi): (i32, i32),
+    out: &mut [u8],
+) {
+    binary_codes_with::<T>(isa(), op, da, a, b, scale, zero_point, (lo, hi), out)
+}
+
+/// [`binary_codes`] on `isa` (an ISA the CPU lacks runs the scalar loop).
+#[allow(clippy::too_many_arguments)]
+pub fn binary_codes_with<T: QuantType>(
+    isa: Isa,
+    op: ChainOp,
+    da: &[f32; 256],
+    a: &[u8],
+    b: Operand<'_>,
+    scale: f32,
+    zero_point: i32,
+    clamp: (i32, i32),
+    out: &mut [u8],
+) {
+    let nb = match b {
+        Operand::Codes(_, c) => c.len(),
+        Operand::Values(v) => v.len(),
+    };
+    assert!(
+        a.len() == out.len() && nb == out.len(),
+        "binary_codes: operand and output lengths"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2(isa) {
+        // SAFETY: `use_avx2` checked that the CPU has AVX2.
+        return unsafe { avx2::binary_codes::<T>(op, da, a, b, scale, zero_point, clamp, out) };
+    }
+    let _ = isa;
+    generic::binary_codes::<T>(op, da, a, b, scale, zero_point, clamp, out)
+}
+
 /// The portable loops; `#[inline(always)]` so that each AVX2 wrapper compiles them again
 /// with AVX2 enabled.
 mod generic {
@@ -166,6 +233,66 @@ mod generic {
     pub(super) fn dequantize<T: QuantType>(q: &[T], scale: f32, zero_point: i32, out: &mut [f32]) {
         for (o, &v) in out.iter_mut().zip(q) {
             *o = dequantize_code(v, scale, zero_point);
+        }
+    }
+
+    /// `out = clamp(Q(op(v, c)))` over equal-length value buffers, one loop per operation
+    /// (each vectorises).
+    #[inline(always)]
+    fn op_quantize<T: QuantType>(
+        op: ChainOp,
+        v: &mut [f32],
+        c: &[f32],
+        scale: f32,
+        zero_point: i32,
+        (lo, hi): (i32, i32),
+        out: &mut [u8],
+    ) {
+        let pairs = v.iter_mut().zip(c);
+        match op {
+            ChainOp::Add => pairs.for_each(|(v, &c)| *v += c),
+            ChainOp::Sub => pairs.for_each(|(v, &c)| *v -= c),
+            ChainOp::SubFrom => pairs.for_each(|(v, &c)| *v = c - *v),
+            ChainOp::Mul => pairs.for_each(|(v, &c)| *v *= c),
+            ChainOp::Div => pairs.for_each(|(v, &c)| *v /= c),
+            ChainOp::DivInto => pairs.for_each(|(v, &c)| *v = c / *v),
+        }
+        for (o, &v) in out.iter_mut().zip(v.iter()) {
+            let q = quantize_code::<T>(v, scale, zero_point).to_i32();
+            *o = q.max(lo).min(hi) as u8;
+        }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn binary_codes<T: QuantType>(
+        op: ChainOp,
+        da: &[f32; 256],
+        a: &[u8],
+        b: Operand<'_>,
+        scale: f32,
+        zero_point: i32,
+        clamp: (i32, i32),
+        out: &mut [u8],
+    ) {
+        let mut va = [0f32; CHUNK];
+        let mut vb = [0f32; CHUNK];
+        for (k, (ac, oc)) in a.chunks(CHUNK).zip(out.chunks_mut(CHUNK)).enumerate() {
+            let n = ac.len();
+            let va = &mut va[..n];
+            for (v, &x) in va.iter_mut().zip(ac) {
+                *v = da[x as usize];
+            }
+            let c: &[f32] = match b {
+                Operand::Codes(db, bc) => {
+                    for (v, &x) in vb[..n].iter_mut().zip(&bc[k * CHUNK..][..n]) {
+                        *v = db[x as usize];
+                    }
+                    &vb[..n]
+                }
+                Operand::Values(bv) => &bv[k * CHUNK..][..n],
+            };
+            op_quantize::<T>(op, va, c, scale, zero_point, clamp, oc);
         }
     }
 
@@ -236,6 +363,23 @@ mod avx2 {
         out: &mut [T],
     ) {
         generic::chain_quantize(x, ops, scale, zero_point, out)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn binary_codes<T: QuantType>(
+        op: ChainOp,
+        da: &[f32; 256],
+        a: &[u8],
+        b: Operand<'_>,
+        scale: f32,
+        zero_point: i32,
+        clamp: (i32, i32),
+        out: &mut [u8],
+    ) {
+        generic::binary_codes::<T>(op, da, a, b, scale, zero_point, clamp, out)
     }
 }
 
@@ -420,6 +564,98 @@ mod tests {
     #[test]
     fn chain_quantize_simd_equals_scalar_i8() {
         chain_case::<i8>();
+    }
+
+    /// `binary_codes` against the plain per-element formula (f32 operation in the operand
+    /// order, then quantkit-core's `quantize_code`, then the clamp) on the scalar path, and
+    /// every ISA against scalar bit for bit: both operand kinds, every operation, awkward
+    /// lengths, tables with NaN/±∞/ties, zero points at both ends, clamps inside the range.
+    fn binary_case<T: QuantType>() {
+        use ChainOp::*;
+        let vals = values(600);
+        let da: [f32; 256] = std::array::from_fn(|i| vals[i]);
+        let db: [f32; 256] = std::array::from_fn(|i| vals[i + 300]);
+        // Plain dequantization tables too (the engine's usual case).
+        let qa: [f32; 256] = std::array::from_fn(|i| (i as i32 - 3) as f32 * 0.0371);
+        let qb: [f32; 256] = std::array::from_fn(|i| (i as i32 - 250) as f32 * 0.5);
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let codes: Vec<u8> = (0..2051)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        let mid = (T::MIN + T::MAX) / 2;
+        for n in LENGTHS {
+            let (a, bc) = (&codes[..n], &codes[1..n + 1]);
+            for (ta, tb) in [(&da, &db), (&qa, &qb)] {
+                let bvals: Vec<f32> = bc.iter().map(|&x| tb[x as usize]).collect();
+                for op in [Add, Sub, SubFrom, Mul, Div, DivInto] {
+                    for (z, clamp) in [
+                        (T::MIN, (T::MIN, T::MAX)),
+                        (T::MAX, (T::MIN, T::MAX)),
+                        (0, (0, T::MAX)),
+                        (mid, (mid - 7, mid + 9)),
+                    ] {
+                        let sc = 0.0123f32;
+                        for b in [Operand::Codes(tb, bc), Operand::Values(&bvals)] {
+                            let mut want = vec![0u8; n];
+                            binary_codes_with::<T>(
+                                Isa::Scalar,
+                                op,
+                                ta,
+                                a,
+                                b,
+                                sc,
+                                z,
+                                clamp,
+                                &mut want,
+                            );
+                            for i in 0..n {
+                                let v = chain_one(ta[a[i] as usize], &[(op, tb[bc[i] as usize])]);
+                                let q = quantize_code::<T>(v, sc, z).to_i32();
+                                let c = q.max(clamp.0).min(clamp.1) as u8;
+                                assert_eq!(want[i], c, "scalar vs plain: {op:?} at {i}");
+                            }
+                            for isa in isas() {
+                                let mut got = vec![0u8; n];
+                                binary_codes_with::<T>(isa, op, ta, a, b, sc, z, clamp, &mut got);
+                                assert_eq!(got, want, "{isa}, n {n}, {op:?}, z {z}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_codes_simd_equals_scalar_u8() {
+        binary_case::<u8>();
+    }
+
+    #[test]
+    fn binary_codes_simd_equals_scalar_i8() {
+        binary_case::<i8>();
+    }
+
+    #[test]
+    #[should_panic(expected = "operand and output lengths")]
+    fn binary_codes_rejects_a_short_operand() {
+        let t = [0f32; 256];
+        binary_codes_with::<u8>(
+            Isa::Scalar,
+            ChainOp::Add,
+            &t,
+            &[1, 2],
+            Operand::Values(&[1.0]),
+            1.0,
+            0,
+            (0, 255),
+            &mut [0u8; 2],
+        );
     }
 
     #[test]

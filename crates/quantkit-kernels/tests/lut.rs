@@ -1,7 +1,8 @@
 //! The in-place code table (`lut::apply_codes`): the scalar kernel against a plain
 //! reference, and every ISA the CPU has against scalar, byte for byte, on lengths around
-//! the 64-byte vector (0..=200, powers of two ± 1) and tables that use all 256 entries
-//! (both halves of the `vpermi2b` lookup, bit 7 set and clear).
+//! the 32- and 64-byte vectors (0..=200, powers of two ± 1) and tables that use all 256
+//! entries (both halves of the `vpermi2b` lookup, bit 7 set and clear; all 16 `vpshufb`
+//! rows of the AVX2 kernel).
 
 use quantkit_kernels::dispatch::Isa;
 use quantkit_kernels::eltwise::QParams;

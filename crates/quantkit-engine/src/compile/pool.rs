@@ -1,6 +1,7 @@
 //! Pool patterns → [`MaxPoolStep`], [`GlobalAvgPoolStep`] (`steps/pool.rs`): `DQ(x) → MaxPool → Q` (the pool on
 //! the codes, then a table when the parameters change), and a MaxPool reading codes another
-//! step wrote (QOperator models); `DQ(x) → GlobalAveragePool → Q` with the reference's exact f64 sums.
+//! step wrote (QOperator models); `DQ(x) → GlobalAveragePool → Q` with the reference's exact f64 sums (as integer sums of
+//! the table's units, `steps/pool.rs`).
 
 use super::helpers::{Matcher, Why};
 use super::Matched;

@@ -15,10 +15,13 @@
 //! through the 65,536-entry table of every code pair, each entry computed by the same
 //! per-element arithmetic, built on the first such call and kept for the plan's later
 //! runs: 65,536 evaluations once instead of one per element every run); an operand of one element, or a per-channel operand
-//! (`[n|1, C, 1, 1]`) beside a 4-D operand (NHWC or NCHW), becomes one 256-entry row per
-//! channel (again the same arithmetic, once per code instead of once per element) when a
-//! channel has enough pixels to pay for it (`ROW_MIN_PIXELS`), and is applied element by
-//! element (vectorised over the channels in NHWC) below; any other
+//! (`[n|1, C, 1, 1]`) beside an NCHW operand, becomes one 256-entry row per channel (again
+//! the same arithmetic, once per code instead of once per element) when a channel has
+//! enough pixels to pay for it (`ROW_MIN_PIXELS`), and is applied element by element below;
+//! a per-channel operand beside an NHWC operand (a squeeze-and-excite scale) is applied
+//! element by element with the channel values repeated along the pixels. Every per-element
+//! loop is the dispatched `quantkit_kernels::quantize::binary_codes` (the same f32
+//! operation and `Q`, vectorised on AVX2 and above); any other
 //! broadcast runs the graph's Add/Sub/Mul/Div on the two dequantized tensors (ONNX order),
 //! then the same `Q`: slower, still exact.
 //!
@@ -33,16 +36,19 @@ use crate::Step;
 use quantkit_graph::ops::binary::{Arith, Num};
 use quantkit_graph::{DType, Data, Tensor};
 use quantkit_kernels::par::{self, SplitKind};
+use quantkit_kernels::quantize::{binary_codes, ChainOp, Operand};
 
 /// Estimated ns per element on one core (for `par::for_chunks`): the per-element f32
-/// arithmetic, a lookup in the 64 KiB pair table, a lookup in a 256-entry row.
-const PAIR_NS: f64 = 3.0;
+/// arithmetic (vectorised, `quantize::binary_codes`), a lookup in the 64 KiB pair table, a
+/// lookup in a 256-entry row.
+const PAIR_NS: f64 = 0.5;
 const PAIR_TABLE_NS: f64 = 1.0;
 const ROW_NS: f64 = 0.5;
 
-/// Pixels per channel below which a per-channel operand is applied element by element
-/// rather than through one 256-entry row per channel: a row costs 256 evaluations of the
-/// arithmetic, the per-element path one per pixel (both through the vectorised `codes`).
+/// Pixels per channel below which a per-channel operand of an NCHW tensor is applied element
+/// by element rather than through one 256-entry row per channel: a row costs 256
+/// evaluations of the arithmetic, the per-element path one per pixel. (NHWC tensors always
+/// take the vectorised per-element path.)
 const ROW_MIN_PIXELS: usize = 256;
 
 /// `DQ(a) ∘ DQ(b) → Q` on codes (see the module doc for the exact arithmetic).
@@ -104,36 +110,31 @@ impl BinaryStep {
         )) as u8
     }
 
-    /// `out[i] = code(a[i] ∘ b[i])` as bytes: `pair`'s arithmetic on dequantized values,
-    /// with the operator and code type chosen outside the loop so that it vectorises.
-    fn codes(&self, a: &[f32], b: &[f32], out: &mut [u8]) {
-        #[inline(always)]
-        fn lanes<T: quantkit_core::QuantType>(
-            a: &[f32],
-            b: &[f32],
-            out: &mut [u8],
-            f: impl Fn(f32, f32) -> f32,
-            (scale, zp, lo, hi): (f32, i32, i32, i32),
-        ) {
-            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                let c = quantkit_core::quantize_code::<T>(f(x, y), scale, zp).to_i32();
-                *o = c.max(lo).min(hi) as u8;
-            }
-        }
-        let q = (self.scale, self.zp, self.clamp.0, self.clamp.1);
-        macro_rules! run {
-            ($t:ty) => {
-                match self.op {
-                    Arith::Add => lanes::<$t>(a, b, out, |x, y| x + y, q),
-                    Arith::Sub => lanes::<$t>(a, b, out, |x, y| x - y, q),
-                    Arith::Mul => lanes::<$t>(a, b, out, |x, y| x * y, q),
-                    Arith::Div => lanes::<$t>(a, b, out, |x, y| x / y, q),
-                }
-            };
-        }
+    /// `out[i] = code(full[i] ∘ b[i])` as bytes through the dispatched
+    /// `quantkit_kernels::quantize::binary_codes` (the same f32 operation and `Q` as
+    /// `pair`, vectorised): `full` is read through `dfull`; `swapped`: `full` is the graph's
+    /// second operand, so the operation is `b[i] ∘ full[i]`.
+    fn codes(
+        &self,
+        dfull: &[f32; 256],
+        full: &[u8],
+        b: Operand<'_>,
+        swapped: bool,
+        out: &mut [u8],
+    ) {
+        let op = match (self.op, swapped) {
+            (Arith::Add, _) => ChainOp::Add,
+            (Arith::Sub, false) => ChainOp::Sub,
+            (Arith::Sub, true) => ChainOp::SubFrom,
+            (Arith::Mul, _) => ChainOp::Mul,
+            (Arith::Div, false) => ChainOp::Div,
+            (Arith::Div, true) => ChainOp::DivInto,
+        };
         match self.out {
-            DType::U8 => run!(u8),
-            _ => run!(i8),
+            DType::U8 => {
+                binary_codes::<u8>(op, dfull, full, b, self.scale, self.zp, self.clamp, out)
+            }
+            _ => binary_codes::<i8>(op, dfull, full, b, self.scale, self.zp, self.clamp, out),
         }
     }
 
@@ -142,11 +143,14 @@ impl BinaryStep {
     /// once per channel instead of once per element.
     fn row(&self, s: u8, swapped: bool) -> [u8; 256] {
         let mut out = [0u8; 256];
-        if swapped {
-            self.codes(&[self.da[s as usize]; 256], &self.db[..], &mut out);
+        let all: [u8; 256] = std::array::from_fn(|i| i as u8);
+        let (dfull, dsmall) = if swapped {
+            (&self.db, &self.da)
         } else {
-            self.codes(&self.da[..], &[self.db[s as usize]; 256], &mut out);
-        }
+            (&self.da, &self.db)
+        };
+        let c = [dsmall[s as usize]; 256];
+        self.codes(dfull, &all, Operand::Values(&c), swapped, &mut out);
         out
     }
 
@@ -168,9 +172,9 @@ impl BinaryStep {
             return;
         }
         par::for_chunks(SplitKind::Eltwise, out, PAIR_NS, 1, |off, out| {
-            for ((o, &x), &y) in out.iter_mut().zip(&a[off..]).zip(&b[off..]) {
-                *o = self.pair(x, y);
-            }
+            let n = out.len();
+            let b = Operand::Codes(&self.db, &b[off..][..n]);
+            self.codes(&self.da, &a[off..][..n], b, false, out);
         });
     }
 
@@ -201,44 +205,55 @@ impl BinaryStep {
         if full.is_empty() || c * hw == 0 {
             return;
         }
+        if nhwc {
+            // The vectorised per-element kernel beats the 256-entry rows at every plane size
+            // (PP-OCR's classifier on AVX2: its SE scales, planes of 288-1,152 pixels, went
+            // from 0.222 to 0.137 ms per run with the rows dropped). Chunks of whole pixels;
+            // per run of pixels of one image, the channel values repeated so that one call
+            // covers ~1,024 elements whatever the channel count.
+            let (dfull, dsmall) = if swapped {
+                (&self.db, &self.da)
+            } else {
+                (&self.da, &self.db)
+            };
+            let run = (1024 / c).max(1);
+            par::for_chunks(SplitKind::Eltwise, out, PAIR_NS, c, |off, out| {
+                let mut vs = Vec::with_capacity(c * run);
+                let mut vs_img = usize::MAX;
+                let (mut p, mut done) = (off / c, 0);
+                while done < out.len() {
+                    let img = p / hw;
+                    let n = run.min((img + 1) * hw - p).min((out.len() - done) / c);
+                    let s_img = if batched { img } else { 0 };
+                    if s_img != vs_img {
+                        vs.clear();
+                        for _ in 0..run {
+                            vs.extend(small[s_img * c..][..c].iter().map(|&s| dsmall[s as usize]));
+                        }
+                        vs_img = s_img;
+                    }
+                    let len = n * c;
+                    let v = Operand::Values(&vs[..len]);
+                    let o = &mut out[done..done + len];
+                    self.codes(dfull, &full[p * c..][..len], v, swapped, o);
+                    p += n;
+                    done += len;
+                }
+            });
+            return;
+        }
         if hw < ROW_MIN_PIXELS {
             for (img, (src, dst)) in full.chunks(c * hw).zip(out.chunks_mut(c * hw)).enumerate() {
                 let b = &small[if batched { img * c } else { 0 }..][..c];
-                // Fewer pixels per channel than a row has entries (a squeeze-and-excite
-                // scale on a late, small feature map): `pair` per element costs less than
-                // the rows, and is the rows' own arithmetic.
-                let op = |x: u8, s: u8| {
-                    if swapped {
-                        self.pair(s, x)
-                    } else {
-                        self.pair(x, s)
-                    }
-                };
-                if nhwc {
-                    // Per pixel: the full operand's values gathered, then one loop over the
-                    // channels that the compiler vectorises (the same f32 steps as `pair`).
-                    let (dfull, dsmall) = if swapped {
-                        (&self.db, &self.da)
-                    } else {
-                        (&self.da, &self.db)
-                    };
-                    let vs: Vec<f32> = b.iter().map(|&s| dsmall[s as usize]).collect();
-                    let mut vf = vec![0f32; c];
-                    for (px, o) in src.chunks(c).zip(dst.chunks_mut(c)) {
-                        for (v, &x) in vf.iter_mut().zip(px) {
-                            *v = dfull[x as usize];
-                        }
-                        if swapped {
-                            self.codes(&vs, &vf, o);
+                // Fewer pixels per channel than a row has entries: `pair` per element costs
+                // less than the rows, and is the rows' own arithmetic.
+                for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
+                    for (o, &x) in o.iter_mut().zip(plane) {
+                        *o = if swapped {
+                            self.pair(s, x)
                         } else {
-                            self.codes(&vf, &vs, o);
-                        }
-                    }
-                } else {
-                    for ((plane, o), &s) in src.chunks(hw).zip(dst.chunks_mut(hw)).zip(b) {
-                        for (o, &x) in o.iter_mut().zip(plane) {
-                            *o = op(x, s);
-                        }
+                            self.pair(x, s)
+                        };
                     }
                 }
             }
@@ -251,28 +266,16 @@ impl BinaryStep {
             .map(|&s| self.row(s, swapped))
             .collect();
         let row = |img: usize, ch: usize| &rows[if batched { img * c + ch } else { ch }];
-        if nhwc {
-            // Chunks of whole pixels: each pixel's channels through their rows.
-            par::for_chunks(SplitKind::Eltwise, out, ROW_NS, c, |off, out| {
-                for (k, (o, px)) in out.chunks_mut(c).zip(full[off..].chunks(c)).enumerate() {
-                    let img = if batched { (off / c + k) / hw } else { 0 };
-                    for ((o, &x), r) in o.iter_mut().zip(px).zip(&rows[img * c..][..c]) {
-                        *o = r[x as usize];
-                    }
+        // Chunks of whole planes: one row per plane.
+        par::for_chunks(SplitKind::Eltwise, out, ROW_NS, hw, |off, out| {
+            for (k, (o, plane)) in out.chunks_mut(hw).zip(full[off..].chunks(hw)).enumerate() {
+                let p = off / hw + k;
+                let r = row(p / c, p % c);
+                for (o, &x) in o.iter_mut().zip(plane) {
+                    *o = r[x as usize];
                 }
-            });
-        } else {
-            // Chunks of whole planes: one row per plane.
-            par::for_chunks(SplitKind::Eltwise, out, ROW_NS, hw, |off, out| {
-                for (k, (o, plane)) in out.chunks_mut(hw).zip(full[off..].chunks(hw)).enumerate() {
-                    let p = off / hw + k;
-                    let r = row(p / c, p % c);
-                    for (o, &x) in o.iter_mut().zip(plane) {
-                        *o = r[x as usize];
-                    }
-                }
-            });
-        }
+            }
+        });
     }
 
     /// The general broadcast: the graph operator on the dequantized ONNX-ordered tensors.

@@ -105,6 +105,114 @@ pub(crate) struct GlobalAvgPoolStep {
     pub out: DType,
 }
 
+impl GlobalAvgPoolStep {
+    /// The reference's sums: per image and channel, `Σ f64(dq[x])` over the plane.
+    fn f64_sums(&self, bytes: &[u8], n: usize, c: usize, plane: usize, nhwc: bool) -> Vec<f64> {
+        let mut sums = vec![0f64; n * c];
+        if nhwc {
+            for (img, acc) in bytes.chunks(plane * c).zip(sums.chunks_mut(c)) {
+                for px in img.chunks(c) {
+                    for (a, &b) in acc.iter_mut().zip(px) {
+                        *a += f64::from(self.dq[b as usize]);
+                    }
+                }
+            }
+        } else {
+            for (p, acc) in bytes.chunks(plane.max(1)).zip(sums.iter_mut()) {
+                *acc = p
+                    .iter()
+                    .map(|&b| f64::from(self.dq[b as usize]))
+                    .sum::<f64>();
+            }
+        }
+        sums
+    }
+}
+
+/// `dq[b] = k[b]·2^e` exactly for every code, with integers `k[b]` (`|k| < 2^62`) and one
+/// exponent `e` (that of the smallest unit in the last place among the non-zero entries);
+/// `None` when an entry is not finite or the entries span more than 38 binades.
+///
+/// Why the integer sums are the reference's: every entry is a multiple of `2^e`, so every
+/// partial sum of the reference's f64 sum is too, and while `|Σ k| ≤ max|k|·plane ≤ 2^53`
+/// each is an f64 (53-bit significand): every f64 addition is exact, whatever the order,
+/// and the f64 sum is `(Σ k)·2^e`, which `integer_sums` computes with integer additions and
+/// one exact scaling by a power of two.
+fn integer_units(dq: &[f32; 256]) -> Option<([i64; 256], i32)> {
+    if dq.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    // `v = m·2^u` with an integer `m`, `|m| < 2^24`.
+    let parts = |v: f32| -> (i64, i32) {
+        let b = v.to_bits();
+        let ef = ((b >> 23) & 0xff) as i32;
+        let frac = i64::from(b & 0x7f_ffff);
+        let (m, u) = if ef == 0 {
+            (frac, -149)
+        } else {
+            (frac | 0x80_0000, ef - 150)
+        };
+        (if b >> 31 == 1 { -m } else { m }, u)
+    };
+    let e = dq
+        .iter()
+        .filter(|v| **v != 0.0)
+        .map(|&v| parts(v).1)
+        .min()
+        .unwrap_or(0);
+    let mut k = [0i64; 256];
+    for (k, &v) in k.iter_mut().zip(dq.iter()) {
+        if v != 0.0 {
+            let (m, u) = parts(v);
+            if u - e > 38 {
+                return None;
+            }
+            *k = m << (u - e);
+        }
+    }
+    Some((k, e))
+}
+
+/// `Σ dq[x]` per image and channel as `(Σ k[x])·2^e` (see `integer_units`): integer
+/// additions, eight channels at a time in registers over the pixels in NHWC.
+fn integer_sums(
+    bytes: &[u8],
+    k: &[i64; 256],
+    e: i32,
+    n: usize,
+    c: usize,
+    plane: usize,
+    nhwc: bool,
+) -> Vec<f64> {
+    // 2^e as an f64 (−149 ≤ e ≤ 104: a normal f64), so the product is exact.
+    let unit = f64::from_bits(((1023 + e) as u64) << 52);
+    let mut sums = vec![0i64; n * c];
+    if nhwc {
+        for (img, acc) in bytes.chunks(plane * c).zip(sums.chunks_mut(c)) {
+            let mut c0 = 0;
+            while c0 + 8 <= c {
+                let mut s = [0i64; 8];
+                for px in img.chunks_exact(c) {
+                    let p: &[u8; 8] = px[c0..c0 + 8].try_into().expect("8 channels");
+                    for (s, &b) in s.iter_mut().zip(p) {
+                        *s += k[b as usize];
+                    }
+                }
+                acc[c0..c0 + 8].copy_from_slice(&s);
+                c0 += 8;
+            }
+            for (ch, a) in acc.iter_mut().enumerate().skip(c0) {
+                *a = img.iter().skip(ch).step_by(c).map(|&b| k[b as usize]).sum();
+            }
+        }
+    } else {
+        for (p, acc) in bytes.chunks(plane.max(1)).zip(sums.iter_mut()) {
+            *acc = p.iter().map(|&b| k[b as usize]).sum();
+        }
+    }
+    sums.into_iter().map(|s| s as f64 * unit).collect()
+}
+
 impl Kernel for GlobalAvgPoolStep {
     fn per_image(&self, _consts: &[Option<&quantkit_graph::Tensor>]) -> bool {
         // NHWC images, one kernel call over whole images: no value crosses images.
@@ -132,23 +240,16 @@ impl Kernel for GlobalAvgPoolStep {
             Data::I8(d) => unsafe { std::slice::from_raw_parts(d.as_ptr().cast(), d.len()) },
             _ => return Err(bad(step, "input 0", "not 8-bit codes".into())),
         };
-        let mut sums = vec![0f64; n * c];
-        if x.nhwc {
-            for (img, acc) in bytes.chunks(plane * c).zip(sums.chunks_mut(c)) {
-                for px in img.chunks(c) {
-                    for (a, &b) in acc.iter_mut().zip(px) {
-                        *a += f64::from(self.dq[b as usize]);
-                    }
-                }
+        let sums = match integer_units(&self.dq) {
+            Some((k, e))
+                if k.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0) as u128
+                    * plane as u128
+                    <= 1 << 53 =>
+            {
+                integer_sums(bytes, &k, e, n, c, plane, x.nhwc)
             }
-        } else {
-            for (p, acc) in bytes.chunks(plane.max(1)).zip(sums.iter_mut()) {
-                *acc = p
-                    .iter()
-                    .map(|&b| f64::from(self.dq[b as usize]))
-                    .sum::<f64>();
-            }
-        }
+            _ => self.f64_sums(bytes, n, c, plane, x.nhwc),
+        };
         let codes: Vec<i32> = sums
             .iter()
             .map(|&t| {
@@ -170,9 +271,101 @@ impl Kernel for GlobalAvgPoolStep {
         Ok(vec![Val::nchw(tensor)])
     }
     fn describe(&self) -> String {
-        format!(
-            "global_avg_pool {}→{} (exact f64 sums)",
-            self.x_dtype, self.out
-        )
+        format!("global_avg_pool {}→{} (exact sums)", self.x_dtype, self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference's f64 sums, written plainly (NCHW: plane by plane; NHWC: by channel).
+    fn f64_reference(
+        bytes: &[u8],
+        dq: &[f32; 256],
+        n: usize,
+        c: usize,
+        plane: usize,
+        nhwc: bool,
+    ) -> Vec<f64> {
+        let mut out = vec![0f64; n * c];
+        for img in 0..n {
+            for ch in 0..c {
+                let mut t = 0f64;
+                for p in 0..plane {
+                    let i = if nhwc {
+                        (img * plane + p) * c + ch
+                    } else {
+                        (img * c + ch) * plane + p
+                    };
+                    t += f64::from(dq[bytes[i] as usize]);
+                }
+                out[img * c + ch] = t;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn integer_sums_equal_the_f64_sums_bit_for_bit() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        // Scales with random significands, a subnormal one, huge and tiny ones; zero points
+        // at both ends of the u8 and i8 ranges.
+        let scales = [
+            0.0123f32,
+            0.7331,
+            1.0,
+            3.0e-41,
+            1.1e-30,
+            2.5e30,
+            0.000_517_3,
+        ];
+        for &sc in &scales {
+            for z in [0i32, 255, 128, -128, 127, 3] {
+                let dq: [f32; 256] = std::array::from_fn(|b| {
+                    quantkit_core::dequantize_value(
+                        b as i64 - if z < 0 { 128 } else { 0 },
+                        sc,
+                        i64::from(z),
+                    )
+                });
+                let (k, e) = integer_units(&dq).expect("a dequantization table has integer units");
+                for (c, plane, nhwc) in [
+                    (1, 1, true),
+                    (3, 7, true),
+                    (8, 288, true),
+                    (13, 50, true),
+                    (17, 9, false),
+                    (200, 5, true),
+                ] {
+                    let n = 2;
+                    let bytes: Vec<u8> = (0..n * c * plane).map(|_| next() as u8).collect();
+                    let got = integer_sums(&bytes, &k, e, n, c, plane, nhwc);
+                    let want = f64_reference(&bytes, &dq, n, c, plane, nhwc);
+                    let (g, w): (Vec<u64>, Vec<u64>) = (
+                        got.iter().map(|v| v.to_bits()).collect(),
+                        want.iter().map(|v| v.to_bits()).collect(),
+                    );
+                    assert_eq!(g, w, "scale {sc}, z {z}, c {c}, plane {plane}, nhwc {nhwc}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tables_without_integer_units_are_refused() {
+        let mut dq = [1.0f32; 256];
+        dq[0] = f32::NAN;
+        assert!(integer_units(&dq).is_none(), "NaN entry");
+        let mut dq = [1.0f32; 256];
+        dq[1] = 1e-30; // 100 binades below 1.0: more than 38
+        assert!(integer_units(&dq).is_none(), "span of 100 binades");
+        assert_eq!(integer_units(&[0.0; 256]).map(|(k, _)| k), Some([0; 256]));
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod depthwise;
 pub mod gemm;
+pub mod lut;
 pub mod pack;
 pub mod peak;
 pub(crate) mod prelu;
@@ -49,8 +50,8 @@ unsafe fn run_body<A, B, F: Body<A, B>>(body: &F, a: &mut [A], b: &mut [B]) {
 
 /// Installs the AVX2 kernels in `k` when the CPU has AVX2 (otherwise leaves it as is): the
 /// 6×16 u8×i8 and i16 micro-kernels (pairs geometry, the generic one), the pair packer,
-/// the stores of 16-column tiles, the Winograd input transform, and AVX2 copies of the
-/// Winograd, depthwise and pooling loops.
+/// the stores of 16-column tiles, the Winograd input transform, the byte table, and AVX2
+/// copies of the Winograd, depthwise and pooling loops.
 pub(crate) fn plug(k: &mut Kernels) {
     let Some(avx2) = Avx2::detect() else {
         return;
@@ -82,6 +83,13 @@ pub(crate) fn plug(k: &mut Kernels) {
     k.dw_blocks = (Isa::Avx2, dw_blocks);
     k.pooling = VectorBody::Avx2(avx2);
     k.elementwise = VectorBody::Avx2(avx2);
+    k.lut = (Isa::Avx2, lut_u8);
+}
+
+/// Entry of [`lut::avx2_lut_u8_32`].
+fn lut_u8(table: &[u8; 256], data: &mut [u8]) {
+    // SAFETY: installed only by `plug`, after detecting AVX2; the kernel stays inside `data`.
+    unsafe { lut::avx2_lut_u8_32(table, data) }
 }
 
 /// Entry of [`gemm::avx2_gemm_u8i8_i32_6x16`].

@@ -88,7 +88,8 @@ pub(crate) fn plug(k: &mut Kernels) {
     // stays the AVX2 entry).
     k.winograd.body = VectorBody::Avx512(avx512);
     // VBMI (`vpermi2b`) is not part of the ISA's definition (Cascade Lake has VNNI without
-    // it): the byte table is installed only where the CPU has it, else stays scalar.
+    // it): the byte table is installed only where the CPU has it, else stays AVX2's
+    // (`vpshufb`, 16 rows).
     if std::arch::is_x86_feature_detected!("avx512vbmi") {
         k.lut = (Isa::Avx512Vnni, lut_u8);
     }
