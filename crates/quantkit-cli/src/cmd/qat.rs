@@ -76,9 +76,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1e-4)]
     lr: f32,
     /// Optimizer: `adam` (default) or `sgd` (momentum 0.9). Adam moves every parameter by
-    /// about the learning rate per step whatever its gradient; SGD moves each by its
-    /// gradient, the gentler fine-tune for a model trained with SGD at 8 bits, where PTQ is
-    /// already at float (docs/qat.md, "Fine-tuning at 8 bits").
+    /// about the learning rate per step whatever its gradient; SGD moves each in proportion
+    /// to its gradient and needs a learning rate of its own scale (MTCNN O-Net W4A8
+    /// distillation: `--optimizer sgd --lr 1e-4`; docs/qat.md, "The schedule").
     #[arg(long, default_value = "adam", value_parser = ["adam", "sgd"])]
     optimizer: String,
     /// Weight decay of the conv/linear weights (AdamW's decoupled decay with `adam`, L2 in
