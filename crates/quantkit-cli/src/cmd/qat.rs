@@ -18,7 +18,7 @@ use quantkit_data::{open_data_for, BatchOptions, DataSource, OpenOptions, Split}
 use quantkit_graph::{Graph, Tensor};
 use quantkit_train::exact::ExactPlan;
 use quantkit_train::losses::LossKind;
-use quantkit_train::optim::{cosine_lr, Adam};
+use quantkit_train::optim::{cosine_lr, Adam, Optimizer, Sgd};
 use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatInit, QatOptions};
 
 /// Arguments of `quantkit qat`.
@@ -72,9 +72,19 @@ pub struct Args {
     /// Epochs.
     #[arg(long, default_value_t = 1)]
     epochs: usize,
-    /// Peak learning rate (Adam, cosine schedule with warm-up).
+    /// Peak learning rate (cosine schedule with warm-up).
     #[arg(long, default_value_t = 1e-4)]
     lr: f32,
+    /// Optimizer: `adam` (default) or `sgd` (momentum 0.9). Adam moves every parameter by
+    /// about the learning rate per step whatever its gradient; SGD moves each in proportion
+    /// to its gradient and needs a learning rate of its own scale (MTCNN O-Net W4A8
+    /// distillation: SGD at `1e-4` as good as Adam at `3e-5`; docs/qat.md, "The schedule").
+    #[arg(long, default_value = "adam", value_parser = ["adam", "sgd"])]
+    optimizer: String,
+    /// Weight decay of the conv/linear weights (AdamW's decoupled decay with `adam`, L2 in
+    /// the gradient with `sgd`); biases, scales and BatchNormalization are never decayed.
+    #[arg(long, default_value_t = 0.0)]
+    weight_decay: f32,
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -559,6 +569,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.lr
     );
     anyhow::ensure!(
+        args.weight_decay.is_finite() && args.weight_decay >= 0.0,
+        "--weight-decay must be a non-negative number, got {}",
+        args.weight_decay
+    );
+    anyhow::ensure!(
         args.batch > 0 && args.epochs > 0,
         "--batch and --epochs must be positive"
     );
@@ -892,7 +907,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     let total = steps * args.epochs;
     let warmup = (total / 50).clamp(1, 100);
-    let mut opt = Adam::new(0.0);
+    let mut opt: Box<dyn Optimizer> = if args.optimizer == "sgd" {
+        Box::new(Sgd::new(0.9, args.weight_decay))
+    } else {
+        Box::new(Adam::new(args.weight_decay))
+    };
     // Per output (appended columns): its distillation loss and the engine's cosine with
     // the float output on the evaluation data.
     let mut log = String::from(
@@ -980,7 +999,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         weight,
                     });
                 let (l, parts, mut outs) = qat
-                    .train_step_outputs_labels(&mut opt, x, &teachers, &terms, ce, lr)
+                    .train_step_outputs_labels(&mut *opt, x, &teachers, &terms, ce, lr)
                     .with_context(stopped)?;
                 let nb = outs[po].shape.first().copied().unwrap_or(1) as f64;
                 for (s, p) in part_sums.iter_mut().zip(parts) {
@@ -990,7 +1009,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } else if recon {
                 let target = x.to_f32_vec();
                 let (l, out) = qat
-                    .train_step(&mut opt, x, LossKind::Mse, None, Some(&target), lr)
+                    .train_step(&mut *opt, x, LossKind::Mse, None, Some(&target), lr)
                     .with_context(stopped)?;
                 anyhow::ensure!(
                     out.len() == target.len(),
@@ -1001,7 +1020,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 (l, out)
             } else {
                 qat.train_step(
-                    &mut opt,
+                    &mut *opt,
                     x,
                     LossKind::CrossEntropy,
                     labels.as_deref(),
@@ -1321,6 +1340,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "weight_bits": args.weight_bits,
                 "activation_bits": args.activation_bits,
                 "init": args.init,
+                "optimizer": args.optimizer,
+                "weight_decay": args.weight_decay,
                 "first_last_8bit": args.first_last_8bit,
                 "freeze_bn_epoch": args.freeze_bn_epoch,
                 "lsq_plus": args.lsq_plus,
