@@ -32,7 +32,7 @@ use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan_with, Plan, QdqOpti
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 mod detail;
 pub use detail::{
@@ -65,6 +65,11 @@ pub struct Setup {
     pub calibration_samples: usize,
     /// What `--method auto` chose and measured (`None` for the other methods).
     pub auto: Option<crate::auto::AutoReport>,
+    /// Nodes (at any subgraph depth) that produced no value on the calibration data: the
+    /// branch of an `If` the data never takes (silero-vad's 8 kHz network on 16 kHz
+    /// audio), a `Loop` body run zero times. Their layers cannot change what the data
+    /// measure: the sensitivity ranking and `--target` skip them.
+    pub unreached: BTreeSet<String>,
 }
 
 /// Streaming sums of one comparison: Σref², Σ(ref − q)², max |ref − q|, element count.
@@ -364,6 +369,15 @@ impl Setup {
                 wide.insert(t.clone(), (p.scales[0], p.zero_points[0]));
             }
         }
+        let unreached: BTreeSet<String> = all_nodes(&graph)
+            .into_iter()
+            .filter(|n| {
+                !n.outputs
+                    .iter()
+                    .any(|o| !o.is_empty() && ranks.contains_key(o.as_str()))
+            })
+            .map(|n| n.name.clone())
+            .collect();
         upgrade_opset_13(&mut graph, &ranks)?;
         graph.meta.ir_version = graph.meta.ir_version.max(7);
         let mut auto = None;
@@ -398,7 +412,14 @@ impl Setup {
             prepare: prep,
             calibration_samples: samples,
             auto,
+            unreached,
         })
+    }
+
+    /// Whether the calibration data ran any node of the layer named by its first node
+    /// `layer` ([`Setup::unreached`]).
+    pub fn reached(&self, layer: &[String]) -> bool {
+        layer.iter().any(|n| !self.unreached.contains(n))
     }
 
     /// The fully quantized QDQ graph (what `quantize_static` writes for the same data).
@@ -937,7 +958,11 @@ pub fn analyze(
         let t = r.local.map_or(f64::INFINITY, |s| s.sqnr_db);
         r.local_worst_channel.map_or(t, |c| t.min(c.sqnr_db))
     };
-    let mut order: Vec<usize> = (0..reports.len()).collect();
+    // Layers the calibration data never ran (an If branch it does not take) cannot
+    // change the outputs on such data: no sensitivity passes for them.
+    let mut order: Vec<usize> = (0..reports.len())
+        .filter(|&li| setup.reached(&layers[li].nodes))
+        .collect();
     order.sort_by(|&a, &b| local_key(&reports[a]).total_cmp(&local_key(&reports[b])));
     let mut k = opts.top_k.unwrap_or(order.len()).min(order.len());
     if let Some(budget) = opts.budget {
