@@ -1031,3 +1031,45 @@ pub fn search(
 fn ilog2_ceil(n: usize) -> usize {
     (usize::BITS - n.saturating_sub(1).leading_zeros()) as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normal_quantiles_match_the_tables() {
+        // Φ⁻¹ from the standard normal table (and scipy.stats.norm.ppf), to 1e-6.
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.8, 0.841_621_2),
+            (0.95, 1.644_853_6),
+            (0.975, 1.959_964_0),
+            (0.001, -3.090_232_3),
+            (0.999_999, 4.753_424_3),
+        ] {
+            assert!(
+                (normal_quantile(p) - z).abs() < 1e-6,
+                "Φ⁻¹({p}) = {}",
+                normal_quantile(p)
+            );
+        }
+    }
+
+    #[test]
+    fn wilson_lower_bounds_match_a_direct_computation() {
+        // Values from the Wilson formula computed independently (Python, statistics.NormalDist).
+        for (k, n, c, want) in [
+            (561, 561, 0.95, 0.995_200_431_4),
+            (95, 100, 0.95, 0.900_838_914_7),
+            (559, 561, 0.95, 0.989_284_991_0),
+            (2200, 2244, 0.95, 0.974_967_629_3),
+        ] {
+            let got = wilson_lower_bound(k, n, c);
+            assert!((got - want).abs() < 1e-8, "{k}/{n} at {c}: {got} vs {want}");
+            assert!(got < k as f64 / n as f64);
+        }
+        assert_eq!(wilson_lower_bound(0, 0, 0.95), 0.0);
+        // A higher level asks for more: the bound falls.
+        assert!(wilson_lower_bound(990, 1000, 0.99) < wilson_lower_bound(990, 1000, 0.8));
+    }
+}

@@ -451,3 +451,70 @@ fn a_matmul_inside_a_loop_body_quantizes_static_and_dynamic() {
         }
     }
 }
+
+/// A branch the calibration data never take (`thr` above every input mean: always the
+/// else branch) is recorded as unreached: the sensitivity ranking gives its layers no
+/// passes and `--target`'s search never moves them (they cannot change what the data
+/// measure), while the taken branch's layers are ranked and moved as before.
+#[test]
+fn layers_of_a_branch_the_data_never_take_are_skipped_by_ranking_and_search() {
+    use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
+    use quantkit_ptq::mixed::{search, Evaluation, SearchOptions, Target};
+    let feeds: Vec<Feed> = batches()
+        .into_iter()
+        .map(|b| vec![("x".to_string(), b)])
+        .collect();
+    let (calib, data) = feeds.split_at(4);
+    let setup = Setup::new(
+        if_conv_model(1e9),
+        &PtqConfig::default(),
+        calib,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    for n in ["t_conv_a", "t_relu", "t_conv_b", "t_gain"] {
+        assert!(
+            setup.unreached.contains(n),
+            "{n} never runs: {:?}",
+            setup.unreached
+        );
+    }
+    for n in ["e_conv_a", "e_conv_b", "fc", "if"] {
+        assert!(!setup.unreached.contains(n), "{n} runs");
+    }
+    let report = analyze(&setup, data, &AnalyzeOptions::default(), &mut |_, _, _| {}).unwrap();
+    for l in &report.layers {
+        let taken = !l.name.starts_with("t_");
+        assert_eq!(
+            l.sensitivity.is_some(),
+            taken,
+            "{}: sensitivity only for layers the data run",
+            l.name
+        );
+    }
+    // An unreachable target makes the search try everything it can: never a `t_` layer.
+    let eval = Evaluation::new(&setup, data, None).unwrap();
+    let target: Target = "sqnr=200".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(!r.met);
+    assert!(r.steps.len() > 2, "{:?}", r.steps);
+    for s in &r.steps {
+        assert!(
+            !s.action.contains("t_conv"),
+            "moved an unreached layer: {}",
+            s.action
+        );
+    }
+    assert!(
+        r.config.layers.keys().all(|l| !l.starts_with("t_")),
+        "{:?}",
+        r.config
+    );
+}

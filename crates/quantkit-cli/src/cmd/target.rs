@@ -600,3 +600,27 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::held_out_batches;
+
+    #[test]
+    fn held_out_batches_are_spread_over_the_file() {
+        let pick = |n, f| -> Vec<usize> {
+            held_out_batches(n, f)
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| **h)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        assert_eq!(pick(8, 0.25), vec![3, 7]);
+        assert_eq!(pick(10, 0.5), vec![1, 3, 5, 7, 9]);
+        assert_eq!(pick(71, 0.25).len(), 17);
+        // At least one, never all.
+        assert_eq!(pick(2, 0.1), vec![1]);
+        assert_eq!(pick(2, 0.99), vec![1]);
+        assert!(pick(3, 0.99).len() < 3);
+    }
+}
