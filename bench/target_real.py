@@ -474,8 +474,8 @@ def main():
     ap.add_argument("--only", nargs="*", default=None,
                     help="configurations to run (float, int8, int8-stats, auto, target, ort, ort-ops, ort-sub)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--target-args", nargs="*", default=[],
-                    help="extra arguments for the `target` configuration (e.g. --held-out 0.5 --confidence 0.9)")
+    ap.add_argument("--target-args", default="",
+                    help="extra arguments for the `target` configuration, one string (e.g. '--held-out 0.5')")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="target_real_")
     os.makedirs(work, exist_ok=True)
@@ -507,7 +507,7 @@ def main():
             ("int8", "quantkit", []),
             ("int8-stats", "quantkit", ["--quantize-statistics"]),
             ("auto", "quantkit", ["--method", "auto"]),
-            ("target", "quantkit", ["--target", "agreement=0.99"] + target_extra + a.target_args),
+            ("target", "quantkit", ["--target", "agreement=0.99"] + target_extra + a.target_args.split()),
             ("ort", "ort", None),
             ("ort-ops", "ort", ["Conv", "MatMul", "Gemm"]),
         ]

@@ -7,15 +7,21 @@
 //! ranking of [`crate::analyze`] (the share of the output error that goes away when one
 //! layer is left in float):
 //!
-//! 1. **Greedy fallback**: in ranking order, layers get int16 activations (their inputs
-//!    and output) one by one until the target is met; only if int16 everywhere is not
-//!    enough, layers go to float one by one in the same order (replacing int16) until it
-//!    is met (each step is one pass of the evaluation data). [`SearchOptions::no_int16`]
-//!    skips the int16 walk, as before int16 existed.
-//! 2. **Pruning**: try putting every changed layer back in int8, the last one added first,
-//!    and a float layer that cannot go back to int8 to int16; keep the change whenever the
-//!    target still holds. Errors of different layers interact, so a layer the greedy pass
-//!    needed early can become unnecessary once later ones are changed.
+//! 1. **Smallest prefix**: the first `k` layers of the ranking get int16 activations (their
+//!    inputs and output), for the smallest `k` that meets the target, found by doubling
+//!    `k` and bisecting between the last miss and the first hit (`O(log k)` passes of the
+//!    evaluation data); only if int16 everywhere is not enough, the first `k` go to float
+//!    (the others int16), the same way. [`SearchOptions::no_int16`] skips the int16 step,
+//!    as before int16 existed. Layers of an `If` branch the calibration data never take
+//!    ([`Setup::unreached`]) are not moved: they cannot change what the data measure.
+//! 2. **Pruning by groups**: every changed layer is tried back in int8 at once; where the
+//!    target no longer holds, each half (the less sensitive first), down to single layers;
+//!    a float layer that cannot go back to int8 tries int16. Errors of different layers
+//!    interact, so a layer the prefix needed can become unnecessary once others change.
+//!
+//! With a confidence level ([`Evaluation::with_confidence`]) an agreement target is judged
+//! on the one-sided lower confidence bound of the agreement ([`wilson_lower_bound`]), not
+//! on the share measured, so the choice keeps a margin that shrinks with more samples.
 //! 3. **4-bit weights** (when allowed): the int8 layers with weights, least sensitive first,
 //!    get 4-bit weights where the target still holds.
 //!

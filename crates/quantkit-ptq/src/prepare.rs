@@ -70,7 +70,7 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
             let wanted: Vec<String> = sub
                 .outer_reads()
                 .into_iter()
-                .filter(|v| movable.contains(*v))
+                .filter(|v| movable.contains(*v) && quantizer_reads(sub, v))
                 .map(str::to_string)
                 .collect();
             for w in wanted {
@@ -87,6 +87,25 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
     if any {
         g.prune_initializers();
     }
+}
+
+/// Whether a node of `g` (at any depth) that reads `v` is one whose constant inputs the
+/// quantizer uses: a weight of a Conv/Gemm/MatMul, an input of an operator with an integer
+/// form, or the exponent of a `Pow` (the plan checks it is a constant ≥ 0). A constant read
+/// only by operators that run in float (an LSTM's weights: no integer form) stays in the
+/// enclosing graph: a copy in each subgraph that reads it only added bytes (silero-vad's
+/// LSTM weights were stored once per branch of the nested `If`, 1 MB more than the float
+/// file).
+fn quantizer_reads(g: &Graph, v: &str) -> bool {
+    g.nodes.iter().any(|n| {
+        let reads = n.inputs.iter().any(|i| i == v);
+        let uses = reads
+            && (n.is(OpKind::Pow) || {
+                let f = n.facts();
+                f.weight.is_some() || !matches!(f.quant_inputs, quantkit_graph::QuantInputs::None)
+            });
+        uses || n.subgraphs().any(|s| quantizer_reads(s, v))
+    })
 }
 
 /// The output channel of a weight element, by flat index.

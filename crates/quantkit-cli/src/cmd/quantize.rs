@@ -100,9 +100,10 @@ pub struct Args {
     /// Automatic mixed precision: METRIC=VALUE with METRIC agreement (top-1 vs float,
     /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
     /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
-    /// layers in the order of `quantkit analyze`'s sensitivity ranking get int16 activations
-    /// (opset 21), or float where int16 is not enough (--no-int16: float directly), until
-    /// the target holds, then every change the target does not need is undone; with
+    /// the smallest prefix of `quantkit analyze`'s sensitivity ranking (found by doubling and
+    /// bisection) gets int16 activations (opset 21), or float where int16 is not enough
+    /// (--no-int16: float directly), then every change the target does not need is undone
+    /// (tried by groups); with
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
     /// holds. Measured on --data, else on --held-out of the calibration batches, spread over
     /// the file (never on samples calibrated with, unless there is one batch only: then a
@@ -137,8 +138,8 @@ pub struct Args {
     /// With --target agreement=...: accept a configuration only when the one-sided lower
     /// bound of its agreement at this confidence level (Wilson score interval over the
     /// evaluation samples) meets the target, so that it holds on fresh data and not only
-    /// on the samples measured (at 0.95, 561 samples need 2 disagreements or fewer for
-    /// 0.99). 0: judge the share measured, as before.
+    /// on the samples measured (at 0.95, 0.99 on 544 samples allows one disagreement; fewer
+    /// than 268 samples cannot show 0.99 and are refused). 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
     /// Evaluation samples for --target.
