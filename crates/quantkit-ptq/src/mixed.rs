@@ -899,14 +899,15 @@ pub fn search(
     //    measured to meet the target.
     let mut all16 = MixedConfig::default();
     if !target.met(&current) && !opts.no_int16 {
-        let make = |k: usize| {
+        fn int16_prefix(order: &[String], k: usize) -> MixedConfig {
             let mut c = MixedConfig::default();
             for n in &order[..k] {
                 c.set(n, Precision::Act16);
             }
             c
-        };
-        all16 = make(order.len());
+        }
+        all16 = int16_prefix(&order, order.len());
+        let make = |k: usize| int16_prefix(&order, k);
         if let Some((_, c, m)) = r.smallest_prefix("int16", &order, &make)? {
             config = c;
             current = m;
