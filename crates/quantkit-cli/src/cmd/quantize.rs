@@ -139,7 +139,9 @@ pub struct Args {
     /// bound of its agreement at this confidence level (Wilson score interval over the
     /// evaluation samples) meets the target, so that it holds on fresh data and not only
     /// on the samples measured (at 0.95, 0.99 on 544 samples allows one disagreement; fewer
-    /// than 268 samples cannot show 0.99 and are refused). 0: judge the share measured.
+    /// than 268 samples cannot show 0.99 and are refused). The bound assumes independent
+    /// samples: held-out batches of an ordered file are clusters, shuffle it or give
+    /// --data. 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
     /// Evaluation samples for --target.
