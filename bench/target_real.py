@@ -474,6 +474,8 @@ def main():
     ap.add_argument("--only", nargs="*", default=None,
                     help="configurations to run (float, int8, int8-stats, auto, target, ort, ort-ops, ort-sub)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--target-args", default="",
+                    help="extra arguments for the `target` configuration, one string (e.g. '--held-out 0.5')")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="target_real_")
     os.makedirs(work, exist_ok=True)
@@ -505,7 +507,7 @@ def main():
             ("int8", "quantkit", []),
             ("int8-stats", "quantkit", ["--quantize-statistics"]),
             ("auto", "quantkit", ["--method", "auto"]),
-            ("target", "quantkit", ["--target", "agreement=0.99"] + target_extra),
+            ("target", "quantkit", ["--target", "agreement=0.99"] + target_extra + a.target_args.split()),
             ("ort", "ort", None),
             ("ort-ops", "ort", ["Conv", "MatMul", "Gemm"]),
         ]
@@ -538,6 +540,9 @@ def main():
                         row["chosen_on"] = j.get("evaluation")
                         v = j.get("measured", {}).get("agreement")
                         row["agreement_held_out_calibration"] = v
+                        row["agreement_held_out_lower_bound"] = j.get("measured", {}).get("agreement_lower_bound")
+                        row["held_out_samples"] = j.get("samples")
+                        row["search_seconds"] = j.get("seconds")
                         if "error" in j:
                             row["target_error"] = j["error"]
             else:

@@ -153,10 +153,15 @@ fn activation_bits_16_writes_an_opset_21_w8a16_model_that_check_passes() {
         v["cost"]["layers_int16"].as_u64().unwrap() as usize,
         layers.len()
     );
-    // Closer to float than all int8 on the same held-out samples.
+    // Closer to float than all int8 on the same held-out samples. The held-out batches are
+    // spread over the file (every fourth): calibration then sees the whole file's ranges and
+    // int8 clips less on them than on the last quarter it used to hold out (measured: W8A16
+    // 37.6 dB, int8 36.0 dB; on the tail the gap was above 3 dB). The activation error
+    // W8A16 removes is then the rounding alone; `crates/quantkit-ptq/tests/int16.rs`
+    // asserts W8A16's 40 dB against int8's 33.5 on images not calibrated on.
     let s16 = v["measured"]["sqnr_db"].as_f64().unwrap();
     let s8 = v["int8"]["sqnr_db"].as_f64().unwrap();
-    assert!(s16 > s8 + 3.0, "W8A16 {s16} dB vs int8 {s8} dB");
+    assert!(s16 > s8 + 1.0, "W8A16 {s16} dB vs int8 {s8} dB");
     // No configuration file: nothing was searched.
     assert!(v["config_file"].is_null(), "{v}");
     assert!(!tmp("lenet.a16.mixed.json").exists());

@@ -32,7 +32,7 @@ use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan_with, Plan, QdqOpti
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 mod detail;
 pub use detail::{
@@ -65,6 +65,11 @@ pub struct Setup {
     pub calibration_samples: usize,
     /// What `--method auto` chose and measured (`None` for the other methods).
     pub auto: Option<crate::auto::AutoReport>,
+    /// Nodes (at any subgraph depth) that produced no value on the calibration data: the
+    /// branch of an `If` the data never takes (silero-vad's 8 kHz network on 16 kHz
+    /// audio), a `Loop` body run zero times. Their layers cannot change what the data
+    /// measure: the sensitivity ranking and `--target` skip them.
+    pub unreached: BTreeSet<String>,
 }
 
 /// Streaming sums of one comparison: Σref², Σ(ref − q)², max |ref − q|, element count.
@@ -364,6 +369,15 @@ impl Setup {
                 wide.insert(t.clone(), (p.scales[0], p.zero_points[0]));
             }
         }
+        let unreached: BTreeSet<String> = all_nodes(&graph)
+            .into_iter()
+            .filter(|n| {
+                !n.outputs
+                    .iter()
+                    .any(|o| !o.is_empty() && ranks.contains_key(o.as_str()))
+            })
+            .map(|n| n.name.clone())
+            .collect();
         upgrade_opset_13(&mut graph, &ranks)?;
         graph.meta.ir_version = graph.meta.ir_version.max(7);
         let mut auto = None;
@@ -398,7 +412,14 @@ impl Setup {
             prepare: prep,
             calibration_samples: samples,
             auto,
+            unreached,
         })
+    }
+
+    /// Whether the calibration data ran any node of the layer named by its first node
+    /// `layer` ([`Setup::unreached`]).
+    pub fn reached(&self, layer: &[String]) -> bool {
+        layer.iter().any(|n| !self.unreached.contains(n))
     }
 
     /// The fully quantized QDQ graph (what `quantize_static` writes for the same data).
@@ -520,6 +541,20 @@ pub(crate) fn all_nodes(g: &Graph) -> Vec<&Node> {
     out
 }
 
+/// `g` and the branches of its `If` nodes, recursively through `If`s only (values there
+/// are computed at most once per run; Loop and Scan bodies are left out).
+fn once_scopes(g: &Graph) -> Vec<&Graph> {
+    let mut out = vec![g];
+    for n in &g.nodes {
+        if n.is(OpKind::If) {
+            for sub in n.subgraphs() {
+                out.extend(once_scopes(sub));
+            }
+        }
+    }
+    out
+}
+
 /// Samples in a feed: the batch dimension of its first input.
 fn batch_of(feed: &Feed) -> usize {
     feed.first()
@@ -550,18 +585,24 @@ struct Cone {
     layer: usize,
 }
 
-/// Cuts layer `nodes` out of `q`, with the Q/DQ nodes that feed them back to values the
-/// float graph has (`float_values`) or initializers, and its output Q/DQ up to `measured`.
+/// Cuts layer `nodes` out of scope `si` of the QDQ graph (`scopes[0]` the top level, the
+/// others `If` branches, parents before children), with the Q/DQ (and Constant) nodes that
+/// feed them, in that scope or an enclosing one, back to values the float graph has
+/// (`float_values`) or initializers of any scope, and its output Q/DQ up to `measured`.
 fn cone(
-    q: &Graph,
-    uses: &Uses,
+    scopes: &[&Graph],
+    scope_uses: &[Uses],
+    si: usize,
     float_values: &HashSet<&str>,
+    all_inits: &HashMap<&str, &Tensor>,
     nodes: &[String],
     measured: &str,
 ) -> Option<(Graph, Vec<String>)> {
-    let mut set: HashSet<usize> = HashSet::new();
+    let (q, uses) = (scopes[si], &scope_uses[si]);
+    // (scope, node index) pairs.
+    let mut set: HashSet<(usize, usize)> = HashSet::new();
     for n in nodes {
-        set.insert(q.nodes.iter().position(|x| &x.name == n)?);
+        set.insert((si, q.nodes.iter().position(|x| &x.name == n)?));
     }
     // The output Q and DQ between the layer's last node and `measured`.
     let last_name = nodes.last()?;
@@ -569,12 +610,13 @@ fn cone(
     let dn = uses.producer(measured)?;
     if dn != last {
         let qn = uses.producer(q.nodes[dn].inputs.first()?)?;
-        set.insert(qn);
-        set.insert(dn);
+        set.insert((si, qn));
+        set.insert((si, dn));
     }
+    let node = |(s, i): (usize, usize)| &scopes[s].nodes[i];
     let mut stack: Vec<String> = set
         .iter()
-        .flat_map(|&i| q.nodes[i].inputs.iter().cloned())
+        .flat_map(|&k| node(k).inputs.iter().cloned())
         .collect();
     let mut feeds = Vec::new();
     let mut inits = BTreeMap::new();
@@ -583,24 +625,33 @@ fn cone(
         if v.is_empty() || !seen.insert(v.clone()) {
             continue;
         }
-        if let Some(t) = q.initializers.get(&v) {
-            inits.insert(v, t.clone());
+        if let Some(t) = all_inits.get(v.as_str()) {
+            inits.insert(v, (*t).clone());
             continue;
         }
-        match uses.producer(&v) {
-            Some(p) if set.contains(&p) => {}
-            Some(p)
-                if q.nodes[p].is(OpKind::QuantizeLinear)
-                    || q.nodes[p].is(OpKind::DequantizeLinear) =>
+        // The producer in the layer's scope, else in an enclosing one (outer values).
+        let producer = uses.producer(&v).map(|p| (si, p)).or_else(|| {
+            (0..si)
+                .rev()
+                .find_map(|s| scope_uses[s].producer(&v).map(|p| (s, p)))
+        });
+        match producer {
+            Some(k) if set.contains(&k) => {}
+            // A weight written as a Constant node (inside a branch, as exporters do).
+            Some(k) if node(k).is(OpKind::Constant) => {
+                set.insert(k);
+            }
+            Some(k)
+                if node(k).is(OpKind::QuantizeLinear) || node(k).is(OpKind::DequantizeLinear) =>
             {
-                set.insert(p);
-                stack.extend(q.nodes[p].inputs.iter().cloned());
+                set.insert(k);
+                stack.extend(node(k).inputs.iter().cloned());
             }
             _ if float_values.contains(v.as_str()) => feeds.push(v),
             _ => return None,
         }
     }
-    let mut idx: Vec<usize> = set.into_iter().collect();
+    let mut idx: Vec<(usize, usize)> = set.into_iter().collect();
     idx.sort_unstable();
     let info = |name: &str| quantkit_graph::ValueInfo {
         name: name.to_string(),
@@ -608,14 +659,15 @@ fn cone(
         onnx_elem_type: 0,
         shape: None,
     };
+    let top = scopes[0];
     let g = Graph {
         name: format!("cone of {}", nodes[0]),
-        nodes: idx.iter().map(|&i| q.nodes[i].clone()).collect(),
+        nodes: idx.iter().map(|&k| node(k).clone()).collect(),
         inputs: feeds.iter().map(|f| info(f)).collect(),
         outputs: vec![info(measured)],
         initializers: inits,
-        opset_imports: q.opset_imports.clone(),
-        meta: q.meta.clone(),
+        opset_imports: top.opset_imports.clone(),
+        meta: top.meta.clone(),
         ..Default::default()
     };
     Some((g, feeds))
@@ -786,17 +838,40 @@ pub fn analyze(
     let q = setup.quantized()?;
     let uses = Uses::new(&q);
     let layers = setup.layers();
-    let float_values: HashSet<&str> = float
-        .inputs
-        .iter()
-        .map(|i| i.name.as_str())
-        .chain(
-            float
-                .nodes
-                .iter()
-                .flat_map(|n| n.outputs.iter().map(String::as_str)),
-        )
-        .collect();
+    // Values of the float graph at every depth (graph and subgraph inputs, node outputs).
+    let float_values: HashSet<&str> = {
+        fn walk<'a>(g: &'a Graph, out: &mut HashSet<&'a str>) {
+            out.extend(g.inputs.iter().map(|i| i.name.as_str()));
+            for n in &g.nodes {
+                out.extend(n.outputs.iter().map(String::as_str));
+                for sub in n.subgraphs() {
+                    walk(sub, out);
+                }
+            }
+        }
+        let mut out = HashSet::new();
+        walk(float, &mut out);
+        out
+    };
+    // The scopes of the QDQ graph whose values are computed at most once per run: the top
+    // level and `If` branches, at any depth through `If`s. A layer there gets local and
+    // propagated figures like one at the top level; a Loop or Scan body computes its
+    // values once per iteration, which one float value per name cannot stand for.
+    let scopes = once_scopes(&q);
+    let scope_uses: Vec<Uses> = scopes.iter().map(|g| Uses::new(g)).collect();
+    let all_inits: HashMap<&str, &Tensor> = {
+        fn walk<'a>(g: &'a Graph, out: &mut HashMap<&'a str, &'a Tensor>) {
+            out.extend(g.initializers.iter().map(|(k, v)| (k.as_str(), v)));
+            for n in &g.nodes {
+                for sub in n.subgraphs() {
+                    walk(sub, out);
+                }
+            }
+        }
+        let mut out = HashMap::new();
+        walk(&q, &mut out);
+        out
+    };
     // QDQ value → float value it approximates, for every quantized activation.
     let mut measured: HashMap<String, String> = HashMap::new();
     for t in &setup.plan.activations {
@@ -810,7 +885,12 @@ pub fn analyze(
         } else {
             Some(t.clone())
         };
-        if let Some(v) = src.and_then(|s| dq_value(&q, &uses, &s)) {
+        let Some(src) = src else { continue };
+        if let Some(v) = scopes
+            .iter()
+            .zip(&scope_uses)
+            .find_map(|(g, u)| dq_value(g, u, &src))
+        {
             measured.insert(v, t.clone());
         }
     }
@@ -826,7 +906,21 @@ pub fn analyze(
         let Some(m) = by_float.get(t.as_str()) else {
             continue;
         };
-        if let Some((graph, feeds)) = cone(&q, &uses, &float_values, &l.nodes, m) {
+        let Some(si) = scopes
+            .iter()
+            .position(|g| g.nodes.iter().any(|n| n.name == l.nodes[0]))
+        else {
+            continue;
+        };
+        if let Some((graph, feeds)) = cone(
+            &scopes,
+            &scope_uses,
+            si,
+            &float_values,
+            &all_inits,
+            &l.nodes,
+            m,
+        ) {
             cones.push(Cone {
                 graph,
                 feeds,
@@ -858,6 +952,11 @@ pub fn analyze(
         })
         .map_err(graph_err(format!("running the float model on batch {bi}")))?;
         for c in &cones {
+            // A layer in an If branch this batch did not take has nothing to compare.
+            if !values.contains_key(&c.reference) || c.feeds.iter().any(|f| !values.contains_key(f))
+            {
+                continue;
+            }
             let inputs: Feed = c
                 .feeds
                 .iter()
@@ -887,6 +986,9 @@ pub fn analyze(
                         .or_default()
                         .add(&t.shape, r, a);
                 }
+                // The float run took the other branch of an If (the quantized condition
+                // flipped): nothing to compare on this batch.
+                (None, _) => {}
                 _ => err = Some(fname.clone()),
             }
         })
@@ -937,7 +1039,11 @@ pub fn analyze(
         let t = r.local.map_or(f64::INFINITY, |s| s.sqnr_db);
         r.local_worst_channel.map_or(t, |c| t.min(c.sqnr_db))
     };
-    let mut order: Vec<usize> = (0..reports.len()).collect();
+    // Layers the calibration data never ran (an If branch it does not take) cannot
+    // change the outputs on such data: no sensitivity passes for them.
+    let mut order: Vec<usize> = (0..reports.len())
+        .filter(|&li| setup.reached(&layers[li].nodes))
+        .collect();
     order.sort_by(|&a, &b| local_key(&reports[a]).total_cmp(&local_key(&reports[b])));
     let mut k = opts.top_k.unwrap_or(order.len()).min(order.len());
     if let Some(budget) = opts.budget {

@@ -7,15 +7,21 @@
 //! ranking of [`crate::analyze`] (the share of the output error that goes away when one
 //! layer is left in float):
 //!
-//! 1. **Greedy fallback**: in ranking order, layers get int16 activations (their inputs
-//!    and output) one by one until the target is met; only if int16 everywhere is not
-//!    enough, layers go to float one by one in the same order (replacing int16) until it
-//!    is met (each step is one pass of the evaluation data). [`SearchOptions::no_int16`]
-//!    skips the int16 walk, as before int16 existed.
-//! 2. **Pruning**: try putting every changed layer back in int8, the last one added first,
-//!    and a float layer that cannot go back to int8 to int16; keep the change whenever the
-//!    target still holds. Errors of different layers interact, so a layer the greedy pass
-//!    needed early can become unnecessary once later ones are changed.
+//! 1. **Smallest prefix**: the first `k` layers of the ranking get int16 activations (their
+//!    inputs and output), for the smallest `k` that meets the target, found by doubling
+//!    `k` and bisecting between the last miss and the first hit (`O(log k)` passes of the
+//!    evaluation data); only if int16 everywhere is not enough, the first `k` go to float
+//!    (the others int16), the same way. [`SearchOptions::no_int16`] skips the int16 step,
+//!    as before int16 existed. Layers of an `If` branch the calibration data never take
+//!    ([`Setup::unreached`]) are not moved: they cannot change what the data measure.
+//! 2. **Pruning by groups**: every changed layer is tried back in int8 at once; where the
+//!    target no longer holds, each half (the less sensitive first), down to single layers;
+//!    a float layer that cannot go back to int8 tries int16. Errors of different layers
+//!    interact, so a layer the prefix needed can become unnecessary once others change.
+//!
+//! With a confidence level ([`Evaluation::with_confidence`]) an agreement target is judged
+//! on the one-sided lower confidence bound of the agreement ([`wilson_lower_bound`]), not
+//! on the share measured, so the choice keeps a margin that shrinks with more samples.
 //! 3. **4-bit weights** (when allowed): the int8 layers with weights, least sensitive first,
 //!    get 4-bit weights where the target still holds.
 //!
@@ -164,9 +170,11 @@ impl std::str::FromStr for Target {
 }
 
 impl Target {
-    /// Whether `m` meets the target.
+    /// Whether `m` meets the target. For [`Metric::Agreement`] measured with a confidence
+    /// level ([`Evaluation::with_confidence`]), the lower confidence bound must meet it, not
+    /// only the share measured.
     pub fn met(&self, m: &Measured) -> bool {
-        match self.value_of(m) {
+        match self.judged(m) {
             Some(v) if self.metric == Metric::Accuracy => v <= self.value + 1e-9,
             Some(v) => v >= self.value - 1e-12,
             None => false,
@@ -182,9 +190,17 @@ impl Target {
             Metric::Accuracy => m.accuracy_drop_pt,
         }
     }
+    /// The value the target is judged on: the lower confidence bound of the agreement when
+    /// it was measured with one, else [`Target::value_of`].
+    pub fn judged(&self, m: &Measured) -> Option<f64> {
+        match (self.metric, m.agreement_lower_bound) {
+            (Metric::Agreement, Some(b)) => Some(b),
+            _ => self.value_of(m),
+        }
+    }
     /// How far `m` is from meeting the target, larger is better (for "best found").
     fn score(&self, m: &Measured) -> f64 {
-        match (self.metric, self.value_of(m)) {
+        match (self.metric, self.judged(m)) {
             (_, None) => f64::NEG_INFINITY,
             (Metric::Accuracy, Some(v)) => -v,
             (_, Some(v)) => v,
@@ -198,6 +214,12 @@ pub struct Measured {
     /// Top-1 agreement with the float model (`null` without a class axis), or agreement of
     /// the yes/no decisions of a single score per sample ([`Metric::Agreement`]).
     pub agreement: Option<f64>,
+    /// The one-sided lower confidence bound of the agreement at the evaluation's confidence
+    /// level ([`Evaluation::with_confidence`]; Wilson score interval over the samples
+    /// counted), `None` without a confidence level or without agreement.
+    pub agreement_lower_bound: Option<f64>,
+    /// Samples the agreement counts.
+    pub agreement_samples: usize,
     /// Cosine of all outputs against the float outputs.
     pub cosine: f64,
     /// Output SQNR in dB (`null` in JSON when exact).
@@ -219,6 +241,73 @@ pub struct Evaluation<'a> {
     /// The decision threshold when the first output holds one score per sample
     /// ([`Metric::Agreement`]).
     threshold: Option<f32>,
+    /// Confidence level of the agreement's lower bound (`None`: no bound).
+    confidence: Option<f64>,
+}
+
+/// The standard normal quantile `Φ⁻¹(p)` for `0 < p < 1` (Acklam's rational
+/// approximation, relative error below 1.2e-9).
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+/// The one-sided lower bound at confidence `level` (e.g. 0.95) of a proportion measured as
+/// `k` successes of `n`: the Wilson score bound
+/// `(p̂ + z²/2n − z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)`, `z = Φ⁻¹(level)`. It is 0 for
+/// `n = 0` and below `k/n` otherwise (`n/(n+z²)` for `k = n`: 561 samples all agreeing
+/// give 0.9952 at 95 %).
+pub fn wilson_lower_bound(k: usize, n: usize, level: f64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let z = normal_quantile(level.clamp(1e-9, 1.0 - 1e-9));
+    let (n, p) = (n as f64, k as f64 / n as f64);
+    let z2 = z * z;
+    let centre = p + z2 / (2.0 * n);
+    let spread = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - spread) / (1.0 + z2 / n)).clamp(0.0, 1.0)
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -292,6 +381,7 @@ impl<'a> Evaluation<'a> {
             float_outputs,
             float_correct: None,
             threshold,
+            confidence: None,
         };
         if let Some(l) = labels {
             let mut correct = 0;
@@ -324,6 +414,32 @@ impl<'a> Evaluation<'a> {
             e.float_correct = Some(correct);
         }
         Ok(e)
+    }
+
+    /// Judges agreement targets on the one-sided lower bound of the agreement at confidence
+    /// `level` (in `(0, 1)`, e.g. 0.95; [`wilson_lower_bound`]) instead of the share
+    /// measured, so a configuration is accepted only when the evaluation samples leave
+    /// little doubt that it meets the target on fresh data; `None` (or 0) judges the share.
+    /// Errors on a level outside `[0, 1)`.
+    pub fn with_confidence(mut self, level: Option<f64>) -> Result<Self> {
+        match level {
+            Some(c) if !(0.0..1.0).contains(&c) => Err(PtqError::InvalidOption(format!(
+                "confidence level {c}: expected 0 (no bound) or a level in (0, 1), e.g. 0.95"
+            ))),
+            Some(c) if c > 0.0 => {
+                self.confidence = Some(c);
+                Ok(self)
+            }
+            _ => {
+                self.confidence = None;
+                Ok(self)
+            }
+        }
+    }
+
+    /// The confidence level of the agreement's lower bound, if any.
+    pub fn confidence(&self) -> Option<f64> {
+        self.confidence
     }
 
     /// Samples in the evaluation data (rows of the first float output's class axis, or
@@ -399,8 +515,14 @@ impl<'a> Evaluation<'a> {
         let n = self.labels.map_or(0, <[i64]>::len).max(1) as f64;
         let accuracy = self.labels.map(|_| correct as f64 / n);
         let float_accuracy = self.float_correct.map(|c| c as f64 / n);
+        let has_agreement = classes && nrows > 0;
         Ok(Measured {
-            agreement: (classes && nrows > 0).then(|| agree as f64 / nrows as f64),
+            agreement: has_agreement.then(|| agree as f64 / nrows as f64),
+            agreement_lower_bound: self
+                .confidence
+                .filter(|_| has_agreement)
+                .map(|c| wilson_lower_bound(agree, nrows, c)),
+            agreement_samples: if has_agreement { nrows } else { 0 },
             cosine,
             sqnr_db,
             accuracy,
@@ -503,6 +625,9 @@ pub struct Step {
     pub action: String,
     /// The target's metric after it.
     pub value: Option<f64>,
+    /// The value the target was judged on: the agreement's lower confidence bound when the
+    /// evaluation has a confidence level, else `value`.
+    pub judged: Option<f64>,
     /// Whether the target held.
     pub met: bool,
     /// Whether the step was kept.
@@ -529,6 +654,19 @@ pub struct SearchResult {
     pub steps: Vec<Step>,
     /// Evaluation samples.
     pub samples: usize,
+    /// Where the search's time went, in seconds.
+    pub seconds: SearchTimes,
+}
+
+/// Where [`search`]'s time went, in seconds (wall time).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SearchTimes {
+    /// The sensitivity ranking ([`crate::analyze`]).
+    pub ranking: f64,
+    /// Writing the QDQ graph of each configuration ([`Setup::mixed`]).
+    pub build: f64,
+    /// Running the configurations on the evaluation data.
+    pub measure: f64,
 }
 
 /// What [`search`] reports progress on.
@@ -538,6 +676,105 @@ pub enum SearchStage {
     Ranking(Stage),
     /// Configurations measured so far (`done`, `total` is an upper bound).
     Search,
+}
+
+/// The measuring side of [`search`]: runs configurations, records the steps, keeps the
+/// best one found and the times.
+struct Runner<'s, 'e, 'p> {
+    setup: &'s Setup,
+    eval: &'e Evaluation<'e>,
+    target: Target,
+    steps: Vec<Step>,
+    best: (MixedConfig, Measured),
+    times: SearchTimes,
+    measured: usize,
+    total_hint: usize,
+    progress: &'p mut dyn FnMut(SearchStage, usize, usize),
+}
+
+impl Runner<'_, '_, '_> {
+    /// Measures `c`, records the step (`kept` when `keep_if_met` is false, else whether
+    /// the target held) and updates the best configuration found.
+    fn run(&mut self, c: &MixedConfig, action: String, keep_if_met: bool) -> Result<Measured> {
+        self.measured += 1;
+        (self.progress)(
+            SearchStage::Search,
+            self.measured,
+            self.total_hint.max(self.measured),
+        );
+        let t0 = std::time::Instant::now();
+        let g = self.setup.mixed(c)?;
+        let t1 = std::time::Instant::now();
+        let m = self.eval.measure(&g)?;
+        self.times.build += (t1 - t0).as_secs_f64();
+        self.times.measure += t1.elapsed().as_secs_f64();
+        let met = self.target.met(&m);
+        self.steps.push(Step {
+            action,
+            value: self.target.value_of(&m),
+            judged: self.target.judged(&m),
+            met,
+            kept: !keep_if_met || met,
+        });
+        if self.better(&m, c, &self.best.1, &self.best.0) {
+            self.best = (c.clone(), m);
+        }
+        Ok(m)
+    }
+
+    /// Ties: fewer float layers, then fewer layers off int8.
+    fn better(&self, a: &Measured, ca: &MixedConfig, b: &Measured, cb: &MixedConfig) -> bool {
+        let (sa, sb) = (self.target.score(a), self.target.score(b));
+        let key = |c: &MixedConfig| (c.with(Precision::Float).len(), c.layers.len());
+        sa > sb || (sa == sb && key(ca) < key(cb))
+    }
+
+    /// The smallest `k` in `1..=names.len()` whose configuration `make(k)` (a change on
+    /// the first `k` names) meets the target: doubling (1, 2, 4, …) until one does, then
+    /// bisecting between the last miss and that hit, `O(log k)` configurations. Returns
+    /// `k` with its configuration and figures, or `None` when even all of them miss.
+    fn smallest_prefix(
+        &mut self,
+        what: &str,
+        names: &[String],
+        make: &dyn Fn(usize) -> MixedConfig,
+    ) -> Result<Option<(usize, MixedConfig, Measured)>> {
+        let action = |k: usize| match &names[..k] {
+            [one] => format!("{what} {one}"),
+            [first, .., last] => format!("{what} the first {k} ranked ({first} … {last})"),
+            [] => format!("{what} nothing"),
+        };
+        let mut lo = 0usize; // the largest k measured to miss (0: the start)
+        let mut hit: Option<(usize, MixedConfig, Measured)> = None;
+        let mut k = 1usize;
+        while k <= names.len() {
+            let c = make(k);
+            let m = self.run(&c, action(k), false)?;
+            if self.target.met(&m) {
+                hit = Some((k, c, m));
+                break;
+            }
+            lo = k;
+            if k == names.len() {
+                break;
+            }
+            k = (2 * k).min(names.len());
+        }
+        let Some(mut hit) = hit else {
+            return Ok(None);
+        };
+        while hit.0 - lo > 1 {
+            let mid = lo + (hit.0 - lo) / 2;
+            let c = make(mid);
+            let m = self.run(&c, action(mid), false)?;
+            if self.target.met(&m) {
+                hit = (mid, c, m);
+            } else {
+                lo = mid;
+            }
+        }
+        Ok(Some(hit))
+    }
 }
 
 /// Chooses a precision per layer so that `target` holds on `eval` (see the module docs).
@@ -555,9 +792,9 @@ pub fn search(
             "--target accuracy=... needs labels for the evaluation data".into(),
         ));
     }
-    let mut steps = Vec::new();
-    let mut config = MixedConfig::default();
-    let int8 = eval.measure(&setup.mixed(&config)?)?;
+    let t_int8 = std::time::Instant::now();
+    let int8 = eval.measure(&setup.mixed(&MixedConfig::default())?)?;
+    let t_int8 = t_int8.elapsed().as_secs_f64();
     if target.metric == Metric::Agreement && int8.agreement.is_none() {
         return Err(PtqError::InvalidOption(
             "--target agreement=...: the model's first output has no class axis nor one score per \
@@ -565,14 +802,24 @@ pub fn search(
                 .into(),
         ));
     }
-    let mut best = (config.clone(), int8);
-    let mut current = int8;
-    steps.push(Step {
-        action: "all int8".into(),
-        value: target.value_of(&int8),
-        met: target.met(&int8),
-        kept: true,
-    });
+    if let (Metric::Agreement, Some(c)) = (target.metric, eval.confidence) {
+        let n = int8.agreement_samples;
+        if wilson_lower_bound(n, n, c) < target.value {
+            // n/(n+z²) ≥ t  ⇔  n ≥ t·z²/(1−t).
+            let z = normal_quantile(c);
+            let need = (target.value * z * z / (1.0 - target.value)).ceil();
+            return Err(PtqError::InvalidOption(format!(
+                "--target agreement={}: {n} evaluation samples cannot show it at {:.0}% \
+                 confidence even if every one agrees (the lower bound of {n} of {n} is {:.4}); \
+                 it takes at least {need} samples: give more evaluation data (--data, or more \
+                 calibration samples / a larger --held-out) or a lower --confidence (0: judge \
+                 the share measured)",
+                target.value,
+                100.0 * c,
+                wilson_lower_bound(n, n, c)
+            )));
+        }
+    }
     let layers = setup.layers();
     let with_weight: HashSet<&str> = all_nodes(&setup.float)
         .into_iter()
@@ -584,10 +831,15 @@ pub fn search(
         .filter(|l| l.nodes.iter().any(|n| with_weight.contains(n.as_str())))
         .map(|l| l.nodes[0].as_str())
         .collect();
+    let mut times = SearchTimes {
+        measure: t_int8,
+        ..SearchTimes::default()
+    };
     // The ranking: needed for the fallback when int8 misses, and for the 4-bit order.
     let need_ranking = !target.met(&int8) || opts.allow_weight4;
     let mut ranking: Vec<(String, Option<f64>)> = Vec::new();
     if need_ranking {
+        let t0 = std::time::Instant::now();
         let report = analyze(
             setup,
             eval.data,
@@ -597,144 +849,173 @@ pub fn search(
             },
             &mut |s, d, t| progress(SearchStage::Ranking(s), d, t),
         )?;
+        times.ranking = t0.elapsed().as_secs_f64();
         ranking = report
             .layers
             .iter()
             .map(|l| (l.name.clone(), l.sensitivity.map(|s| s.recovered)))
             .collect();
     }
-    let mut measured_n = 0usize;
-    let mut measure = |c: &MixedConfig| -> Result<Measured> {
-        measured_n += 1;
-        progress(SearchStage::Search, measured_n, 4 * ranking.len() + 1);
-        eval.measure(&setup.mixed(c)?)
+    // The layers the search moves, in ranking order: those the data run (a layer of an
+    // If branch the calibration data never take cannot change what is measured; it stays
+    // int8).
+    let order: Vec<String> = {
+        let by_first: HashMap<&str, &crate::analyze::Layer> =
+            layers.iter().map(|l| (l.nodes[0].as_str(), l)).collect();
+        ranking
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                by_first
+                    .get(n.as_str())
+                    .is_some_and(|l| setup.reached(&l.nodes))
+            })
+            .cloned()
+            .collect()
     };
-    // Ties: fewer float layers, then fewer layers off int8.
-    let better = |a: &Measured, ca: &MixedConfig, b: &Measured, cb: &MixedConfig| {
-        let (sa, sb) = (target.score(a), target.score(b));
-        let key = |c: &MixedConfig| (c.with(Precision::Float).len(), c.layers.len());
-        sa > sb || (sa == sb && key(ca) < key(cb))
+    let mut r = Runner {
+        setup,
+        eval,
+        target,
+        steps: vec![Step {
+            action: "all int8".into(),
+            value: target.value_of(&int8),
+            judged: target.judged(&int8),
+            met: target.met(&int8),
+            kept: true,
+        }],
+        best: (MixedConfig::default(), int8),
+        times,
+        measured: 0,
+        total_hint: 4 * ilog2_ceil(order.len() + 1) + order.len(),
+        progress,
     };
-    // 1. Greedy walks in ranking order: (a) int16 activations, layer after layer, until
-    //    the target holds; (b) only if int16 everywhere is not enough, float, layer after
-    //    layer (replacing int16), until it holds.
-    let mut added: Vec<String> = Vec::new();
+    let mut config = MixedConfig::default();
+    let mut current = int8;
+    // 1. The smallest prefix of the ranking whose change meets the target: (a) int16
+    //    activations on the first k layers; (b) only if int16 on all of them is not
+    //    enough, float on the first k (the others int16). Errors of layers add up, so a
+    //    longer prefix rarely does worse; where it does, the prefix returned was still
+    //    measured to meet the target.
+    let mut all16 = MixedConfig::default();
     if !target.met(&current) && !opts.no_int16 {
-        for (name, _) in &ranking {
-            let mut c = config.clone();
-            c.set(name, Precision::Act16);
-            let m = measure(&c)?;
-            let met = target.met(&m);
-            steps.push(Step {
-                action: format!("int16 {name}"),
-                value: target.value_of(&m),
-                met,
-                kept: true,
-            });
+        fn int16_prefix(order: &[String], k: usize) -> MixedConfig {
+            let mut c = MixedConfig::default();
+            for n in &order[..k] {
+                c.set(n, Precision::Act16);
+            }
+            c
+        }
+        all16 = int16_prefix(&order, order.len());
+        let make = |k: usize| int16_prefix(&order, k);
+        if let Some((_, c, m)) = r.smallest_prefix("int16", &order, &make)? {
             config = c;
             current = m;
-            added.push(name.clone());
-            if better(&m, &config, &best.1, &best.0) {
-                best = (config.clone(), m);
-            }
-            if met {
-                break;
-            }
         }
     }
     if !target.met(&current) {
-        let max_float = opts.max_float.unwrap_or(usize::MAX);
-        let weighted_total = weighted.len();
-        for (name, _) in &ranking {
-            let floats = config.with(Precision::Float);
-            if floats.len() >= max_float {
-                break;
+        // Float candidates: in ranking order, at most --max-float, and never every
+        // weighted layer (one stays in integer).
+        let mut floats: Vec<String> = order.clone();
+        let weighted_in: Vec<usize> = floats
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| weighted.contains(n.as_str()))
+            .map(|(i, _)| i)
+            .collect();
+        if !weighted.is_empty() && weighted_in.len() == weighted.len() {
+            floats.remove(*weighted_in.last().expect("one weighted layer"));
+        }
+        floats.truncate(opts.max_float.unwrap_or(usize::MAX));
+        let make = |k: usize| {
+            let mut c = all16.clone();
+            for n in &floats[..k] {
+                c.set(n, Precision::Float);
             }
-            let float_weighted = floats
-                .iter()
-                .filter(|n| weighted.contains(n.as_str()))
-                .count();
-            if weighted.contains(name.as_str()) && float_weighted + 1 >= weighted_total {
-                continue; // keep one weighted layer in integer
-            }
-            let mut c = config.clone();
-            c.set(name, Precision::Float);
-            let m = measure(&c)?;
-            let met = target.met(&m);
-            steps.push(Step {
-                action: format!("float {name}"),
-                value: target.value_of(&m),
-                met,
-                kept: true,
-            });
+            c
+        };
+        if let Some((_, c, m)) = r.smallest_prefix("float", &floats, &make)? {
             config = c;
             current = m;
-            if !added.contains(name) {
-                added.push(name.clone());
-            }
-            if better(&m, &config, &best.1, &best.0) {
-                best = (config.clone(), m);
-            }
-            if met {
-                break;
-            }
         }
     }
     if !target.met(&current) {
+        let (config, measured) = r.best.clone();
         return Ok(SearchResult {
             target,
             met: false,
-            config: best.0,
-            measured: best.1,
+            config,
+            measured,
             int8,
             ranking,
-            steps,
+            steps: r.steps,
             samples: eval.samples(),
+            seconds: r.times,
         });
     }
-    // 2. Prune: put fallen-back layers back in int8, the last added first; a float layer
-    //    that int8 does not suffice for tries int16.
-    for name in added.iter().rev() {
-        let was = config.get(name);
-        let mut tries = vec![Precision::Int8];
-        if was == Precision::Float && !opts.no_int16 {
-            tries.push(Precision::Act16);
+    // 2. Prune: put changed layers back in int8, by groups. A group (at first every changed
+    //    layer, least sensitive first) goes back at once when the target still holds;
+    //    otherwise it is halved and each half tried, the less sensitive first, down to
+    //    single layers; a float layer that cannot go back to int8 tries int16. Errors of
+    //    different layers interact, so a layer the prefix needed can become unnecessary
+    //    once others are changed; group tests find the few needed layers among many in
+    //    O(needed · log changed) configurations, where one layer at a time took one each.
+    let changed: Vec<String> = order
+        .iter()
+        .rev()
+        .filter(|n| config.get(n) != Precision::Int8)
+        .cloned()
+        .collect();
+    let mut stack: Vec<Vec<String>> = vec![changed];
+    while let Some(group) = stack.pop() {
+        if group.is_empty() {
+            continue;
         }
-        for p in tries {
-            let mut c = config.clone();
-            c.set(name, p);
-            let m = measure(&c)?;
-            let met = target.met(&m);
-            steps.push(Step {
-                action: format!("{} {name} (prune)", p.name()),
-                value: target.value_of(&m),
-                met,
-                kept: met,
-            });
-            if met {
-                config = c;
-                current = m;
-                break;
+        let mut c = config.clone();
+        for n in &group {
+            c.set(n, Precision::Int8);
+        }
+        let action = match group.as_slice() {
+            [one] => format!("int8 {one} (prune)"),
+            g => format!(
+                "int8 {} layers ({} … {}) (prune)",
+                g.len(),
+                g[0],
+                g[g.len() - 1]
+            ),
+        };
+        let m = r.run(&c, action, true)?;
+        if target.met(&m) {
+            config = c;
+            current = m;
+            continue;
+        }
+        if let [one] = group.as_slice() {
+            if config.get(one) == Precision::Float && !opts.no_int16 {
+                let mut c = config.clone();
+                c.set(one, Precision::Act16);
+                let m = r.run(&c, format!("int16 {one} (prune)"), true)?;
+                if target.met(&m) {
+                    config = c;
+                    current = m;
+                }
             }
+            continue;
         }
+        let (less, more) = group.split_at(group.len() / 2);
+        stack.push(more.to_vec());
+        stack.push(less.to_vec());
     }
     // 3. 4-bit weights, least sensitive first (the end of the ranking).
     if opts.allow_weight4 && setup.options.weight_bits > 4 {
-        for (name, _) in ranking.iter().rev() {
+        for name in order.iter().rev() {
             if !weighted.contains(name.as_str()) || config.get(name) != Precision::Int8 {
                 continue;
             }
             let mut c = config.clone();
             c.set(name, Precision::Weight4);
-            let m = measure(&c)?;
-            let met = target.met(&m);
-            steps.push(Step {
-                action: format!("4-bit weights {name}"),
-                value: target.value_of(&m),
-                met,
-                kept: met,
-            });
-            if met {
+            let m = r.run(&c, format!("4-bit weights {name}"), true)?;
+            if target.met(&m) {
                 config = c;
                 current = m;
             }
@@ -747,7 +1028,55 @@ pub fn search(
         measured: current,
         int8,
         ranking,
-        steps,
+        steps: r.steps,
         samples: eval.samples(),
+        seconds: r.times,
     })
+}
+
+/// `⌈log2 n⌉` (0 for n ≤ 1).
+fn ilog2_ceil(n: usize) -> usize {
+    (usize::BITS - n.saturating_sub(1).leading_zeros()) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normal_quantiles_match_the_tables() {
+        // Φ⁻¹ from the standard normal table (and scipy.stats.norm.ppf), to 1e-6.
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.8, 0.841_621_2),
+            (0.95, 1.644_853_6),
+            (0.975, 1.959_964_0),
+            (0.001, -3.090_232_3),
+            (0.999_999, 4.753_424_3),
+        ] {
+            assert!(
+                (normal_quantile(p) - z).abs() < 1e-6,
+                "Φ⁻¹({p}) = {}",
+                normal_quantile(p)
+            );
+        }
+    }
+
+    #[test]
+    fn wilson_lower_bounds_match_a_direct_computation() {
+        // Values from the Wilson formula computed independently (Python, statistics.NormalDist).
+        for (k, n, c, want) in [
+            (561, 561, 0.95, 0.995_200_431_4),
+            (95, 100, 0.95, 0.900_838_914_7),
+            (559, 561, 0.95, 0.989_284_991_0),
+            (2200, 2244, 0.95, 0.974_967_629_3),
+        ] {
+            let got = wilson_lower_bound(k, n, c);
+            assert!((got - want).abs() < 1e-8, "{k}/{n} at {c}: {got} vs {want}");
+            assert!(got < k as f64 / n as f64);
+        }
+        assert_eq!(wilson_lower_bound(0, 0, 0.95), 0.0);
+        // A higher level asks for more: the bound falls.
+        assert!(wilson_lower_bound(990, 1000, 0.99) < wilson_lower_bound(990, 1000, 0.8));
+    }
 }

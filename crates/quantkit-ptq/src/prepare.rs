@@ -70,7 +70,7 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
             let wanted: Vec<String> = sub
                 .outer_reads()
                 .into_iter()
-                .filter(|v| movable.contains(*v))
+                .filter(|v| movable.contains(*v) && quantizer_reads(sub, v))
                 .map(str::to_string)
                 .collect();
             for w in wanted {
@@ -87,6 +87,25 @@ pub fn localize_constants(g: &mut Graph, moved: &mut Vec<String>) {
     if any {
         g.prune_initializers();
     }
+}
+
+/// Whether a node of `g` (at any depth) that reads `v` is one whose constant inputs the
+/// quantizer uses: a weight of a Conv/Gemm/MatMul, an input of an operator with an integer
+/// form, or the exponent of a `Pow` (the plan checks it is a constant ≥ 0). A constant read
+/// only by operators that run in float (an LSTM's weights: no integer form) stays in the
+/// enclosing graph: a copy in each subgraph that reads it only added bytes (silero-vad's
+/// LSTM weights were stored once per branch of the nested `If`, 1 MB more than the float
+/// file).
+fn quantizer_reads(g: &Graph, v: &str) -> bool {
+    g.nodes.iter().any(|n| {
+        let reads = n.inputs.iter().any(|i| i == v);
+        let uses = reads
+            && (n.is(OpKind::Pow) || {
+                let f = n.facts();
+                f.weight.is_some() || !matches!(f.quant_inputs, quantkit_graph::QuantInputs::None)
+            });
+        uses || n.subgraphs().any(|s| quantizer_reads(s, v))
+    })
 }
 
 /// The output channel of a weight element, by flat index.
@@ -609,4 +628,62 @@ fn upgrade_nodes_21(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quantkit_graph::ValueInfo;
+
+    fn branch(name: &str, nodes: Vec<Node>, out: &str) -> Graph {
+        Graph {
+            name: name.into(),
+            nodes,
+            outputs: vec![ValueInfo {
+                name: out.into(),
+                dtype: None,
+                onnx_elem_type: 0,
+                shape: None,
+            }],
+            ..Graph::default()
+        }
+    }
+
+    /// A weight a Conv inside a branch reads is copied into the branch (the quantizer needs
+    /// it there); a constant read in both branches only by an operator that runs in float
+    /// (here `Tanh`, as silero-vad's LSTM weights) stays once in the enclosing graph instead
+    /// of a copy per branch.
+    #[test]
+    fn only_constants_the_quantizer_uses_are_copied_into_subgraphs() {
+        let mut g = Graph::default();
+        g.initializers
+            .insert("w".into(), Tensor::from_f32(&[1, 1, 1, 1], vec![2.0]));
+        g.initializers
+            .insert("k".into(), Tensor::from_f32(&[1], vec![0.5]));
+        let then = branch(
+            "then",
+            vec![
+                Node::of(OpKind::Conv, "conv", &["x", "w"], &["c"]),
+                Node::of(OpKind::Tanh, "t1", &["k"], &["yt"]),
+            ],
+            "yt",
+        );
+        let other = branch(
+            "else",
+            vec![Node::of(OpKind::Tanh, "t2", &["k"], &["ye"])],
+            "ye",
+        );
+        g.nodes = vec![Node::of(OpKind::If, "if", &["cond"], &["y"])
+            .with_attr("then_branch", AttrValue::Graph(Box::new(then)))
+            .with_attr("else_branch", AttrValue::Graph(Box::new(other)))];
+        let mut moved = Vec::new();
+        localize_constants(&mut g, &mut moved);
+        assert_eq!(moved, vec!["w".to_string()]);
+        let subs: Vec<&Graph> = g.nodes[0].subgraphs().collect();
+        let then = subs.iter().find(|s| s.name == "then").unwrap();
+        assert!(then.initializers.contains_key("w"));
+        assert!(subs.iter().all(|s| !s.initializers.contains_key("k")));
+        assert!(g.initializers.contains_key("k"), "k stays once, outside");
+        assert!(!g.initializers.contains_key("w"), "w moved");
+    }
 }

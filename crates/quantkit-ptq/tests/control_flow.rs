@@ -451,3 +451,222 @@ fn a_matmul_inside_a_loop_body_quantizes_static_and_dynamic() {
         }
     }
 }
+
+/// A branch the calibration data never take (`thr` above every input mean: always the
+/// else branch) is recorded as unreached: the sensitivity ranking gives its layers no
+/// passes and `--target`'s search never moves them (they cannot change what the data
+/// measure), while the taken branch's layers are ranked and moved as before.
+#[test]
+fn layers_of_a_branch_the_data_never_take_are_skipped_by_ranking_and_search() {
+    use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
+    use quantkit_ptq::mixed::{search, Evaluation, SearchOptions, Target};
+    let feeds: Vec<Feed> = batches()
+        .into_iter()
+        .map(|b| vec![("x".to_string(), b)])
+        .collect();
+    let (calib, data) = feeds.split_at(4);
+    let setup = Setup::new(
+        if_conv_model(1e9),
+        &PtqConfig::default(),
+        calib,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    for n in ["t_conv_a", "t_relu", "t_conv_b", "t_gain"] {
+        assert!(
+            setup.unreached.contains(n),
+            "{n} never runs: {:?}",
+            setup.unreached
+        );
+    }
+    for n in ["e_conv_a", "e_conv_b", "fc", "if"] {
+        assert!(!setup.unreached.contains(n), "{n} runs");
+    }
+    let report = analyze(&setup, data, &AnalyzeOptions::default(), &mut |_, _, _| {}).unwrap();
+    for l in &report.layers {
+        let taken = !l.name.starts_with("t_");
+        assert_eq!(
+            l.sensitivity.is_some(),
+            taken,
+            "{}: sensitivity only for layers the data run",
+            l.name
+        );
+    }
+    // An unreachable target makes the search try everything it can: never a `t_` layer.
+    let eval = Evaluation::new(&setup, data, None).unwrap();
+    let target: Target = "sqnr=200".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(!r.met);
+    assert!(r.steps.len() > 2, "{:?}", r.steps);
+    for s in &r.steps {
+        assert!(
+            !s.action.contains("t_conv"),
+            "moved an unreached layer: {}",
+            s.action
+        );
+    }
+    assert!(
+        r.config.layers.keys().all(|l| !l.starts_with("t_")),
+        "{:?}",
+        r.config
+    );
+}
+
+/// An initializer of `g` at any depth.
+fn init_anywhere(g: &Graph, name: &str) -> Option<Tensor> {
+    if let Some(t) = g.initializers.get(name) {
+        return Some(t.clone());
+    }
+    g.nodes
+        .iter()
+        .flat_map(|n| n.subgraphs())
+        .find_map(|s| init_anywhere(s, name))
+}
+
+/// Q/DQ with u8 parameters `(scale, zero point)`, rounding half to even (as QuantizeLinear).
+fn fake_u8(x: &[f32], (s, z): (f32, i32)) -> Vec<f32> {
+    x.iter()
+        .map(|&v| {
+            let q = ((v / s).round_ties_even() as i32 + z).clamp(0, 255);
+            (q - z) as f32 * s
+        })
+        .collect()
+}
+
+/// `quantkit analyze` on layers inside `If` branches (issue 18): the second convolution of
+/// the then branch gets local and propagated SQNR, and both agree with a direct
+/// computation — local: the conv by hand on the float input through its Q/DQ, with the
+/// dequantized weight, its output through its Q/DQ; propagated: the quantized model's
+/// dequantized value against the float one, over the batches that take the branch.
+#[test]
+fn local_and_propagated_sqnr_inside_an_if_branch_match_a_direct_computation() {
+    use quantkit_core::ErrorMetrics;
+    use quantkit_graph::{execute, execute_with};
+    use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
+    let bs = batches();
+    let thr = median_mean(&bs);
+    let feeds: Vec<Feed> = bs.into_iter().map(|b| vec![("x".to_string(), b)]).collect();
+    let setup = Setup::new(
+        if_conv_model(thr),
+        &PtqConfig::default(),
+        &feeds,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let report = analyze(
+        &setup,
+        &feeds,
+        &AnalyzeOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    for name in ["t_conv_a", "t_conv_b", "e_conv_a", "e_conv_b"] {
+        let l = report.layers.iter().find(|l| l.name == name).unwrap();
+        assert!(
+            l.local.is_some() && l.propagated.is_some(),
+            "{name}: local {:?} propagated {:?}",
+            l.local,
+            l.propagated
+        );
+    }
+    let l = report.layers.iter().find(|l| l.name == "t_conv_b").unwrap();
+    assert_eq!(l.output.as_deref(), Some("t_cb"));
+    let q = setup.quantized().unwrap();
+    // The then branch of the quantized If, and the DQ value standing for t_cb there.
+    let then = q
+        .nodes
+        .iter()
+        .find(|n| n.name == "if")
+        .unwrap()
+        .subgraphs()
+        .find(|g| g.nodes.iter().any(|n| n.name == "t_conv_b"))
+        .unwrap()
+        .clone();
+    let qn = then
+        .nodes
+        .iter()
+        .find(|n| n.is(OpKind::QuantizeLinear) && n.inputs[0] == "t_cb")
+        .unwrap();
+    let dq = then
+        .nodes
+        .iter()
+        .find(|n| n.is(OpKind::DequantizeLinear) && n.inputs[0] == qn.outputs[0])
+        .unwrap()
+        .outputs[0]
+        .clone();
+    let wq = init_anywhere(&q, "t_conv_b.w_q").expect("t_conv_b's quantized weight");
+    let ws = init_anywhere(&q, "t_conv_b.w_scale").unwrap().to_f32_vec();
+    let w: Vec<f32> = match &wq.data {
+        quantkit_graph::Data::I8(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| f32::from(x) * ws[i / 54])
+            .collect(),
+        other => panic!("{other:?}"),
+    };
+    let mut one = Graph {
+        nodes: vec![Node::of(OpKind::Conv, "c", &["i", "w"], &["o"])],
+        opset_imports: vec![(String::new(), 13)],
+        ..Default::default()
+    };
+    one.inputs
+        .push(ValueInfo::new("i", quantkit_graph::DType::F32, &[]));
+    one.inputs[0].shape = None;
+    one.outputs
+        .push(ValueInfo::new("o", quantkit_graph::DType::F32, &[]));
+    one.outputs[0].shape = None;
+    one.initializers
+        .insert("w".into(), Tensor::from_f32(&[4, 6, 3, 3], w));
+    let (mut reference, mut local) = (vec![], vec![]);
+    let (mut prop_ref, mut prop) = (vec![], vec![]);
+    let mut taken = 0;
+    for feed in &feeds {
+        let mut vals = std::collections::HashMap::new();
+        execute_with(&setup.float, feed.clone(), |n, t| {
+            if n == "t_ra" || n == "t_cb" {
+                vals.insert(n.to_string(), t.clone());
+            }
+        })
+        .unwrap();
+        let Some(ra) = vals.get("t_ra") else { continue };
+        taken += 1;
+        let i = Tensor::from_f32(&ra.shape, fake_u8(ra.as_f32().unwrap(), setup.act["t_ra"]));
+        let o = execute(&one, vec![("i".into(), i)]).unwrap();
+        local.extend(fake_u8(o[0].1.as_f32().unwrap(), setup.act["t_cb"]));
+        reference.extend_from_slice(vals["t_cb"].as_f32().unwrap());
+        let mut got = None;
+        execute_with(&q, feed.clone(), |n, t| {
+            if n == dq {
+                got = Some(t.to_f32_vec());
+            }
+        })
+        .unwrap();
+        if let Some(g) = got {
+            prop.extend(g);
+            prop_ref.extend_from_slice(vals["t_cb"].as_f32().unwrap());
+        }
+    }
+    assert!(taken > 0 && taken < feeds.len(), "both branches are taken");
+    let direct_local = ErrorMetrics::compute(&reference, &local).unwrap();
+    let direct_prop = ErrorMetrics::compute(&prop_ref, &prop).unwrap();
+    let (lo, pr) = (l.local.unwrap(), l.propagated.unwrap());
+    eprintln!(
+        "t_conv_b in the then branch: local {:.3} dB (direct {:.3}), propagated {:.3} dB (direct {:.3})",
+        lo.sqnr_db, direct_local.sqnr_db, pr.sqnr_db, direct_prop.sqnr_db
+    );
+    assert!(
+        (lo.sqnr_db - direct_local.sqnr_db).abs() < 0.05,
+        "{lo:?} {direct_local:?}"
+    );
+    assert!(
+        (pr.sqnr_db - direct_prop.sqnr_db).abs() < 1e-6,
+        "{pr:?} {direct_prop:?}"
+    );
+}

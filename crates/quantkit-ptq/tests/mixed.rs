@@ -414,3 +414,62 @@ fn agreement_on_one_score_per_sample_counts_decisions() {
     .unwrap();
     assert!(r.met, "{:?}", r.measured);
 }
+
+/// With a confidence level the search judges the agreement's lower bound: the chosen
+/// configuration's bound meets the target (its share with a margin), every step was judged
+/// on a bound below its share, and a target no agreement of the evaluation samples could
+/// show at that level (0.99 on 128 samples at 95 %) is refused with the samples it needs.
+#[test]
+fn a_confidence_level_judges_the_lower_bound_of_the_agreement() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 400);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap();
+    let target: Target = "agreement=0.95".parse().unwrap();
+    let r = search(
+        &setup,
+        &eval,
+        target,
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(r.met);
+    let bound = r.measured.agreement_lower_bound.unwrap();
+    assert!(bound >= 0.95, "{:?}", r.measured);
+    assert_eq!(r.measured.agreement_samples, 128);
+    assert_eq!(
+        bound,
+        quantkit_ptq::mixed::wilson_lower_bound(
+            (r.measured.agreement.unwrap() * 128.0).round() as usize,
+            128,
+            0.95
+        )
+    );
+    for s in &r.steps {
+        let (v, j) = (s.value.unwrap(), s.judged.unwrap());
+        assert!(j < v, "{}: bound {j} not below {v}", s.action);
+        assert_eq!(s.met, j >= 0.95, "{}", s.action);
+    }
+    let e = search(
+        &setup,
+        &eval,
+        "agreement=0.99".parse().unwrap(),
+        &SearchOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("128 evaluation samples") && e.contains("at least 268"),
+        "{e}"
+    );
+    // Out-of-range levels are errors.
+    assert!(Evaluation::new(&setup, &data, None)
+        .unwrap()
+        .with_confidence(Some(1.0))
+        .is_err());
+}

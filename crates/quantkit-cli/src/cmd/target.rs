@@ -78,6 +78,23 @@ fn load(
     Ok((feeds, labels))
 }
 
+/// Which of `batches` calibration batches are held out for evaluation: a share `fraction`
+/// of them, spread evenly over the file (batch `i` when `⌊(i+1)·f⌋ > ⌊i·f⌋`: every fourth
+/// for 0.25), at least one, never all. Spread rather than the last ones: data in a file is
+/// often ordered (recordings, classes), and the tail alone is a narrow sample of it.
+pub fn held_out_batches(batches: usize, fraction: f64) -> Vec<bool> {
+    let mut pick: Vec<bool> = (0..batches)
+        .map(|i| ((i + 1) as f64 * fraction).floor() > (i as f64 * fraction).floor())
+        .collect();
+    if batches >= 2 && !pick.iter().any(|h| *h) {
+        pick[batches - 1] = true;
+    }
+    if batches >= 2 && pick.iter().all(|h| *h) {
+        pick[0] = false;
+    }
+    pick
+}
+
 fn samples(feeds: &[Feed]) -> usize {
     feeds
         .iter()
@@ -109,10 +126,19 @@ fn engine_cost(g: &Graph, feed: &Feed) -> anyhow::Result<(f64, usize)> {
     Ok((t[2], islands))
 }
 
-fn fmt_metric(m: &Measured) -> String {
+fn fmt_metric(m: &Measured, confidence: Option<f64>) -> String {
     let mut s = Vec::new();
     if let Some(a) = m.agreement {
-        s.push(format!("top-1 agreement {:.2}%", 100.0 * a));
+        s.push(match (m.agreement_lower_bound, confidence) {
+            (Some(b), Some(c)) => format!(
+                "top-1 agreement {:.2}% ({:.2}% at {:.0}% confidence, {} samples)",
+                100.0 * a,
+                100.0 * b,
+                100.0 * c,
+                m.agreement_samples
+            ),
+            _ => format!("top-1 agreement {:.2}%", 100.0 * a),
+        });
     }
     s.push(format!("cosine {:.5}", m.cosine));
     s.push(if m.sqnr_db.is_infinite() {
@@ -179,8 +205,16 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         calib_limit,
         args.batch_size,
     )?;
-    // Evaluation data: --data, else a held-out quarter of the calibration batches.
+    // Evaluation data: --data, else held-out calibration batches spread over the file.
     let held_out = args.data.is_none() && calib.len() >= 2;
+    if !(args.held_out > 0.0 && args.held_out < 1.0) {
+        anyhow::bail!(
+            "--held-out {}: expected a fraction of the calibration batches in (0, 1), e.g. 0.25",
+            args.held_out
+        );
+    }
+    // Sample indices (in the calibration file) of the held-out samples.
+    let mut held_samples: Vec<usize> = Vec::new();
     let (eval, mut labels, eval_source) = if let Some(d) = &args.data {
         let (f, l) = load(
             &graph,
@@ -192,21 +226,43 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         let what = format!("{} ({} samples)", d.display(), samples(&f));
         (f, l, what)
     } else if held_out {
-        let keep = calib.len() - calib.len().div_ceil(4);
-        let held = calib.split_off(keep);
+        let pick = held_out_batches(calib.len(), args.held_out);
+        let (mut kept, mut held) = (Vec::new(), Vec::new());
+        let (mut kept_labels, mut held_labels) = (Vec::new(), Vec::new());
+        let mut at = 0usize;
+        for (feed, h) in std::mem::take(&mut calib).into_iter().zip(&pick) {
+            let n = samples(std::slice::from_ref(&feed));
+            if let Some(l) = &calib_labels {
+                let part = l.get(at..(at + n).min(l.len())).unwrap_or(&[]);
+                if *h {
+                    held_labels.extend_from_slice(part);
+                } else {
+                    kept_labels.extend_from_slice(part);
+                }
+            }
+            if *h {
+                held_samples.extend(at..at + n);
+                held.push(feed);
+            } else {
+                kept.push(feed);
+            }
+            at += n;
+        }
+        calib = kept;
+        if calib_labels.is_some() {
+            calib_labels = Some(kept_labels);
+        }
         let n_cal = samples(&calib);
-        let held_labels = calib_labels
-            .as_mut()
-            .map(|l| l.split_off(n_cal.min(l.len())));
         let n = samples(&held);
         (
             held,
-            held_labels,
+            calib_labels.is_some().then_some(held_labels),
             format!(
-                "samples {}..{} of {} held out from calibration (calibrated on the first {n_cal})",
-                n_cal,
-                n_cal + n,
-                calib_path.display()
+                "{n} samples of {} held out from calibration ({} of {} batches, spread over the \
+                 file; calibrated on the other {n_cal})",
+                calib_path.display(),
+                pick.iter().filter(|h| **h).count(),
+                pick.len()
             ),
         )
     } else {
@@ -227,7 +283,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     };
     if let Some(lp) = &args.labels {
         // --labels follow the evaluation data (--data), or the calibration file when the
-        // evaluation samples are its held-out tail: one label per sample of that file, in
+        // evaluation samples are held out of it: one label per sample of that file, in
         // order, at least as many as were read.
         let a = quantkit_data::npy::read_npy(lp)
             .with_context(|| format!("reading labels {}", lp.display()))?;
@@ -235,18 +291,30 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             .data
             .to_i64()
             .with_context(|| format!("{}: labels must be integers of shape [N]", lp.display()))?;
-        let skip = if held_out { samples(&calib) } else { 0 };
         let n = samples(&eval);
-        if all.len() < skip + n {
-            anyhow::bail!(
-                "{}: {} labels, but the evaluation samples are {}..{} of the data",
-                lp.display(),
-                all.len(),
-                skip,
-                skip + n
-            );
+        if held_out {
+            let last = held_samples.last().copied().unwrap_or(0);
+            if all.len() <= last {
+                anyhow::bail!(
+                    "{}: {} labels, but the held-out evaluation samples reach sample {} of the \
+                     calibration data",
+                    lp.display(),
+                    all.len(),
+                    last
+                );
+            }
+            labels = Some(held_samples.iter().map(|&i| all[i]).collect());
+        } else {
+            if all.len() < n {
+                anyhow::bail!(
+                    "{}: {} labels for {} evaluation samples",
+                    lp.display(),
+                    all.len(),
+                    n
+                );
+            }
+            labels = Some(all[..n].to_vec());
         }
-        labels = Some(all[skip..skip + n].to_vec());
     }
     let bar = |t: &str| {
         if hidden {
@@ -265,7 +333,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     cal_bar.finish_and_clear();
     let calibration_samples = samples(&calib);
     drop(calib);
-    let evaluation = Evaluation::new(&setup, &eval, labels.as_deref())?;
+    let confidence = (args.confidence > 0.0).then_some(args.confidence);
+    let evaluation = Evaluation::new(&setup, &eval, labels.as_deref())?
+        .with_confidence(confidence)
+        .context("--confidence")?;
     let eval_source = match evaluation.decision_threshold() {
         Some(t) => format!(
             "{eval_source}; one score per sample: agreement is of the decisions score > {t}"
@@ -324,6 +395,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             ranking: Vec::new(),
             steps: Vec::new(),
             samples: evaluation.samples(),
+            seconds: Default::default(),
         };
     } else {
         let Some(target) = target else {
@@ -419,6 +491,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         };
         v["evaluation"] = eval_source.clone().into();
         v["calibration_samples"] = calibration_samples.into();
+        v["confidence"] = confidence.into();
         v["layers"] = layers
             .iter()
             .map(|(l, op)| serde_json::json!({"layer": l, "op": op, "precision": chosen.get(l).name()}))
@@ -464,8 +537,8 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 }
             );
         }
-        println!("  all int8: {}", fmt_metric(&result.int8));
-        println!("  chosen:   {}", fmt_metric(&result.measured));
+        println!("  all int8: {}", fmt_metric(&result.int8, confidence));
+        println!("  chosen:   {}", fmt_metric(&result.measured, confidence));
         println!(
             "  {} of {} layers int8, {} with 4-bit weights, {} with int16 activations, {} float",
             layers.len() - n_float - n_w4 - n_a16,
@@ -514,10 +587,40 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             args.target.as_deref().unwrap_or("?"),
             n_float,
             chosen.with(Precision::Float).join(", "),
-            t.value_of(&result.measured)
-                .map_or("nothing measurable".into(), |v| format!("{v:.4}")),
+            match (t.value_of(&result.measured), t.judged(&result.measured)) {
+                (Some(v), Some(j)) if j != v => format!(
+                    "{v:.4} (lower confidence bound {j:.4}; --confidence 0 judges the share \
+                     measured)"
+                ),
+                (Some(v), _) => format!("{v:.4}"),
+                _ => "nothing measurable".into(),
+            },
             args.output.display()
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_out_batches;
+
+    #[test]
+    fn held_out_batches_are_spread_over_the_file() {
+        let pick = |n, f| -> Vec<usize> {
+            held_out_batches(n, f)
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| **h)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        assert_eq!(pick(8, 0.25), vec![3, 7]);
+        assert_eq!(pick(10, 0.5), vec![1, 3, 5, 7, 9]);
+        assert_eq!(pick(71, 0.25).len(), 17);
+        // At least one, never all.
+        assert_eq!(pick(2, 0.1), vec![1]);
+        assert_eq!(pick(2, 0.99), vec![1]);
+        assert!(pick(3, 0.99).len() < 3);
+    }
 }
