@@ -459,7 +459,7 @@ fn a_matmul_inside_a_loop_body_quantizes_static_and_dynamic() {
 #[test]
 fn layers_of_a_branch_the_data_never_take_are_skipped_by_ranking_and_search() {
     use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
-    use quantkit_ptq::mixed::{search, Evaluation, SearchOptions, Target};
+    use quantkit_ptq::mixed::{Evaluation, Target};
     let feeds: Vec<Feed> = batches()
         .into_iter()
         .map(|b| vec![("x".to_string(), b)])
@@ -495,14 +495,7 @@ fn layers_of_a_branch_the_data_never_take_are_skipped_by_ranking_and_search() {
     // An unreachable target makes the search try everything it can: never a `t_` layer.
     let eval = Evaluation::new(&setup, data, None).unwrap();
     let target: Target = "sqnr=200".parse().unwrap();
-    let r = search(
-        &setup,
-        &eval,
-        target,
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
     assert!(!r.met);
     assert!(r.steps.len() > 2, "{:?}", r.steps);
     for s in &r.steps {

@@ -5,11 +5,11 @@
 //! activation range rather than a weight, int16 activations repair it without float.
 
 mod common;
-use common::rand_vec;
+use common::{rand_vec, search_for, search_with};
 
 use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
 use quantkit_ptq::analyze::{Feed, Setup};
-use quantkit_ptq::mixed::{search, Evaluation, MixedConfig, Precision, SearchOptions, Target};
+use quantkit_ptq::mixed::{Evaluation, MixedConfig, Precision, SearchOptions, Target};
 use quantkit_ptq::{PtqConfig, QdqOptions};
 
 fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
@@ -102,14 +102,7 @@ fn target_agreement_leaves_exactly_the_destroyed_layer_float() {
     let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     let target: Target = "agreement=0.99".parse().unwrap();
-    let r = search(
-        &setup,
-        &eval,
-        target,
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
     for s in &r.steps {
         eprintln!(
             "{:30} {:?} met {} kept {}",
@@ -174,14 +167,7 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     // 200 dB at the output is out of reach while one weighted layer stays quantized.
     let target: Target = "sqnr=200".parse().unwrap();
-    let r = search(
-        &setup,
-        &eval,
-        target,
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
     assert!(!r.met);
     let best = r.measured.sqnr_db;
     let all = r.steps.iter().filter_map(|s| s.value);
@@ -196,7 +182,7 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
     let q = setup.mixed(&r.config).unwrap();
     assert!(q.initializers.keys().any(|k| k.ends_with(".w_q")));
     // With no float layer allowed and no int16, the best is plain int8.
-    let r0 = search(
+    let r0 = search_with(
         &setup,
         &eval,
         "agreement=0.99".parse().unwrap(),
@@ -205,14 +191,13 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
             no_int16: true,
             ..Default::default()
         },
-        &mut |_, _, _| {},
     )
     .unwrap();
     assert!(!r0.met);
     assert!(r0.config.layers.is_empty());
     // With int16 allowed, no float layer still: int16 cannot repair per-tensor weights
     // with a 1000× channel, so the target stays out of reach, but nothing goes float.
-    let r16 = search(
+    let r16 = search_with(
         &setup,
         &eval,
         "agreement=0.99".parse().unwrap(),
@@ -220,7 +205,6 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
             max_float: Some(0),
             ..Default::default()
         },
-        &mut |_, _, _| {},
     )
     .unwrap();
     assert!(!r16.met);
@@ -238,14 +222,7 @@ fn int16_activations_repair_an_activation_range_without_float() {
     let setup = Setup::new(destroyed(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
     let eval = Evaluation::new(&setup, &data, None).unwrap();
     let target: Target = "agreement=0.99".parse().unwrap();
-    let r = search(
-        &setup,
-        &eval,
-        target,
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
     for s in &r.steps {
         eprintln!(
             "{:30} {:?} met {} kept {}",
@@ -261,7 +238,7 @@ fn int16_activations_repair_an_activation_range_without_float() {
     let m = eval.measure(&q).unwrap();
     assert!(m.agreement.unwrap() >= 0.99);
     // The same search without int16 leaves conv2 in float.
-    let r8 = search(
+    let r8 = search_with(
         &setup,
         &eval,
         target,
@@ -269,7 +246,6 @@ fn int16_activations_repair_an_activation_range_without_float() {
             no_int16: true,
             ..Default::default()
         },
-        &mut |_, _, _| {},
     )
     .unwrap();
     assert!(r8.met);
@@ -304,7 +280,7 @@ fn four_bit_weights_go_to_layers_the_target_tolerates() {
         allow_weight4: true,
         ..Default::default()
     };
-    let r = search(&setup, &eval, target, &opts, &mut |_, _, _| {}).unwrap();
+    let r = search_with(&setup, &eval, target, &opts).unwrap();
     assert!(r.met);
     // Every 4-bit layer the search kept keeps the target, and the written graph has 4-bit
     // codes in [-8, 7] for exactly those layers.
@@ -404,14 +380,7 @@ fn agreement_on_one_score_per_sample_counts_decisions() {
     assert_eq!(m.agreement, Some(want), "{m:?}");
     // The float model agrees with itself, and a target on it can be searched.
     assert_eq!(eval.measure(&setup.float).unwrap().agreement, Some(1.0));
-    let r = search(
-        &setup,
-        &eval,
-        "agreement=0.99".parse().unwrap(),
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, "agreement=0.99".parse().unwrap()).unwrap();
     assert!(r.met, "{:?}", r.measured);
 }
 
@@ -429,14 +398,7 @@ fn a_confidence_level_judges_the_lower_bound_of_the_agreement() {
         .with_confidence(Some(0.95))
         .unwrap();
     let target: Target = "agreement=0.95".parse().unwrap();
-    let r = search(
-        &setup,
-        &eval,
-        target,
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
     assert!(r.met);
     let bound = r.measured.agreement_lower_bound.unwrap();
     assert!(bound >= 0.95, "{:?}", r.measured);
@@ -454,15 +416,9 @@ fn a_confidence_level_judges_the_lower_bound_of_the_agreement() {
         assert!(j < v, "{}: bound {j} not below {v}", s.action);
         assert_eq!(s.met, j >= 0.95, "{}", s.action);
     }
-    let e = search(
-        &setup,
-        &eval,
-        "agreement=0.99".parse().unwrap(),
-        &SearchOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap_err()
-    .to_string();
+    let e = search_for(&setup, &eval, "agreement=0.99".parse().unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("128 evaluation samples") && e.contains("at least 268"),
         "{e}"

@@ -231,3 +231,27 @@ pub fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// `mixed::search` for `target` with the default options and no progress report.
+pub fn search_for(
+    setup: &quantkit_ptq::analyze::Setup,
+    eval: &quantkit_ptq::mixed::Evaluation,
+    target: quantkit_ptq::mixed::Target,
+) -> quantkit_ptq::Result<quantkit_ptq::mixed::SearchResult> {
+    search_with(
+        setup,
+        eval,
+        target,
+        &quantkit_ptq::mixed::SearchOptions::default(),
+    )
+}
+
+/// `mixed::search` with `opts` and no progress report.
+pub fn search_with(
+    setup: &quantkit_ptq::analyze::Setup,
+    eval: &quantkit_ptq::mixed::Evaluation,
+    target: quantkit_ptq::mixed::Target,
+    opts: &quantkit_ptq::mixed::SearchOptions,
+) -> quantkit_ptq::Result<quantkit_ptq::mixed::SearchResult> {
+    quantkit_ptq::mixed::search(setup, eval, target, opts, &mut |_, _, _| {})
+}
