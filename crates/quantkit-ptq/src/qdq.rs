@@ -359,6 +359,98 @@ fn mark_statistics(
     found
 }
 
+/// Whether `v` is a float constant holding one value.
+fn is_scalar_const(g: &Graph, v: &str) -> bool {
+    g.initializers
+        .get(v)
+        .is_some_and(|t| t.dtype.is_float() && t.len() == 1)
+}
+
+/// A step of an element-wise chain: a unary element-wise operator (`Facts::unary`) whose
+/// other inputs are one-value constants, or `Add`/`Sub`/`Mul`/`Div` whose operands are each
+/// a one-value constant or an activation (`Div` only by a one-value constant).
+fn is_chain_step(g: &Graph, n: &Node) -> bool {
+    if n.outputs.len() != 1 || n.inputs.first().is_none_or(|i| i.is_empty()) {
+        return false;
+    }
+    let arith = [OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div]
+        .iter()
+        .any(|&k| n.is(k));
+    if arith {
+        n.inputs.len() == 2
+            && (!n.is(OpKind::Div) || is_scalar_const(g, &n.inputs[1]))
+            && n.inputs
+                .iter()
+                .all(|i| !g.initializers.contains_key(i) || is_scalar_const(g, i))
+    } else {
+        n.facts().unary
+            && n.inputs
+                .iter()
+                .skip(1)
+                .all(|i| i.is_empty() || is_scalar_const(g, i))
+    }
+}
+
+/// Values inside an element-wise chain, which stay float: `v` is computed by chain steps
+/// ([`is_chain_step`]) from one activation `x` alone (its *root*: a scalar affine map, a
+/// HardSwish written `x·clip(x + 3, 0, 6)/6`, SiLU `x·σ(1.702x)`...), and every reader of
+/// `v` is a chain step whose output is again a function of `x` alone. Only the root and
+/// the chain's end (read by anything else, or a graph output) are quantized.
+///
+/// Why: each Q/DQ inside such a chain rounds once more for nothing. The whole chain is a
+/// function of one 8-bit code, so quantkit's engine runs it as one 256-entry table from
+/// the root's codes to the end's (`compile/binary.rs`, `code_function`), bit-exact with the
+/// QDQ graph, and ONNX Runtime runs it in float between the root's DequantizeLinear and the
+/// end's QuantizeLinear. PP-OCRv4's recognizer (PaddlePaddle's LCNetV3: every convolution
+/// followed by a learnable scalar affine, a HardSwish written out, another scalar affine)
+/// had eight requantizations per block; with them, int8 kept 64 % of its decoded text
+/// lines, without them 77 % (issue 18, BENCHMARKS.md).
+///
+/// A root that is the unquantized input of a fused Relu/Clip (`fused_out`) starts no chain:
+/// the clamp's output is the quantized value the integer convolution writes.
+fn chain_interior(
+    g: &Graph,
+    uses: &Uses,
+    quant: &[bool],
+    exclude: &HashSet<String>,
+    fused_out: &HashSet<&str>,
+) -> HashSet<String> {
+    // root[v]: the one activation `v` is a chain function of (absent: `v` is its own root).
+    let mut root: HashMap<&str, &str> = HashMap::new();
+    let mut step = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        // A Div by a constant has no integer form of its own (it stays float between
+        // Q/DQ), but inside a chain it is one more step of the table.
+        let planned = quant[i] || (n.is(OpKind::Div) && !exclude.contains(&n.name));
+        if !planned || !is_chain_step(g, n) || fused_out.contains(n.inputs[0].as_str()) {
+            continue;
+        }
+        step[i] = true;
+        let srcs: HashSet<&str> = n
+            .inputs
+            .iter()
+            .filter(|v| !v.is_empty() && !g.initializers.contains_key(*v))
+            .map(|v| root.get(v.as_str()).copied().unwrap_or(v.as_str()))
+            .collect();
+        if srcs.len() == 1 {
+            let r = srcs.into_iter().next().expect("one source");
+            root.insert(n.outputs[0].as_str(), r);
+        }
+    }
+    // A node with a subgraph that reads `v` counts as a reader (`Uses`) and is no step.
+    root.iter()
+        .filter(|(v, r)| {
+            let readers = uses.readers(v);
+            !uses.is_output(v)
+                && !readers.is_empty()
+                && readers
+                    .iter()
+                    .all(|&k| step[k] && root.get(g.nodes[k].outputs[0].as_str()) == Some(r))
+        })
+        .map(|(v, _)| v.to_string())
+        .collect()
+}
+
 /// Plans the nodes of one graph, then of its subgraphs; `weighted` is set when a weighted
 /// node is quantized.
 fn plan_graph(
@@ -425,11 +517,13 @@ fn plan_graph(
             }
         }
     }
+    let interior = chain_interior(g, &uses, &quant, exclude, &fused_out);
     let mut add = |v: &str, acts: &mut Vec<String>| {
         if !v.is_empty()
             && !g.initializers.contains_key(v)
             && !divisors.contains_key(v)
             && !fused_out.contains(v)
+            && !interior.contains(v)
             && seen.insert(v.to_string())
         {
             acts.push(v.to_string());

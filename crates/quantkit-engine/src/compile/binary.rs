@@ -65,7 +65,24 @@ impl<'g> Matcher<'g> {
                     _ => None,
                 };
                 let Some((k, consts)) = data else {
-                    break;
+                    // Both operands computed from the same codes, before any
+                    // DequantizeLinear on the way (a HardSwish written `x·clip(x + 3)` inside
+                    // a longer unquantized chain): the union of both walks.
+                    if origin.is_some() {
+                        break;
+                    }
+                    let (xa, na) = self.code_origin(&p.inputs[0])?;
+                    let (xb, nb) = self.code_origin(&p.inputs[1])?;
+                    if xa != xb {
+                        return None;
+                    }
+                    nodes.push(pi);
+                    for k in na.into_iter().chain(nb) {
+                        if !nodes.contains(&k) {
+                            nodes.push(k);
+                        }
+                    }
+                    return Some((xa, nodes));
                 };
                 nodes.push(pi);
                 nodes.extend(consts);
@@ -162,7 +179,16 @@ impl<'g> Matcher<'g> {
                 .skip(1)
                 .filter(|i| !i.is_empty())
                 .all(|i| self.init(i).is_some_and(|t| t.len() == 1));
-            if !rn.facts().unary || !scalar_consts || rn.outputs.len() != 1 {
+            // Arithmetic with a one-value constant continues the chain (`· c + d` after a
+            // HardSwish written out).
+            let scalar_arith = arith(rn).is_some()
+                && rn.inputs.len() == 2
+                && rn.inputs.iter().any(|i| i == &v)
+                && rn
+                    .inputs
+                    .iter()
+                    .any(|i| i != &v && self.init(i).is_some_and(|t| t.len() == 1));
+            if !(scalar_arith || rn.facts().unary && scalar_consts) || rn.outputs.len() != 1 {
                 return Err(format!(
                     "the result feeds {} `{}`, not a QuantizeLinear",
                     rn.op_type, rn.name
