@@ -579,6 +579,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             steps: Vec::new(),
             samples: evaluation.samples(),
             seconds: Default::default(),
+            stopped_early: 0,
         };
     } else {
         let Some(target) = target else {
