@@ -108,7 +108,9 @@ pub struct Args {
     /// holds. Measured on --data, else on --held-out of the calibration samples, every k-th
     /// sample of the file (never on samples calibrated with, unless there are too few: then
     /// a warning). An agreement target must hold for the lower --confidence bound of the
-    /// agreement, not only the share measured. Holds --calib-samples (default 1000) and
+    /// agreement, not only the share measured; a configuration that provably cannot meet it
+    /// stops after the batch that shows it (same choice as running every batch). Holds
+    /// --calib-samples (default 1000) and
     /// --eval-samples in memory. The chosen configuration is written to --save-config
     /// (default OUT.mixed.json).
     #[arg(long, value_name = "METRIC=VALUE")]
