@@ -27,6 +27,15 @@ struct Loaded {
     labels: Option<Vec<i64>>,
 }
 
+impl Loaded {
+    fn empty() -> Self {
+        Loaded {
+            feeds: Vec::new(),
+            labels: None,
+        }
+    }
+}
+
 /// A calibration file split into the samples calibrated on and the samples held out.
 struct Split {
     calib: Loaded,
@@ -86,10 +95,7 @@ fn load(
                     kept.len()
                 );
                 return Ok((
-                    Loaded {
-                        feeds: Vec::new(),
-                        labels: None,
-                    },
+                    Loaded::empty(),
                     Some(Split {
                         calib: Loaded {
                             feeds: calib,
@@ -109,13 +115,17 @@ fn load(
         if feeds.is_empty() {
             anyhow::bail!("{}: no samples", path.display());
         }
-        let all = Loaded {
-            feeds,
-            labels: None,
-        };
         // Runs of separate arrays (`NAME__K`): the run is the unit that can be held out.
-        let split = hold.and_then(|f| split_runs(all.feeds.clone(), f));
-        return Ok((all, split));
+        if let Some(f) = hold.filter(|_| feeds.len() >= 2) {
+            return Ok((Loaded::empty(), split_runs(feeds, f)));
+        }
+        return Ok((
+            Loaded {
+                feeds,
+                labels: None,
+            },
+            None,
+        ));
     }
     let (input, declared) = quantkit_ptq::calibrate::calibration_input(graph)?;
     let fixed = match declared.as_ref().and_then(|d| d.first()) {
@@ -155,8 +165,11 @@ fn load(
         anyhow::bail!("{}: no samples", path.display());
     }
     let all = Loaded { feeds, labels };
-    let split = hold.and_then(|f| split_rows(&all, &input, f, fixed.unwrap_or(batch), fixed));
-    Ok((all, split))
+    match hold.and_then(|f| split_rows(&all, &input, f, fixed.unwrap_or(batch), fixed)) {
+        // The split holds copies of every sample: the file's batches are not kept.
+        Some(split) => Ok((Loaded::empty(), Some(split))),
+        None => Ok((all, None)),
+    }
 }
 
 /// "4th" for a fraction 0.25: which sample of each run of `1/fraction` is held out.
