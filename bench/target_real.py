@@ -39,8 +39,8 @@ compiles them):
 - `quantkit quantize` (minmax; per-channel int8 weights, u8 activations), and with
   `--quantize-statistics` (the behaviour before normalisation statistics stayed float);
 - `quantkit quantize --method auto`;
-- `quantkit quantize --target agreement=0.99` (chosen on the held-out last quarter of the
-  calibration split, evaluated on the evaluation split);
+- `quantkit quantize --target agreement=0.99` (chosen on the held-out samples of the
+  calibration split, every fourth by default, evaluated on the evaluation split);
 - ONNX Runtime `quantize_static` (QDQ, per-channel, MinMax, u8 activations / s8 weights),
   and with `op_types_to_quantize=[Conv, MatMul, Gemm]` (the by-hand fix); for silero-vad
   also with `EnableSubgraph` (its network is inside `If` branches, which ONNX Runtime's
@@ -600,6 +600,7 @@ def main():
                         row["agreement_held_out_lower_bound"] = j.get("measured", {}).get("agreement_lower_bound")
                         row["held_out_samples"] = j.get("samples")
                         row["search_seconds"] = j.get("seconds")
+                        row["stopped_early"] = j.get("stopped_early")
                         if "error" in j:
                             row["target_error"] = j["error"]
             else:

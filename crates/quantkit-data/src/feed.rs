@@ -570,6 +570,66 @@ impl NamedFeeds {
         Ok(plan.into_iter().map(move |(a, b)| self.read_run(a, b)))
     }
 
+    /// One run per group of sample indices (stacked layout): the samples of a group, in
+    /// the order given, on the batch axis of every stacked array (inputs fed unchanged are
+    /// fed to every run). Lets a caller split samples of one file into interleaved sets
+    /// (`quantize --target` holds out every k-th sample). Errors on the per-run layout, on
+    /// an index beyond the samples, and on a group whose size is not the batch size the
+    /// model fixes.
+    pub fn runs_of(
+        &mut self,
+        groups: Vec<Vec<usize>>,
+    ) -> Result<impl Iterator<Item = Result<Run>> + '_> {
+        let (samples, chunk) = match self.layout {
+            Layout::Stacked { samples, chunk } if samples > 0 => (samples, chunk),
+            _ => {
+                return Err(DataError::InvalidArgument(format!(
+                    "{}: samples can be picked one by one only from arrays stacking them on a \
+                     batch axis",
+                    self.path.display()
+                )))
+            }
+        };
+        for g in &groups {
+            if let Some(&i) = g.iter().find(|&&i| i >= samples) {
+                return Err(DataError::InvalidArgument(format!(
+                    "{}: sample {i} of {samples}",
+                    self.path.display()
+                )));
+            }
+            if g.is_empty() || chunk.is_some_and(|c| c != g.len()) {
+                return Err(DataError::InvalidArgument(format!(
+                    "{}: a run of {} samples (the model takes batches of {})",
+                    self.path.display(),
+                    g.len(),
+                    chunk.map_or("at least 1".into(), |c| c.to_string())
+                )));
+            }
+        }
+        Ok(groups.into_iter().map(move |g| self.read_rows(&g)))
+    }
+
+    /// Reads the samples `rows` (stacked layout).
+    fn read_rows(&mut self, rows: &[usize]) -> Result<Run> {
+        let mut arrays = Vec::with_capacity(self.slots.len());
+        for slot in &mut self.slots {
+            let a = match &mut slot.source {
+                Source::Whole(a) => a.clone(),
+                Source::Stacked(s) => admit(&slot.spec, read_stacked_rows(s, rows)?, self.scale)?,
+                Source::PerRun(_) => {
+                    return Err(DataError::InvalidArgument(
+                        "per-run arrays have no samples to pick".into(),
+                    ))
+                }
+            };
+            arrays.push((slot.spec.name.clone(), a));
+        }
+        Ok(Run {
+            arrays,
+            samples: rows.len(),
+        })
+    }
+
     /// Reads run `(first, count)` of the plan.
     fn read_run(&mut self, first: usize, count: usize) -> Result<Run> {
         let mut arrays = Vec::with_capacity(self.slots.len());
@@ -647,6 +707,27 @@ fn extract(
         )
     })?;
     Ok((file, tmp))
+}
+
+/// Samples `rows` (in that order) on the batch axis of a stacked array.
+fn read_stacked_rows(s: &mut Stacked, rows: &[usize]) -> Result<NpyArray> {
+    let outer: usize = s.shape[..s.axis].iter().product();
+    let n = s.shape[s.axis];
+    let inner: usize = s.shape[s.axis + 1..].iter().product();
+    let mut data: Option<NpyData> = None;
+    for o in 0..outer {
+        for &r in rows {
+            let part = s.file.read_elements((o * n + r) * inner, inner)?;
+            match &mut data {
+                None => data = Some(part),
+                Some(d) => d.append(part)?,
+            }
+        }
+    }
+    let mut shape = s.shape.clone();
+    shape[s.axis] = rows.len();
+    let data = data.unwrap_or_else(|| s.file.header().dtype.empty());
+    NpyArray::new(shape, data)
 }
 
 /// Samples `first..first + count` on the batch axis of a stacked array.

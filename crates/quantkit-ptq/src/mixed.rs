@@ -243,6 +243,8 @@ pub struct Evaluation<'a> {
     threshold: Option<f32>,
     /// Confidence level of the agreement's lower bound (`None`: no bound).
     confidence: Option<f64>,
+    /// Rows the agreement counts over all batches (`None` without predictions).
+    rows: Option<usize>,
 }
 
 /// The standard normal quantile `Φ⁻¹(p)` for `0 < p < 1` (Acklam's rational
@@ -375,6 +377,14 @@ impl<'a> Evaluation<'a> {
                 0.0
             }
         });
+        let rows = float_outputs
+            .iter()
+            .map(|o| {
+                o.first()
+                    .and_then(|(_, t)| predictions(t, threshold))
+                    .map(|p| p.len())
+            })
+            .sum::<Option<usize>>();
         let mut e = Evaluation {
             data,
             labels,
@@ -382,6 +392,7 @@ impl<'a> Evaluation<'a> {
             float_correct: None,
             threshold,
             confidence: None,
+            rows,
         };
         if let Some(l) = labels {
             let mut correct = 0;
@@ -462,6 +473,32 @@ impl<'a> Evaluation<'a> {
 
     /// Measures `graph` (a quantized variant of the setup's float graph) on the data.
     pub fn measure(&self, graph: &Graph) -> Result<Measured> {
+        Ok(self.measure_until(graph, None)?.0)
+    }
+
+    /// The highest agreement (the lower bound with a confidence level) a graph can still
+    /// reach after `disagree` disagreements: every other sample agreeing.
+    pub fn best_agreement_after(&self, disagree: usize) -> Option<f64> {
+        let n = self.rows?;
+        let k = n.saturating_sub(disagree);
+        Some(match self.confidence {
+            Some(c) => wilson_lower_bound(k, n, c),
+            None => k as f64 / n.max(1) as f64,
+        })
+    }
+
+    /// [`Evaluation::measure`], stopped early once the agreement (its lower bound with a
+    /// confidence level) provably stays below `stop_below` whatever the remaining batches
+    /// give: then the figures are of the batches run, and the second value is the number
+    /// of agreement samples counted (`None`: every batch ran). The agreement and its bound
+    /// of a stopped measurement are at most what the whole data would have given, so a
+    /// target above `stop_below` is not met by them either.
+    pub fn measure_until(
+        &self,
+        graph: &Graph,
+        stop_below: Option<f64>,
+    ) -> Result<(Measured, Option<usize>)> {
+        let mut stopped = None;
         let (mut rr, mut aa, mut ra, mut noise) = (0f64, 0f64, 0f64, 0f64);
         let (mut agree, mut nrows, mut correct, mut classes) = (0usize, 0usize, 0usize, true);
         let mut label_i = 0;
@@ -499,6 +536,16 @@ impl<'a> Evaluation<'a> {
                     }
                 }
             }
+            if let (Some(v), true, Some(best)) = (
+                stop_below,
+                classes,
+                self.best_agreement_after(nrows - agree),
+            ) {
+                if best < v && bi + 1 < self.data.len() {
+                    stopped = Some(nrows);
+                    break;
+                }
+            }
         }
         let cosine = if rr == 0.0 && aa == 0.0 {
             1.0
@@ -512,11 +559,19 @@ impl<'a> Evaluation<'a> {
             (true, false) => f64::NEG_INFINITY,
             _ => 10.0 * (rr / noise).log10(),
         };
-        let n = self.labels.map_or(0, <[i64]>::len).max(1) as f64;
+        let n = if stopped.is_some() {
+            label_i
+        } else {
+            self.labels.map_or(0, <[i64]>::len)
+        }
+        .max(1) as f64;
         let accuracy = self.labels.map(|_| correct as f64 / n);
-        let float_accuracy = self.float_correct.map(|c| c as f64 / n);
+        // Of every sample (a stopped measurement's accuracy is of the samples run).
+        let float_accuracy = self
+            .float_correct
+            .map(|c| c as f64 / self.labels.map_or(0, <[i64]>::len).max(1) as f64);
         let has_agreement = classes && nrows > 0;
-        Ok(Measured {
+        let m = Measured {
             agreement: has_agreement.then(|| agree as f64 / nrows as f64),
             agreement_lower_bound: self
                 .confidence
@@ -528,7 +583,8 @@ impl<'a> Evaluation<'a> {
             accuracy,
             float_accuracy,
             accuracy_drop_pt: accuracy.zip(float_accuracy).map(|(q, f)| 100.0 * (f - q)),
-        })
+        };
+        Ok((m, stopped))
     }
 }
 
@@ -632,6 +688,10 @@ pub struct Step {
     pub met: bool,
     /// Whether the step was kept.
     pub kept: bool,
+    /// Set when the configuration was stopped early: the agreement samples counted before
+    /// it provably could not meet the target (`value` and `judged` are of those samples).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_after: Option<usize>,
 }
 
 /// The result of [`search`].
@@ -656,6 +716,9 @@ pub struct SearchResult {
     pub samples: usize,
     /// Where the search's time went, in seconds.
     pub seconds: SearchTimes,
+    /// Configurations whose run stopped early, once they provably could not meet an
+    /// agreement target (nor beat the best found): see [`Step::stopped_after`].
+    pub stopped_early: usize,
 }
 
 /// Where [`search`]'s time went, in seconds (wall time).
@@ -688,6 +751,10 @@ struct Runner<'s, 'e, 'p> {
     best: (MixedConfig, Measured),
     times: SearchTimes,
     measured: usize,
+    /// Configurations stopped early.
+    stopped: usize,
+    /// Those configurations, with the highest judged agreement each could have reached.
+    unfinished: Vec<(MixedConfig, f64)>,
     total_hint: usize,
     progress: &'p mut dyn FnMut(SearchStage, usize, usize),
 }
@@ -705,21 +772,56 @@ impl Runner<'_, '_, '_> {
         let t0 = std::time::Instant::now();
         let g = self.setup.mixed(c)?;
         let t1 = std::time::Instant::now();
-        let m = self.eval.measure(&g)?;
+        // An agreement target: stop running the configuration once it provably cannot meet
+        // the target. The choice is the same as running every batch; when nothing meets,
+        // [`Runner::finish_stopped`] runs the stopped ones that could be the best found.
+        let stop_below = (self.target.metric == Metric::Agreement).then_some(self.target.value);
+        let (m, stopped) = self.eval.measure_until(&g, stop_below)?;
         self.times.build += (t1 - t0).as_secs_f64();
         self.times.measure += t1.elapsed().as_secs_f64();
-        let met = self.target.met(&m);
+        let met = stopped.is_none() && self.target.met(&m);
+        if let Some(n) = stopped {
+            self.stopped += 1;
+            let agree = (m.agreement.unwrap_or(0.0) * n as f64).round() as usize;
+            let most = self.eval.best_agreement_after(n - agree.min(n));
+            self.unfinished
+                .push((c.clone(), most.unwrap_or(f64::INFINITY)));
+        }
         self.steps.push(Step {
             action,
             value: self.target.value_of(&m),
             judged: self.target.judged(&m),
             met,
             kept: !keep_if_met || met,
+            stopped_after: stopped,
         });
-        if self.better(&m, c, &self.best.1, &self.best.0) {
+        if stopped.is_none() && self.better(&m, c, &self.best.1, &self.best.0) {
             self.best = (c.clone(), m);
         }
         Ok(m)
+    }
+
+    /// When the target was not met: runs in full the configurations stopped early that
+    /// could still beat the best found (highest reachable agreement first), so the best
+    /// found is the one of running every configuration in full.
+    fn finish_stopped(&mut self) -> Result<()> {
+        let mut left = std::mem::take(&mut self.unfinished);
+        left.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (c, most) in left {
+            if most < self.target.score(&self.best.1) {
+                break;
+            }
+            let t0 = std::time::Instant::now();
+            let g = self.setup.mixed(&c)?;
+            let t1 = std::time::Instant::now();
+            let m = self.eval.measure(&g)?;
+            self.times.build += (t1 - t0).as_secs_f64();
+            self.times.measure += t1.elapsed().as_secs_f64();
+            if self.better(&m, &c, &self.best.1, &self.best.0) {
+                self.best = (c, m);
+            }
+        }
+        Ok(())
     }
 
     /// Ties: fewer float layers, then fewer layers off int8.
@@ -883,10 +985,13 @@ pub fn search(
             judged: target.judged(&int8),
             met: target.met(&int8),
             kept: true,
+            stopped_after: None,
         }],
         best: (MixedConfig::default(), int8),
         times,
         measured: 0,
+        stopped: 0,
+        unfinished: Vec::new(),
         total_hint: 4 * ilog2_ceil(order.len() + 1) + order.len(),
         progress,
     };
@@ -940,6 +1045,7 @@ pub fn search(
         }
     }
     if !target.met(&current) {
+        r.finish_stopped()?;
         let (config, measured) = r.best.clone();
         return Ok(SearchResult {
             target,
@@ -951,6 +1057,7 @@ pub fn search(
             steps: r.steps,
             samples: eval.samples(),
             seconds: r.times,
+            stopped_early: r.stopped,
         });
     }
     // 2. Prune: put changed layers back in int8, by groups. A group (at first every changed
@@ -1031,6 +1138,7 @@ pub fn search(
         steps: r.steps,
         samples: eval.samples(),
         seconds: r.times,
+        stopped_early: r.stopped,
     })
 }
 

@@ -210,6 +210,55 @@ fn an_unreachable_target_reports_the_best_configuration_found() {
     assert!(!r16.met);
     assert!(r16.config.with(Precision::Float).is_empty());
     assert!(r16.measured.agreement >= r16.int8.agreement);
+    // Configurations stopped early are run in full before one is reported as the best:
+    // the best found is measured on every sample, and no configuration measured in full
+    // scores higher.
+    assert!(r16.stopped_early > 0, "{:?}", r16.steps);
+    assert_eq!(r16.measured.agreement_samples, 64);
+    for s in r16.steps.iter().filter(|s| s.stopped_after.is_none()) {
+        assert!(s.value <= r16.measured.agreement, "{s:?}");
+    }
+}
+
+/// An agreement target stops running a configuration once it provably cannot meet it (the
+/// remaining samples all agreeing would not be enough), and never stops one that meets it:
+/// the search chooses what running every sample chooses, with fewer samples run.
+#[test]
+fn configurations_that_cannot_meet_an_agreement_target_stop_early() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 400);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &data, None).unwrap();
+    let int8 = setup.quantized().unwrap();
+    let full = eval.measure(&int8).unwrap();
+    let a = full.agreement.unwrap();
+    assert!(a < 0.99, "{full:?}");
+    // 128 samples: 0.99 allows one disagreement; int8 disagrees on many, so it stops
+    // after a batch or two, with at least two disagreements among the samples counted.
+    let (part, stopped) = eval.measure_until(&int8, Some(0.99)).unwrap();
+    let n = stopped.expect("int8 stops early");
+    assert!(n < 128 && n % 16 == 0, "{n}");
+    assert_eq!(part.agreement_samples, n);
+    let disagree = n - (part.agreement.unwrap() * n as f64).round() as usize;
+    assert!(disagree >= 2, "{part:?}");
+    assert!(eval.best_agreement_after(disagree).unwrap() < 0.99);
+    // A threshold it meets: it runs in full, with the figures of measure().
+    let (same, none) = eval.measure_until(&int8, Some(a / 2.0)).unwrap();
+    assert_eq!(none, None);
+    assert_eq!(same.agreement, full.agreement);
+    assert_eq!(same.cosine, full.cosine);
+    // The search: the same choice as in full (conv2 float), some configurations stopped,
+    // and every stopped one's agreement on the samples counted is below the target.
+    let r = search_for(&setup, &eval, "agreement=0.99".parse().unwrap()).unwrap();
+    assert!(r.met);
+    let mut want = MixedConfig::default();
+    want.set("conv2", Precision::Float);
+    assert_eq!(r.config, want);
+    assert_eq!(r.measured.agreement_samples, 128);
+    assert!(r.stopped_early > 0);
+    for s in r.steps.iter().filter(|s| s.stopped_after.is_some()) {
+        assert!(!s.met && s.value.unwrap() < 0.99, "{s:?}");
+    }
 }
 
 /// Per-channel weights repair conv2's 1000× weight channel, but its output still carries a

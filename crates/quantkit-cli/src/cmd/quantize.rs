@@ -105,10 +105,12 @@ pub struct Args {
     /// (--no-int16: float directly), then every change the target does not need is undone
     /// (tried by groups); with
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
-    /// holds. Measured on --data, else on --held-out of the calibration batches, spread over
-    /// the file (never on samples calibrated with, unless there is one batch only: then a
-    /// warning). An agreement target must hold for the lower --confidence bound of the
-    /// agreement, not only the share measured. Holds --calib-samples (default 1000) and
+    /// holds. Measured on --data, else on --held-out of the calibration samples, every k-th
+    /// sample of the file (never on samples calibrated with, unless there are too few: then
+    /// a warning). An agreement target must hold for the lower --confidence bound of the
+    /// agreement, not only the share measured; a configuration that provably cannot meet it
+    /// stops after the batch that shows it (same choice as running every batch). Holds
+    /// --calib-samples (default 1000) and
     /// --eval-samples in memory. The chosen configuration is written to --save-config
     /// (default OUT.mixed.json).
     #[arg(long, value_name = "METRIC=VALUE")]
@@ -130,9 +132,12 @@ pub struct Args {
     /// an IDX folder brings its own.
     #[arg(long)]
     pub labels: Option<PathBuf>,
-    /// With --target and no --data: the share of the calibration batches held out to
-    /// measure the target on (evenly spread over the file: every fourth batch for 0.25); the
-    /// model is calibrated on the others.
+    /// With --target and no --data: the share of the calibration samples held out to
+    /// measure the target on: every k-th sample of the file (every fourth for 0.25),
+    /// interleaved with the samples calibrated on, so that a file ordered by class, source
+    /// or directory gives held-out samples from all of it rather than a few clusters of
+    /// alike ones (whole batches were held out before, and the confidence bound overstated
+    /// what they showed). Per-run arrays (`NAME__K` in an .npz) are held out by run.
     #[arg(long, default_value_t = 0.25, value_name = "FRACTION")]
     pub held_out: f64,
     /// With --target agreement=...: accept a configuration only when the one-sided lower
@@ -140,8 +145,9 @@ pub struct Args {
     /// evaluation samples) meets the target, so that it holds on fresh data and not only
     /// on the samples measured (at 0.95, 0.99 on 544 samples allows one disagreement; fewer
     /// than 268 samples cannot show 0.99 and are refused). The bound assumes independent
-    /// samples: held-out batches of an ordered file are clusters, shuffle it or give
-    /// --data. 0: judge the share measured.
+    /// samples: the held-out samples are interleaved through the file for that reason;
+    /// near-duplicates inside the file still make it optimistic (give --data from another
+    /// source then). 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
     /// Evaluation samples for --target.

@@ -20,23 +20,112 @@ use std::path::Path;
 /// not given.
 pub const DEFAULT_CALIB_SAMPLES: usize = 1000;
 
-/// Feeds of `path` (up to `limit` samples) with their labels when the source has them.
+/// Samples read from one file: feeds (one per batch) with their labels when the source has
+/// them.
+struct Loaded {
+    feeds: Vec<Feed>,
+    labels: Option<Vec<i64>>,
+}
+
+impl Loaded {
+    fn empty() -> Self {
+        Loaded {
+            feeds: Vec::new(),
+            labels: None,
+        }
+    }
+}
+
+/// A calibration file split into the samples calibrated on and the samples held out.
+struct Split {
+    calib: Loaded,
+    held: Loaded,
+    /// Indices (in the file) of the held-out samples, in feed order.
+    held_samples: Vec<usize>,
+    /// How the split was made, for the report.
+    how: String,
+}
+
+/// Feeds of `path` (up to `limit` samples) with their labels when the source has them; with
+/// `hold = Some(fraction)`, split into calibration and held-out samples
+/// ([`held_out_picks`] over the samples of the file, so held-out samples interleave with
+/// calibration samples: every fourth for 0.25). `None` in the split when the file has too
+/// few samples (or batches of the model's fixed size) for both parts.
 fn load(
     graph: &Graph,
     path: &Path,
     opts: &OpenOptions,
     limit: usize,
     batch: usize,
-) -> anyhow::Result<(Vec<Feed>, Option<Vec<i64>>)> {
+    hold: Option<f64>,
+) -> anyhow::Result<(Loaded, Option<Split>)> {
     let mut data: DataSource = quantkit_ptq::open_data_for_graph(graph, path, opts)
         .with_context(|| format!("opening data {}", path.display()))?;
+    let batch = batch.max(1);
     if let DataSource::Named(named) = &mut data {
-        let mut feeds = Vec::new();
-        for run in named.runs(batch.max(1), Some(limit))? {
-            let run = run.with_context(|| format!("reading {}", path.display()))?;
-            feeds.push(quantkit_ptq::run_tensors(run)?);
+        let read = |runs: &mut dyn Iterator<Item = quantkit_data::Result<quantkit_data::Run>>| {
+            let mut feeds = Vec::new();
+            for run in runs {
+                let run = run.with_context(|| format!("reading {}", path.display()))?;
+                feeds.push(quantkit_ptq::run_tensors(run)?);
+            }
+            anyhow::Ok(feeds)
+        };
+        if let (Some(f), quantkit_data::feed::Layout::Stacked { samples, chunk }) =
+            (hold, named.layout())
+        {
+            // Samples stacked on a batch axis: pick them one by one.
+            let total = samples.min(limit);
+            let pick = held_out_picks(total, f);
+            let mut held: Vec<usize> = (0..total).filter(|&i| pick[i]).collect();
+            let mut kept: Vec<usize> = (0..total).filter(|&i| !pick[i]).collect();
+            let b = chunk.unwrap_or(batch);
+            if chunk.is_some() {
+                // A fixed batch size takes whole batches only.
+                held.truncate(held.len() - held.len() % b);
+                kept.truncate(kept.len() - kept.len() % b);
+            }
+            if !held.is_empty() && !kept.is_empty() {
+                let groups = |v: &[usize]| v.chunks(b).map(<[usize]>::to_vec).collect();
+                let calib = read(&mut named.runs_of(groups(&kept))?)?;
+                let held_feeds = read(&mut named.runs_of(groups(&held))?)?;
+                let how = format!(
+                    "every {} of the file's samples, interleaved with the {} calibrated on",
+                    every(f),
+                    kept.len()
+                );
+                return Ok((
+                    Loaded::empty(),
+                    Some(Split {
+                        calib: Loaded {
+                            feeds: calib,
+                            labels: None,
+                        },
+                        held: Loaded {
+                            feeds: held_feeds,
+                            labels: None,
+                        },
+                        held_samples: held,
+                        how,
+                    }),
+                ));
+            }
         }
-        return Ok((feeds, None));
+        let feeds = read(&mut named.runs(batch, Some(limit))?)?;
+        if feeds.is_empty() {
+            anyhow::bail!("{}: no samples", path.display());
+        }
+        // Runs of separate arrays (`NAME__K`): the run is the unit that can be held out.
+        if let Some(f) = hold.filter(|_| feeds.len() >= 2) {
+            return Ok((Loaded::empty(), split_runs(feeds, f)));
+        }
+        return Ok((
+            Loaded {
+                feeds,
+                labels: None,
+            },
+            None,
+        ));
     }
     let (input, declared) = quantkit_ptq::calibrate::calibration_input(graph)?;
     let fixed = match declared.as_ref().and_then(|d| d.first()) {
@@ -47,7 +136,7 @@ fn load(
     let mut labels: Option<Vec<i64>> = Some(Vec::new());
     let mut seen = 0usize;
     for b in data.batches(&BatchOptions {
-        batch_size: fixed.unwrap_or(batch).max(1),
+        batch_size: fixed.unwrap_or(batch),
         limit: matches!(data, DataSource::Samples(_)).then_some(limit),
         ..BatchOptions::default()
     })? {
@@ -75,21 +164,149 @@ fn load(
     if feeds.is_empty() {
         anyhow::bail!("{}: no samples", path.display());
     }
-    Ok((feeds, labels))
+    let all = Loaded { feeds, labels };
+    match hold.and_then(|f| split_rows(&all, &input, f, fixed.unwrap_or(batch), fixed)) {
+        // The split holds copies of every sample: the file's batches are not kept.
+        Some(split) => Ok((Loaded::empty(), Some(split))),
+        None => Ok((all, None)),
+    }
 }
 
-/// Which of `batches` calibration batches are held out for evaluation: a share `fraction`
-/// of them, spread evenly over the file (batch `i` when `⌊(i+1)·f⌋ > ⌊i·f⌋`: every fourth
-/// for 0.25), at least one, never all. Spread rather than the last ones: data in a file is
-/// often ordered (recordings, classes), and the tail alone is a narrow sample of it.
-pub fn held_out_batches(batches: usize, fraction: f64) -> Vec<bool> {
-    let mut pick: Vec<bool> = (0..batches)
+/// "4th" for a fraction 0.25: which sample of each run of `1/fraction` is held out.
+fn every(fraction: f64) -> String {
+    let k = 1.0 / fraction;
+    if (k - k.round()).abs() < 1e-9 {
+        let k = k.round() as u64;
+        let suffix = match (k % 10, k % 100) {
+            (1, x) if x != 11 => "st",
+            (2, x) if x != 12 => "nd",
+            (3, x) if x != 13 => "rd",
+            _ => "th",
+        };
+        if k == 2 {
+            "second".into()
+        } else {
+            format!("{k}{suffix}")
+        }
+    } else {
+        format!("{k:.2}th (a share {fraction})")
+    }
+}
+
+/// Splits single-input batches (batch axis first) into calibration and held-out samples
+/// ([`held_out_picks`] over the samples), re-batched to `batch` (whole batches only when
+/// the model fixes the batch size). `None` when either part would be empty.
+fn split_rows(
+    all: &Loaded,
+    input: &str,
+    fraction: f64,
+    batch: usize,
+    fixed: Option<usize>,
+) -> Option<Split> {
+    let mut rows: Vec<(Vec<usize>, &[f32])> = Vec::new();
+    for feed in &all.feeds {
+        let t = &feed.first()?.1;
+        let v = t.as_f32()?;
+        let n = t.shape.first().copied().unwrap_or(1).max(1);
+        let inner: Vec<usize> = t.shape.get(1..).unwrap_or(&[]).to_vec();
+        let len = v.len() / n;
+        rows.extend(v.chunks(len.max(1)).map(|r| (inner.clone(), r)));
+    }
+    let total = rows.len();
+    let pick = held_out_picks(total, fraction);
+    let mut held: Vec<usize> = (0..total).filter(|&i| pick[i]).collect();
+    let mut kept: Vec<usize> = (0..total).filter(|&i| !pick[i]).collect();
+    if fixed.is_some() {
+        held.truncate(held.len() - held.len() % batch);
+        kept.truncate(kept.len() - kept.len() % batch);
+    }
+    if held.is_empty() || kept.is_empty() {
+        return None;
+    }
+    let part = |idx: &[usize]| -> Loaded {
+        let feeds = idx
+            .chunks(batch)
+            .map(|g| {
+                let mut shape = vec![g.len()];
+                shape.extend_from_slice(&rows[g[0]].0);
+                let data: Vec<f32> = g.iter().flat_map(|&i| rows[i].1.iter().copied()).collect();
+                vec![(input.to_string(), Tensor::from_f32(&shape, data))]
+            })
+            .collect();
+        let labels = all
+            .labels
+            .as_ref()
+            .map(|l| idx.iter().filter_map(|&i| l.get(i).copied()).collect());
+        Loaded { feeds, labels }
+    };
+    Some(Split {
+        calib: part(&kept),
+        held: part(&held),
+        how: format!(
+            "every {} of the file's samples, interleaved with the {} calibrated on",
+            every(fraction),
+            kept.len()
+        ),
+        held_samples: held,
+    })
+}
+
+/// Splits whole runs (feeds of separate arrays per run, whose samples cannot be picked one
+/// by one) into calibration and held-out runs ([`held_out_picks`] over the runs).
+fn split_runs(feeds: Vec<Feed>, fraction: f64) -> Option<Split> {
+    if feeds.len() < 2 {
+        return None;
+    }
+    let pick = held_out_picks(feeds.len(), fraction);
+    let (mut kept, mut held, mut held_samples) = (Vec::new(), Vec::new(), Vec::new());
+    let mut at = 0usize;
+    for (feed, h) in feeds.into_iter().zip(&pick) {
+        let n = samples(std::slice::from_ref(&feed));
+        if *h {
+            held_samples.extend(at..at + n);
+            held.push(feed);
+        } else {
+            kept.push(feed);
+        }
+        at += n;
+    }
+    let how = format!(
+        "{} of {} runs (separate arrays per run: the run is the unit; they are clusters of \
+         samples if the runs are, which the confidence bound does not know), calibrated on the \
+         other {}",
+        held.len(),
+        pick.len(),
+        samples(&kept)
+    );
+    Some(Split {
+        calib: Loaded {
+            feeds: kept,
+            labels: None,
+        },
+        held: Loaded {
+            feeds: held,
+            labels: None,
+        },
+        held_samples,
+        how,
+    })
+}
+
+/// Which of `n` items (samples of the calibration file) are held out for evaluation: a
+/// share `fraction` of them, spread evenly (item `i` when `⌊(i+1)·f⌋ > ⌊i·f⌋`: every fourth
+/// for 0.25), at least one, never all. Samples, not batches: data in a file is often
+/// ordered (by class, source, directory, recording), so consecutive samples are alike; a
+/// held-out batch is a cluster of similar samples, and the independent-sample confidence
+/// bound overstates what a few clusters show. Every k-th sample interleaves the held-out
+/// samples with the calibration samples through the whole file.
+pub fn held_out_picks(n: usize, fraction: f64) -> Vec<bool> {
+    let mut pick: Vec<bool> = (0..n)
         .map(|i| ((i + 1) as f64 * fraction).floor() > (i as f64 * fraction).floor())
         .collect();
-    if batches >= 2 && !pick.iter().any(|h| *h) {
-        pick[batches - 1] = true;
+    if n >= 2 && !pick.iter().any(|h| *h) {
+        pick[n - 1] = true;
     }
-    if batches >= 2 && pick.iter().all(|h| *h) {
+    if n >= 2 && pick.iter().all(|h| *h) {
         pick[0] = false;
     }
     pick
@@ -198,83 +415,62 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         split,
         ..Default::default()
     };
-    let (mut calib, mut calib_labels) = load(
+    if !(args.held_out > 0.0 && args.held_out < 1.0) {
+        anyhow::bail!(
+            "--held-out {}: expected a fraction of the calibration samples in (0, 1), e.g. 0.25",
+            args.held_out
+        );
+    }
+    let (all, split) = load(
         &graph,
         calib_path,
         &open(args.calib_split),
         calib_limit,
         args.batch_size,
+        args.data.is_none().then_some(args.held_out),
     )?;
-    // Evaluation data: --data, else held-out calibration batches spread over the file.
-    let held_out = args.data.is_none() && calib.len() >= 2;
-    if !(args.held_out > 0.0 && args.held_out < 1.0) {
-        anyhow::bail!(
-            "--held-out {}: expected a fraction of the calibration batches in (0, 1), e.g. 0.25",
-            args.held_out
-        );
-    }
+    // Evaluation data: --data, else held-out calibration samples interleaved through the
+    // file.
+    let held_out = split.is_some();
     // Sample indices (in the calibration file) of the held-out samples.
     let mut held_samples: Vec<usize> = Vec::new();
+    let calib: Vec<Feed>;
     let (eval, mut labels, eval_source) = if let Some(d) = &args.data {
-        let (f, l) = load(
+        let (f, _) = load(
             &graph,
             d,
             &open(quantkit_data::Split::Test),
             args.eval_samples,
             args.batch_size,
+            None,
         )?;
-        let what = format!("{} ({} samples)", d.display(), samples(&f));
-        (f, l, what)
-    } else if held_out {
-        let pick = held_out_batches(calib.len(), args.held_out);
-        let (mut kept, mut held) = (Vec::new(), Vec::new());
-        let (mut kept_labels, mut held_labels) = (Vec::new(), Vec::new());
-        let mut at = 0usize;
-        for (feed, h) in std::mem::take(&mut calib).into_iter().zip(&pick) {
-            let n = samples(std::slice::from_ref(&feed));
-            if let Some(l) = &calib_labels {
-                let part = l.get(at..(at + n).min(l.len())).unwrap_or(&[]);
-                if *h {
-                    held_labels.extend_from_slice(part);
-                } else {
-                    kept_labels.extend_from_slice(part);
-                }
-            }
-            if *h {
-                held_samples.extend(at..at + n);
-                held.push(feed);
-            } else {
-                kept.push(feed);
-            }
-            at += n;
-        }
-        calib = kept;
-        if calib_labels.is_some() {
-            calib_labels = Some(kept_labels);
-        }
-        let n_cal = samples(&calib);
-        let n = samples(&held);
+        calib = all.feeds;
+        let what = format!("{} ({} samples)", d.display(), samples(&f.feeds));
+        (f.feeds, f.labels, what)
+    } else if let Some(sp) = split {
+        calib = sp.calib.feeds;
+        held_samples = sp.held_samples;
+        let n = samples(&sp.held.feeds);
         (
-            held,
-            calib_labels.is_some().then_some(held_labels),
+            sp.held.feeds,
+            sp.held.labels,
             format!(
-                "{n} samples of {} held out from calibration ({} of {} batches, spread over the \
-                 file; calibrated on the other {n_cal})",
+                "{n} samples of {} held out from calibration ({})",
                 calib_path.display(),
-                pick.iter().filter(|h| **h).count(),
-                pick.len()
+                sp.how
             ),
         )
     } else {
         eprintln!(
-            "warning: {} gives one batch only: the target is measured on the samples it was \
-             calibrated on, which flatters it; give --data EVAL or more calibration samples",
+            "warning: {} gives too few samples to hold some out: the target is measured on the \
+             samples it was calibrated on, which flatters it; give --data EVAL or more \
+             calibration samples",
             calib_path.display()
         );
-        let l = calib_labels.clone();
+        calib = all.feeds.clone();
         (
-            calib.clone(),
-            l,
+            all.feeds,
+            all.labels,
             format!(
                 "the calibration samples themselves ({})",
                 calib_path.display()
@@ -396,6 +592,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             steps: Vec::new(),
             samples: evaluation.samples(),
             seconds: Default::default(),
+            stopped_early: 0,
         };
     } else {
         let Some(target) = target else {
@@ -603,12 +800,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
 
 #[cfg(test)]
 mod tests {
-    use super::held_out_batches;
+    use super::held_out_picks;
 
     #[test]
-    fn held_out_batches_are_spread_over_the_file() {
+    fn held_out_samples_are_spread_over_the_file() {
         let pick = |n, f| -> Vec<usize> {
-            held_out_batches(n, f)
+            held_out_picks(n, f)
                 .iter()
                 .enumerate()
                 .filter(|(_, h)| **h)
@@ -622,5 +819,54 @@ mod tests {
         assert_eq!(pick(2, 0.1), vec![1]);
         assert_eq!(pick(2, 0.99), vec![1]);
         assert!(pick(3, 0.99).len() < 3);
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::{split_rows, Loaded};
+    use quantkit_graph::Tensor;
+
+    /// A file ordered by class (8 classes of 32 samples, read in batches of 32: each batch
+    /// one class, as a calibration set listed directory by directory): the held-out quarter
+    /// holds 8 samples of every class, each between calibration samples. The whole-batch
+    /// hold-out this replaces held out batches 3 and 7: two classes, 64 samples of 2
+    /// clusters, which the independent-sample confidence bound counted as 64 independent
+    /// samples.
+    #[test]
+    fn held_out_samples_of_an_ordered_file_cover_every_class() {
+        let feeds = (0..8)
+            .map(|c| {
+                let data: Vec<f32> = (0..32 * 3).map(|i| (c * 1000 + i / 3) as f32).collect();
+                vec![("x".to_string(), Tensor::from_f32(&[32, 3], data))]
+            })
+            .collect();
+        let labels = Some((0..256).map(|i| i / 32).collect());
+        let all = Loaded { feeds, labels };
+        let s = split_rows(&all, "x", 0.25, 32, None).expect("a split");
+        let held = s.held.labels.expect("labels follow the split");
+        assert_eq!(held.len(), 64);
+        for c in 0..8 {
+            assert_eq!(held.iter().filter(|&&l| l == c).count(), 8, "class {c}");
+        }
+        let kept = s.calib.labels.expect("labels follow the split");
+        assert_eq!(kept.len(), 192);
+        // Every 4th sample, and no two held-out samples next to each other in the file.
+        assert_eq!(s.held_samples[..3], [3, 7, 11]);
+        assert!(s.held_samples.windows(2).all(|w| w[1] - w[0] == 4));
+        // Rows travel with their labels, re-batched to 32.
+        assert_eq!(s.held.feeds.len(), 2);
+        let first = s.held.feeds[0][0].1.as_f32().unwrap();
+        assert_eq!(first[..3], [3.0, 3.0, 3.0]); // class 0, sample 3
+        let second = s.held.feeds[1][0].1.as_f32().unwrap();
+        assert_eq!(second[..3], [4003.0, 4003.0, 4003.0]); // class 4, sample 3 of its block
+        assert_eq!(
+            s.calib.feeds.iter().map(|f| f[0].1.shape[0]).sum::<usize>(),
+            192
+        );
+        // A model with a fixed batch of 24: whole batches only (64 → 48, 192 → 192).
+        let s = split_rows(&all, "x", 0.25, 24, Some(24)).expect("a split");
+        assert!(s.held.feeds.iter().all(|f| f[0].1.shape[0] == 24));
+        assert_eq!(s.held_samples.len(), 48);
     }
 }

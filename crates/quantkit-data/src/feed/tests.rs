@@ -378,3 +378,41 @@ fn extracted_copies_are_removed() {
     drop(f);
     assert!(copies.iter().all(|c| !c.exists()));
 }
+
+#[test]
+fn samples_picked_one_by_one_follow_each_inputs_batch_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let audio = f32s(&[5, 4], 0);
+    let state = f32s(&[2, 5, 3], 100);
+    let sr = i64s(&[], vec![16000]);
+    let p = npz(
+        dir.path(),
+        &[("audio", &audio), ("state", &state), ("sr", &sr)],
+    );
+    let mut f = open(&p, &vad_specs()).unwrap();
+    // Samples 1 and 3 (every second, as `quantize --target --held-out 0.5` holds out),
+    // then 4 alone.
+    let runs: Vec<Run> = f
+        .runs_of(vec![vec![1, 3], vec![4]])
+        .unwrap()
+        .collect::<Result<_>>()
+        .unwrap();
+    assert_eq!(runs.iter().map(|r| r.samples).collect::<Vec<_>>(), [2, 1]);
+    let audio_13: Vec<f32> = [4, 5, 6, 7, 12, 13, 14, 15]
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    assert_eq!(runs[0].arrays[0].1.data, NpyData::F32(audio_13));
+    // state[:, [1, 3], :]: rows 1 and 3 of each of the two outer slices.
+    let state_13: Vec<f32> = [103, 104, 105, 109, 110, 111, 118, 119, 120, 124, 125, 126]
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    assert_eq!(runs[0].arrays[1].1.shape, vec![2, 2, 3]);
+    assert_eq!(runs[0].arrays[1].1.data, NpyData::F32(state_13));
+    assert_eq!(runs[0].arrays[2].1, sr);
+    assert_eq!(runs[1].arrays[0].1, f32s(&[1, 4], 16));
+    // A sample beyond the file is an error naming it.
+    let e = f.runs_of(vec![vec![5]]).err().unwrap().to_string();
+    assert!(e.contains("sample 5 of 5"), "{e}");
+}
