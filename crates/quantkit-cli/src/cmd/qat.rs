@@ -829,11 +829,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         for (i, (name, &w)) in loss_names.iter().zip(&weights).enumerate() {
             let probs = qat.softmax_probs_of(i).is_some();
+            let sigmoid = qat.sigmoid_probs_of(i).is_some();
             let kind = match name.as_str() {
-                "auto" if probs || nout == 1 => "kl",
+                "auto" if probs || (nout == 1 && !sigmoid) => "kl",
                 "auto" => "mse",
                 n => n,
             };
+            if kind == "kl" && sigmoid && w != 0.0 {
+                bail!(
+                    "--distill-loss kl on output {i} `{}`: it is a Sigmoid's per-element probabilities \
+                     (a KL over its last axis would be meaningless); use mse or auto",
+                    float.outputs[i].name
+                );
+            }
             let loss = if w == 0.0 {
                 OutputLoss::Ignore
             } else if kind == "kl" && probs {
