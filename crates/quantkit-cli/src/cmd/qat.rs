@@ -1424,7 +1424,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "W{}A{} QAT ({} start), {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
+            "W{}A{} QAT ({} start), {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} argmax rows (samples, or frames of an [N, T, C] output); wrote {}",
             args.weight_bits,
             args.activation_bits,
             args.init,
