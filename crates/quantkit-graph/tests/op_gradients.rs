@@ -707,6 +707,166 @@ fn arithmetic_and_layout_gradients() {
     );
 }
 
+/// The operators a LayerNormalization written out (ReduceMean/Sub/Pow/Sqrt/Div, as
+/// PP-OCR's SVTR head has it), slicing, float casts and Resize in every mode.
+#[test]
+fn transformer_and_resize_gradients() {
+    let mut rng = Lcg(6);
+    check(
+        Node::of(OpKind::Sub, "sub", &["a", "b"], &["y"]),
+        14,
+        vec![
+            Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0)),
+            Some(rng.tensor(&[3, 1], 1.0, &[], 0.0)),
+        ],
+        &[0, 1],
+    );
+    // Sqrt away from 0 (x in [0.5, 1.5]).
+    let x: Vec<f32> = rng
+        .tensor(&[2, 5], 0.5, &[], 0.0)
+        .to_f32_vec()
+        .iter()
+        .map(|v| v + 1.0)
+        .collect();
+    check(
+        Node::of(OpKind::Sqrt, "sqrt", &["x"], &["y"]),
+        13,
+        vec![Some(Tensor::from_f32(&[2, 5], x.clone()))],
+        &[0],
+    );
+    // Pow: the constant square of a LayerNormalization (any sign of the base), and a
+    // positive base with a broadcast, differentiated exponent.
+    check(
+        Node::of(OpKind::Pow, "square", &["x", "e"], &["y"]),
+        15,
+        vec![
+            Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0)),
+            Some(Tensor::from_f32(&[], vec![2.0])),
+        ],
+        &[0],
+    );
+    check(
+        Node::of(OpKind::Pow, "pow", &["x", "e"], &["y"]),
+        15,
+        vec![
+            Some(Tensor::from_f32(&[2, 5], x)),
+            Some(rng.tensor(&[5], 1.5, &[], 0.0)),
+        ],
+        &[0, 1],
+    );
+    // ReduceMean over the last axis (attribute, opset 13), over two axes without keepdims,
+    // and with the axes as an input (opset 18).
+    check(
+        Node::of(OpKind::ReduceMean, "mean_last", &["x"], &["y"]).with_attr("axes", ints(&[-1])),
+        13,
+        vec![Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0))],
+        &[0],
+    );
+    check(
+        Node::of(OpKind::ReduceMean, "mean_02", &["x"], &["y"])
+            .with_attr("axes", ints(&[0, 2]))
+            .with_attr("keepdims", AttrValue::Int(0)),
+        13,
+        vec![Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0))],
+        &[0],
+    );
+    check(
+        Node::of(OpKind::ReduceMean, "mean_in", &["x", "axes"], &["y"]),
+        18,
+        vec![
+            Some(rng.tensor(&[2, 3, 4], 1.0, &[], 0.0)),
+            Some(Tensor::from_i64(&[1], vec![1])),
+        ],
+        &[0],
+    );
+    // Slice: a strided slice on one axis and a reversed one on another.
+    check(
+        Node::of(OpKind::Slice, "slice", &["x", "s", "e", "a", "st"], &["y"]),
+        13,
+        vec![
+            Some(rng.tensor(&[3, 4, 5], 1.0, &[], 0.0)),
+            Some(Tensor::from_i64(&[2], vec![1, -1])),
+            Some(Tensor::from_i64(&[2], vec![5, 0])),
+            Some(Tensor::from_i64(&[2], vec![2, 1])),
+            Some(Tensor::from_i64(&[2], vec![2, -2])),
+        ],
+        &[0],
+    );
+    check(
+        Node::of(OpKind::Cast, "cast", &["x"], &["y"]).with_attr("to", AttrValue::Int(1)),
+        13,
+        vec![Some(rng.tensor(&[3, 2], 1.0, &[], 0.0))],
+        &[0],
+    );
+    // Resize: PP-OCR det's nearest ×2 (asymmetric, floor), bilinear up (half-pixel),
+    // bilinear down, cubic, each through its scales input.
+    let resize = |name: &str, attrs: &[(&str, &str)]| {
+        let mut n = Node::of(OpKind::Resize, name, &["x", "roi", "scales"], &["y"]);
+        for (k, v) in attrs {
+            n = n.with_attr(k, AttrValue::String(v.as_bytes().to_vec()));
+        }
+        n
+    };
+    for (name, attrs, scales) in [
+        (
+            "nearest",
+            vec![
+                ("mode", "nearest"),
+                ("coordinate_transformation_mode", "asymmetric"),
+                ("nearest_mode", "floor"),
+            ],
+            vec![1.0, 1.0, 2.0, 2.0],
+        ),
+        (
+            "linear_up",
+            vec![("mode", "linear")],
+            vec![1.0, 1.0, 2.0, 1.5],
+        ),
+        (
+            "linear_down",
+            vec![("mode", "linear")],
+            vec![1.0, 1.0, 0.5, 0.75],
+        ),
+        ("cubic", vec![("mode", "cubic")], vec![1.0, 1.0, 1.5, 2.0]),
+    ] {
+        check(
+            resize(name, &attrs),
+            13,
+            vec![
+                Some(rng.tensor(&[1, 2, 4, 4], 1.0, &[], 0.0)),
+                Some(Tensor::from_f32(&[0], vec![])),
+                Some(Tensor::from_f32(&[4], scales)),
+            ],
+            &[0],
+        );
+    }
+}
+
+/// A `Cast` to an integer type has no gradient: asking for one is an error, not zeros.
+#[test]
+fn cast_to_integer_has_no_gradient() {
+    let node = Node::of(OpKind::Cast, "to_int", &["x"], &["y"]).with_attr("to", AttrValue::Int(7));
+    let x = Tensor::from_f32(&[2], vec![1.0, 2.0]);
+    let ctx = OpCtx {
+        node: &node,
+        opset: 13,
+    };
+    let y = (OpKind::Cast.def().eval)(&ctx, &[Some(&x)])
+        .unwrap()
+        .remove(0);
+    let err = (OpKind::Cast.def().backward.unwrap())(
+        &ctx,
+        &GradIn {
+            inputs: &[Some(&x)],
+            output: &y,
+            grad: &[1.0, 1.0],
+            needs: &[true],
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("Cast from"), "{err}");
+}
+
 /// The operators the tests above check; a gradient registered for any other operator
 /// fails here until it gets a case.
 #[test]
@@ -737,6 +897,13 @@ fn every_registered_gradient_is_tested() {
         OpKind::Squeeze,
         OpKind::Unsqueeze,
         OpKind::Transpose,
+        OpKind::Sub,
+        OpKind::Sqrt,
+        OpKind::Pow,
+        OpKind::ReduceMean,
+        OpKind::Slice,
+        OpKind::Cast,
+        OpKind::Resize,
     ]
     .into_iter()
     .collect();

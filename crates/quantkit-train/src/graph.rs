@@ -515,7 +515,7 @@ impl GraphNet {
                     Some(resolve(&mut net, &mut slot, graph, &role, v)?)
                 });
             }
-            let ng = ins.iter().flatten().any(|&s| net.needs_grad[s]);
+            let ng = ins.iter().flatten().any(|&s| net.needs_grad[s]) && differentiable(n);
             let outs: Vec<usize> = n
                 .outputs
                 .iter()
@@ -1160,4 +1160,43 @@ pub fn train_step(
     drop(v);
     opt.step(&mut net.params, lr);
     Ok((l, out))
+}
+
+/// Whether a node's output 0 can carry a gradient at all: not when it is an integer or
+/// boolean value computed from the data (a `Shape`, a comparison, an `ArgMax`, a `Cast` to
+/// an integer type...). Such outputs feed shape arithmetic (`Shape → Cast → Slice →
+/// Concat → Reshape`, as exporters write a dynamic reshape), not the loss, so the path
+/// from a parameter stops there instead of asking those operators for a gradient.
+fn differentiable(n: &Node) -> bool {
+    use quantkit_graph::ops::OpKind as K;
+    match n.kind() {
+        Some(
+            K::Shape
+            | K::Size
+            | K::ArgMax
+            | K::ArgMin
+            | K::Equal
+            | K::Less
+            | K::LessOrEqual
+            | K::Greater
+            | K::GreaterOrEqual
+            | K::Not
+            | K::And
+            | K::Or
+            | K::Xor
+            | K::IsNaN
+            | K::IsInf
+            | K::NonZero
+            | K::ConstantOfShape
+            | K::Range
+            | K::EyeLike,
+        ) => false,
+        Some(K::Cast) => n
+            .attr_int("to", 1)
+            .ok()
+            .and_then(|t| i32::try_from(t).ok())
+            .and_then(quantkit_graph::DType::from_onnx)
+            .is_some_and(|d| d.is_float()),
+        _ => true,
+    }
 }

@@ -73,6 +73,13 @@ pub struct Adam {
     pub weight_decay: f32,
     /// AdamW (decoupled) rather than L2-in-the-gradient decay.
     pub decoupled: bool,
+    /// Largest step of a weight tensor (a parameter with `decay`) relative to its RMS:
+    /// its update is scaled by `min(1, r·rms(W)/lr)` (0 = no limit). Adam moves every
+    /// element by about `lr` whatever its size, so a layer whose weights are far smaller
+    /// than `lr` (PP-OCRv4 det's head after BN folding: RMS 3·10⁻⁵) is rewritten in a few
+    /// steps; the limit bounds each step to `r` of the tensor's own size instead, and
+    /// leaves tensors with `rms(W) ≥ lr/r` alone.
+    pub max_step_ratio: f32,
     t: i32,
     m: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
@@ -87,6 +94,7 @@ impl Adam {
             eps: 1e-8,
             weight_decay,
             decoupled: true,
+            max_step_ratio: 0.0,
             t: 0,
             m: Vec::new(),
             v: Vec::new(),
@@ -108,6 +116,15 @@ impl Optimizer for Adam {
                 continue;
             }
             let wd = if p.decay { self.weight_decay } else { 0.0 };
+            let lr = if p.decay && self.max_step_ratio > 0.0 && lr > 0.0 {
+                let d = p.value.data();
+                let rms = (d.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>()
+                    / d.len().max(1) as f64)
+                    .sqrt() as f32;
+                lr * (self.max_step_ratio * rms / lr).min(1.0)
+            } else {
+                lr
+            };
             let (w, g) = (p.value.data_mut(), p.grad.data());
             for (((w, g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                 let g = if self.decoupled { *g } else { g + wd * *w };
@@ -156,6 +173,52 @@ mod tests {
     fn optimizers_minimise_a_quadratic() {
         assert!((converges(&mut Sgd::new(0.9, 0.0), 0.05, 300) - 3.0).abs() < 1e-3);
         assert!((converges(&mut Adam::new(0.0), 0.1, 500) - 3.0).abs() < 1e-2);
+    }
+
+    /// The step limit scales a small weight tensor's update to `r·rms(W)` and leaves a
+    /// large one's at `lr`; biases (no `decay`) are never limited.
+    #[test]
+    fn adam_step_limit_is_relative_to_the_weights() {
+        let mut ps = ParamStore::new();
+        let small = ps.add(
+            "small",
+            Tensor::new(&[2], vec![1e-5, -1e-5]).unwrap(),
+            true,
+            true,
+        );
+        let large = ps.add(
+            "large",
+            Tensor::new(&[2], vec![0.5, -0.5]).unwrap(),
+            true,
+            true,
+        );
+        let bias = ps.add(
+            "bias",
+            Tensor::new(&[2], vec![1e-5, -1e-5]).unwrap(),
+            true,
+            false,
+        );
+        for id in [small, large, bias] {
+            ps.get_mut(id).grad.data_mut().fill(1.0);
+        }
+        let mut opt = Adam::new(0.0);
+        opt.max_step_ratio = 0.01;
+        opt.step(&mut ps, 1e-3);
+        // Adam's first step is lr·sign(g) (up to eps).
+        let moved = |id: usize, v: f32| (ps.get(id).value.data()[0] - v).abs();
+        assert!(
+            (moved(small, 1e-5) - 1e-7).abs() < 1e-9,
+            "{}",
+            moved(small, 1e-5)
+        );
+        assert!((moved(large, 0.5) - 1e-3).abs() < 1e-6);
+        assert!((moved(bias, 1e-5) - 1e-3).abs() < 1e-6);
+        let mut off = Adam::new(0.0);
+        let mut ps2 = ParamStore::new();
+        let id = ps2.add("small", Tensor::new(&[1], vec![1e-5]).unwrap(), true, true);
+        ps2.get_mut(id).grad.data_mut()[0] = 1.0;
+        off.step(&mut ps2, 1e-3);
+        assert!((ps2.get(id).value.data()[0] - (1e-5 - 1e-3)).abs() < 1e-7);
     }
 
     #[test]

@@ -1031,6 +1031,26 @@ impl Qat {
         Ok(())
     }
 
+    /// When graph output `i` is a Sigmoid's or HardSigmoid's output (directly or through
+    /// its fake-quant pair) — per-element probabilities such as a text detector's
+    /// probability map — the name of that node's output. A KL over the last axis would
+    /// treat such a map as one distribution per row, so distillation uses the normalised
+    /// MSE on it.
+    pub fn sigmoid_probs_of(&self, i: usize) -> Option<String> {
+        let g = &self.template;
+        let mut v = g.outputs.get(i)?.name.clone();
+        let p = &g.nodes[g.producer(&v)?];
+        if p.is(OpKind::DequantizeLinear) {
+            let q = &g.nodes[g.producer(&p.inputs[0])?];
+            if !q.is(OpKind::QuantizeLinear) {
+                return None;
+            }
+            v = q.inputs[0].clone();
+        }
+        let n = &g.nodes[g.producer(&v)?];
+        (n.is(OpKind::Sigmoid) || n.is(OpKind::HardSigmoid)).then_some(v)
+    }
+
     /// When graph output `i` is the probabilities of a Softmax over its last axis (read
     /// directly or through the output's fake-quant pair), the name of the Softmax's own
     /// output in the training graph: the probabilities before output quantization, which a

@@ -81,6 +81,14 @@ pub struct Args {
     /// distillation: SGD at `1e-4` as good as Adam at `3e-5`; docs/qat.md, "The schedule").
     #[arg(long, default_value = "adam", value_parser = ["adam", "sgd"])]
     optimizer: String,
+    /// With `adam`: no step moves a conv/linear weight tensor by more than this fraction of
+    /// its RMS (its update is scaled by `min(1, R·rms(W)/lr)`; 0 = no limit). Adam moves
+    /// every weight by about the learning rate whatever its size, which rewrites layers
+    /// whose weights are far below it in a few steps (PP-OCRv4 det's head, weights of
+    /// RMS 3·10⁻⁵ after BN folding, collapsed at `--lr 1e-5` without it). Binds only where
+    /// `rms(W) < lr/R`; the tensors it binds on are listed at the start (docs/qat.md)
+    #[arg(long, default_value_t = 0.01)]
+    max_weight_step: f32,
     /// Weight decay of the conv/linear weights (AdamW's decoupled decay with `adam`, L2 in
     /// the gradient with `sgd`); biases, scales and BatchNormalization are never decayed.
     #[arg(long, default_value_t = 0.0)]
@@ -574,6 +582,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.weight_decay
     );
     anyhow::ensure!(
+        args.max_weight_step.is_finite() && args.max_weight_step >= 0.0,
+        "--max-weight-step must be a non-negative number, got {}",
+        args.max_weight_step
+    );
+    anyhow::ensure!(
         args.batch > 0 && args.epochs > 0,
         "--batch and --epochs must be positive"
     );
@@ -829,11 +842,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         for (i, (name, &w)) in loss_names.iter().zip(&weights).enumerate() {
             let probs = qat.softmax_probs_of(i).is_some();
+            let sigmoid = qat.sigmoid_probs_of(i).is_some();
             let kind = match name.as_str() {
-                "auto" if probs || nout == 1 => "kl",
+                "auto" if probs || (nout == 1 && !sigmoid) => "kl",
                 "auto" => "mse",
                 n => n,
             };
+            if kind == "kl" && sigmoid && w != 0.0 {
+                bail!(
+                    "--distill-loss kl on output {i} `{}`: it is a Sigmoid's per-element probabilities \
+                     (a KL over its last axis would be meaningless); use mse or auto",
+                    float.outputs[i].name
+                );
+            }
             let loss = if w == 0.0 {
                 OutputLoss::Ignore
             } else if kind == "kl" && probs {
@@ -910,7 +931,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut opt: Box<dyn Optimizer> = if args.optimizer == "sgd" {
         Box::new(Sgd::new(0.9, args.weight_decay))
     } else {
-        Box::new(Adam::new(args.weight_decay))
+        let mut adam = Adam::new(args.weight_decay);
+        adam.max_step_ratio = args.max_weight_step;
+        if args.max_weight_step > 0.0 && !args.json {
+            let bound = args.lr / args.max_weight_step;
+            let small: Vec<String> = qat
+                .net
+                .params
+                .iter()
+                .filter(|p| p.trainable && p.decay)
+                .filter_map(|p| {
+                    let d = p.value.data();
+                    let rms = (d.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>()
+                        / d.len().max(1) as f64)
+                        .sqrt();
+                    (rms < f64::from(bound)).then(|| format!("{} ({rms:.1e})", p.name))
+                })
+                .collect();
+            if !small.is_empty() {
+                eprintln!(
+                    "--max-weight-step {}: steps limited on {} weight tensors with RMS below lr/R = {bound:.1e}: {}",
+                    args.max_weight_step,
+                    small.len(),
+                    small.join(", ")
+                );
+            }
+        }
+        Box::new(adam)
     };
     // Per output (appended columns): its distillation loss and the engine's cosine with
     // the float output on the evaluation data.
@@ -1341,6 +1388,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "activation_bits": args.activation_bits,
                 "init": args.init,
                 "optimizer": args.optimizer,
+                "max_weight_step": args.max_weight_step,
                 "weight_decay": args.weight_decay,
                 "first_last_8bit": args.first_last_8bit,
                 "freeze_bn_epoch": args.freeze_bn_epoch,
@@ -1376,7 +1424,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "W{}A{} QAT ({} start), {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} images; wrote {}",
+            "W{}A{} QAT ({} start), {} epochs in {:.1} s: {metric} float {:.2}%, PTQ (engine) {:.2}%, QAT fake-quant (exact mode) {:.2}%, QAT engine {:.2}%; engine = fake-quant top-1 on {:.2}% of {} argmax rows (samples, or frames of an [N, T, C] output); wrote {}",
             args.weight_bits,
             args.activation_bits,
             args.init,

@@ -46,8 +46,28 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(target(ctx.node).ok()?, x.1.clone())])
 }
 
+/// Gradient of a cast between float types: `g`, as f32 in the input's shape. A cast to
+/// an integer or boolean type has no gradient (its output is piecewise constant); a caller
+/// that asks for one gets an error.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        let x = input(gi.inputs, 0)?;
+        let to = target(ctx.node)?;
+        if !(to.is_float() && x.dtype.is_float()) {
+            return Err(OpError::Unsupported(format!(
+                "the gradient of a Cast from {} to {to}",
+                x.dtype
+            )));
+        }
+        out[0] = Some(super::grad::tensor(&x.shape, gi.grad.to_vec())?);
+    }
+    Ok(out)
+}
+
 /// `Cast` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Cast", 1, eval)
+    .backward(backward)
     .infer(infer)
     .facts(super::Facts::ELEMENTWISE)
     .narrow_types();

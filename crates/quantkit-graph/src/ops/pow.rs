@@ -44,7 +44,51 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
     Some(vec![(a.0, crate::tensor::broadcast_shapes(&a.1, &b.1)?)])
 }
 
+/// Gradient (float base and exponent): `∂x = g · e · x^(e−1)`, `∂e = g · y · ln x`
+/// (`y = x^e`; 0 where `y = 0`), each summed over the axes it was broadcast along. The
+/// exponent of a LayerNormalization written out (`Pow(x − μ, 2)`) is a constant and gets
+/// no gradient.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    use super::grad::{broadcast_to, f32s, tensor, unbroadcast};
+    let _ = ctx;
+    let out_shape = &gi.output.shape;
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    let xs = &input(gi.inputs, 0)?.shape;
+    let es = &input(gi.inputs, 1)?.shape;
+    let x = broadcast_to(&f32s(gi.inputs, 0)?, xs, out_shape);
+    let e = broadcast_to(&f32s(gi.inputs, 1)?, es, out_shape);
+    if gi.need(0) {
+        let d: Vec<f32> = gi
+            .grad
+            .iter()
+            .zip(x.iter().zip(&e))
+            .map(|(g, (&x, &e))| {
+                if e == 0.0 {
+                    0.0
+                } else if e == 2.0 {
+                    g * 2.0 * x
+                } else {
+                    g * e * x.powf(e - 1.0)
+                }
+            })
+            .collect();
+        out[0] = Some(tensor(xs, unbroadcast(&d, out_shape, xs))?);
+    }
+    if gi.need(1) {
+        let y = gi.output.to_f32_vec();
+        let d: Vec<f32> = gi
+            .grad
+            .iter()
+            .zip(y.iter().zip(&x))
+            .map(|(g, (&y, &x))| if y == 0.0 { 0.0 } else { g * y * x.ln() })
+            .collect();
+        out[1] = Some(tensor(es, unbroadcast(&d, out_shape, es))?);
+    }
+    Ok(out)
+}
+
 /// `Pow` in the operator registry.
 pub const DEF: super::OpDef = super::OpDef::onnx("Pow", 1, eval)
+    .backward(backward)
     .infer(infer)
     .facts(super::Facts::ELEMENTWISE);

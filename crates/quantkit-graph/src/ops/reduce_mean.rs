@@ -140,5 +140,51 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
     reduce(ctx, inputs, 18, 0.0, |s, v| s + v, |s, n| s / n as f64)
 }
 
+/// Gradient: each input element gets `g / count` of the output element it was averaged
+/// into (`count` = elements per reduced block); the no-op case passes `g` through.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if !gi.need(0) {
+        return Ok(out);
+    }
+    let x = input(gi.inputs, 0)?;
+    let r = x.rank();
+    let axes = axes_of(ctx, opt_input(gi.inputs, 1), 18)?;
+    let n = x.len();
+    if gi.grad.len() != gi.output.len() {
+        return Err(OpError::shape(
+            format!("a gradient of {} elements", gi.output.len()),
+            gi.grad.len(),
+        ));
+    }
+    let Some(reduce) = reduced_axes(ctx, axes, r)? else {
+        out[0] = Some(super::grad::tensor(&x.shape, gi.grad.to_vec())?);
+        return Ok(out);
+    };
+    let out_full: Vec<usize> = (0..r)
+        .map(|a| if reduce[a] { 1 } else { x.shape[a] })
+        .collect();
+    let ost = strides(&out_full);
+    let count: usize = (0..r).filter(|&a| reduce[a]).map(|a| x.shape[a]).product();
+    let inv = 1.0 / count.max(1) as f32;
+    let mut d = Vec::with_capacity(n);
+    let mut counter = vec![0usize; r];
+    for _ in 0..n {
+        let o: usize = (0..r)
+            .map(|a| if reduce[a] { 0 } else { counter[a] * ost[a] })
+            .sum();
+        d.push(gi.grad[o] * inv);
+        for a in (0..r).rev() {
+            counter[a] += 1;
+            if counter[a] < x.shape[a] {
+                break;
+            }
+            counter[a] = 0;
+        }
+    }
+    out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    Ok(out)
+}
+
 /// `ReduceMean` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("ReduceMean", 1, eval);
+pub const DEF: super::OpDef = super::OpDef::onnx("ReduceMean", 1, eval).backward(backward);

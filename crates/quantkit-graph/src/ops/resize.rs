@@ -516,6 +516,77 @@ fn target(
 /// Evaluates `Resize`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
+    let (spec, out, scales, roi) = plan(ctx, inputs)?;
+    Ok(vec![resize(x, &out, &scales, &roi, &spec)?])
+}
+
+/// Gradient of the data input. Every mode is linear in `x` for fixed sizes (an output is
+/// `Σ w·x` over its taps, or the extrapolation value, which does not depend on `x`), so the
+/// gradient is the transposed map: the axes are undone in the reverse of the forward's
+/// order, each output's `g` spread back onto its taps with the same weights. Scales,
+/// sizes and roi get none.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let mut res: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if !gi.need(0) {
+        return Ok(res);
+    }
+    let x = input(gi.inputs, 0)?;
+    let (spec, out, scales, roi) = plan(ctx, gi.inputs)?;
+    let r = x.rank();
+    let identity =
+        |ax: usize| out[ax] == x.shape[ax] && scales[ax] == 1.0 && roi[ax] == (0.0, 1.0);
+    let mut order: Vec<usize> = (0..r).filter(|&ax| !identity(ax)).collect();
+    order.sort_by_key(|&ax| out[ax] > x.shape[ax]);
+    // The shape in front of each forward step.
+    let mut shapes = vec![x.shape.clone()];
+    for &ax in &order {
+        let mut s = shapes.last().expect("not empty").clone();
+        s[ax] = out[ax];
+        shapes.push(s);
+    }
+    let last: usize = shapes.last().expect("not empty").iter().product();
+    if gi.grad.len() != last {
+        return Err(OpError::shape(
+            format!("a gradient of {last} elements"),
+            gi.grad.len(),
+        ));
+    }
+    let mut g: Vec<f64> = gi.grad.iter().map(|&v| v as f64).collect();
+    for (k, &ax) in order.iter().enumerate().rev() {
+        let shape = &shapes[k];
+        let t = axis_taps(&spec, shape[ax], out[ax], scales[ax], roi[ax])?;
+        let outer: usize = shape[..ax].iter().product();
+        let inner: usize = shape[ax + 1..].iter().product();
+        let mut prev = vec![0f64; checked_count(shape)?];
+        for o in 0..outer {
+            for j in 0..out[ax] {
+                if t.fill[j].is_some() {
+                    continue;
+                }
+                let src = &g[(o * out[ax] + j) * inner..][..inner];
+                for &(i, w) in &t.taps[t.offs[j]..t.offs[j + 1]] {
+                    let dst = &mut prev[(o * shape[ax] + i) * inner..][..inner];
+                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += w * s);
+                }
+            }
+        }
+        g = prev;
+    }
+    res[0] = Some(super::grad::tensor(
+        &x.shape,
+        g.into_iter().map(|v| v as f32).collect(),
+    )?);
+    Ok(res)
+}
+
+/// What `eval` and `backward` both need: the mode, the output sizes, the scales and the
+/// roi per axis.
+#[allow(clippy::type_complexity)]
+fn plan(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+) -> Result<(Spec, Vec<usize>, Vec<f64>, Vec<(f64, f64)>), OpError> {
+    let x = input(inputs, 0)?;
     let spec = parse_spec(ctx)?;
     let r = x.rank();
     let (roi_in, scales_in, sizes_in) = if ctx.opset < 11 {
@@ -540,7 +611,7 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             roi[a] = (v[i], v[k + i]);
         }
     }
-    Ok(vec![resize(x, &out, &scales, &roi, &spec)?])
+    Ok((spec, out, scales, roi))
 }
 
 /// Output type and shape when the scales or sizes are constants.
@@ -561,7 +632,9 @@ pub fn infer(ctx: &OpCtx, inp: &super::InferIn) -> Option<Vec<super::Info>> {
 }
 
 /// `Resize` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Resize", 10, eval).infer(infer);
+pub const DEF: super::OpDef = super::OpDef::onnx("Resize", 10, eval)
+    .backward(backward)
+    .infer(infer);
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,39 @@ use crate::tensor::{strides, Tensor};
 /// Evaluates `Slice`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     let x = input(inputs, 0)?;
+    let (count, idx) = gather_index(ctx, inputs)?;
+    make(x.dtype, count, x.data.gather(&idx)).map(|t| vec![t])
+}
+
+/// Gradient of the data input: each output element's `g` added to the input element it
+/// was read from (the rest 0); starts, ends, axes and steps get none.
+pub fn backward(ctx: &OpCtx, gi: &super::grad::GradIn) -> Result<Vec<Option<Tensor>>, OpError> {
+    let mut out: Vec<Option<Tensor>> = vec![None; gi.inputs.len()];
+    if gi.need(0) {
+        let x = input(gi.inputs, 0)?;
+        let (_, idx) = gather_index(ctx, gi.inputs)?;
+        if idx.len() != gi.grad.len() {
+            return Err(OpError::shape(
+                format!("a gradient of {} elements", idx.len()),
+                gi.grad.len(),
+            ));
+        }
+        let mut d = vec![0f32; x.len()];
+        for (&i, g) in idx.iter().zip(gi.grad) {
+            d[i] += g;
+        }
+        out[0] = Some(super::grad::tensor(&x.shape, d)?);
+    }
+    Ok(out)
+}
+
+/// The output shape of a `Slice` and, per output element, the flat index of the input
+/// element it copies.
+fn gather_index(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+) -> Result<(Vec<usize>, Vec<usize>), OpError> {
+    let x = input(inputs, 0)?;
     let r = x.rank();
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
         let s = ctx
@@ -86,11 +119,13 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
             counter[ax] = 0;
         }
     }
-    make(x.dtype, count, x.data.gather(&idx)).map(|t| vec![t])
+    Ok((count, idx))
 }
 
 /// `Slice` in the operator registry.
-pub const DEF: super::OpDef = super::OpDef::onnx("Slice", 1, eval).facts(super::Facts {
+pub const DEF: super::OpDef = super::OpDef::onnx("Slice", 1, eval)
+    .backward(backward)
+    .facts(super::Facts {
     moves_values: true,
     monotone: true,
     ..super::Facts::NONE
