@@ -147,7 +147,9 @@ pub struct Args {
     /// than 268 samples cannot show 0.99 and are refused). The bound assumes independent
     /// samples: the held-out samples are interleaved through the file for that reason;
     /// near-duplicates inside the file still make it optimistic (give --data from another
-    /// source then). 0: judge the share measured.
+    /// source then). An output with several rows per sample ([N, T, C]: the frames of a
+    /// text line) is judged with the samples as clusters: the bound's sample count lies
+    /// between the inputs and the rows (docs/analysis.md). 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
     /// Evaluation samples for --target.

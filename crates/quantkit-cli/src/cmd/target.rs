@@ -347,6 +347,16 @@ fn fmt_metric(m: &Measured, confidence: Option<f64>) -> String {
     let mut s = Vec::new();
     if let Some(a) = m.agreement {
         s.push(match (m.agreement_lower_bound, confidence) {
+            (Some(b), Some(c)) if m.agreement_effective_samples < m.agreement_samples as f64 => {
+                format!(
+                    "top-1 agreement {:.2}% ({:.2}% at {:.0}% confidence, {} rows counted as {:.0} independent samples)",
+                    100.0 * a,
+                    100.0 * b,
+                    100.0 * c,
+                    m.agreement_samples,
+                    m.agreement_effective_samples
+                )
+            }
             (Some(b), Some(c)) => format!(
                 "top-1 agreement {:.2}% ({:.2}% at {:.0}% confidence, {} samples)",
                 100.0 * a,
