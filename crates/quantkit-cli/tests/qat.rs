@@ -10,25 +10,19 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, quantkit, repo};
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("quantkit-qat-{}-{name}", std::process::id()))
+    common::tmp("qat", name)
 }
 
 fn qat(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("qat")
-        .arg(repo().join("models/lenet.onnx"))
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    captured(
+        quantkit()
+            .arg("qat")
+            .arg(repo().join("models/lenet.onnx"))
+            .args(args),
     )
 }
 

@@ -5,27 +5,20 @@
 //! nothing.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, quantkit, repo};
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("quantkit-qat-mse-{}-{name}", std::process::id()))
+    common::tmp("qat-mse", name)
 }
 
 fn qat(model: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("qat")
-        .arg(repo().join("models").join(model))
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    captured(
+        quantkit()
+            .arg("qat")
+            .arg(repo().join("models").join(model))
+            .args(args),
     )
 }
 

@@ -4,29 +4,22 @@
 //! values are clear errors that write nothing.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, quantkit, repo};
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("quantkit-qatopt-{}-{name}", std::process::id()))
+    common::tmp("qatopt", name)
 }
 
 fn qat(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("qat")
-        .arg(repo().join("models/lenet.onnx"))
-        .arg("--data")
-        .arg(repo().join("data/fashion-mnist-sample"))
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    captured(
+        quantkit()
+            .arg("qat")
+            .arg(repo().join("models/lenet.onnx"))
+            .arg("--data")
+            .arg(repo().join("data/fashion-mnist-sample"))
+            .args(args),
     )
 }
 

@@ -4,21 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, quantkit, repo};
 
 fn quantize(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("quantize")
-        .arg(repo().join("models/lenet.onnx"))
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    captured(
+        quantkit()
+            .arg("quantize")
+            .arg(repo().join("models/lenet.onnx"))
+            .args(args),
     )
 }
 

@@ -3,28 +3,16 @@
 
 use quantkit_data::npy::{read_npy, write_npy, NpyArray, NpyData};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, repo};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("quantkit-run-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::tmp_in("run-test", name)
 }
 
 fn quantkit(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    captured(common::quantkit().args(args))
 }
 
 fn f32s(path: &Path) -> (Vec<usize>, Vec<f32>) {

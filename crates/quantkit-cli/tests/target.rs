@@ -6,30 +6,22 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+mod common;
+use common::{captured, quantkit, repo};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("quantkit-cli-target-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::tmp_in("cli-target", name)
 }
 
 fn quantize(args: &[&str]) -> (bool, String, String) {
     let calib = repo().join("data/fashion-mnist-sample");
-    let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
-        .arg("quantize")
-        .arg(repo().join("models/lenet.onnx"))
-        .args(["--calib", calib.to_str().unwrap(), "--calib-samples", "256"])
-        .args(["--batch-size", "32", "--budget", "5"])
-        .args(args)
-        .output()
-        .expect("run quantkit");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    captured(
+        quantkit()
+            .arg("quantize")
+            .arg(repo().join("models/lenet.onnx"))
+            .args(["--calib", calib.to_str().unwrap(), "--calib-samples", "256"])
+            .args(["--batch-size", "32", "--budget", "5"])
+            .args(args),
     )
 }
 
