@@ -75,6 +75,7 @@ fn short_w4a8_run_writes_the_model_and_json() {
     }
     assert!(v["engine_value"].as_f64().unwrap() > 0.7, "{stdout}");
     assert_eq!(v["init"].as_str(), Some("minmax"), "{stdout}");
+    assert!(v["below_ptq"].is_boolean(), "{stdout}");
     // Exact mode: the reported fake-quant evaluation is the engine's numbers.
     assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
     let step = v["output_step"]
@@ -99,6 +100,50 @@ fn short_w4a8_run_writes_the_model_and_json() {
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&plot);
+}
+
+/// A run that destroys the model (plain Adam at a learning rate of 0.5 moves every weight
+/// by about 0.5 per step) ends far below its PTQ start, and the summary says so plainly; an
+/// ordinary run reports the key too (the W4A8 run above).
+#[test]
+fn a_run_ending_below_its_ptq_start_is_said_plainly() {
+    let out = tmp("below.onnx");
+    let args = |json: bool| {
+        let mut a = vec![
+            "--data".to_string(),
+            sample(),
+            "--batch".into(),
+            "32".into(),
+            "--limit".into(),
+            "128".into(),
+            "--eval-limit".into(),
+            "200".into(),
+            "--lr".into(),
+            "0.5".into(),
+            "--max-weight-step".into(),
+            "0".into(),
+            "-o".into(),
+            out.to_str().unwrap().to_string(),
+        ];
+        if json {
+            a.push("--json".into());
+        }
+        a
+    };
+    let text = args(false);
+    let (ok, _, err) = qat(&text.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(err.contains("ends below its PTQ start"), "{err}");
+    let json = args(true);
+    let (ok, stdout, err) = qat(&json.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(v["below_ptq"].as_bool(), Some(true), "{stdout}");
+    assert!(
+        v["engine_value"].as_f64().unwrap() < v["ptq_value"].as_f64().unwrap(),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(&out);
 }
 
 #[test]

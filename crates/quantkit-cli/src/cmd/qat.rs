@@ -1360,6 +1360,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })
         })
         .collect();
+    // QAT that ends worse than where it started on the evaluation data (too few training
+    // samples for the learning rate, as PP-OCRv4's recogniser on 64 lines): said plainly,
+    // since the summary's columns are easy to misread. Not acted on (choosing by the
+    // evaluation data would make it a training set): `--validation N --keep-best` chooses
+    // by a split of the training data.
+    let below_ptq = if recon {
+        ev.engine > ptq_value
+    } else {
+        ev.engine < ptq_value
+    };
+    if below_ptq && !args.json {
+        eprintln!(
+            "note: the QAT model ends below its PTQ start on the evaluation data ({} {} against {}): \
+             the training data may be too few for --lr/--epochs; `--validation N --keep-best` keeps \
+             the best epoch by a split of the training data, or keep the PTQ model",
+            if recon { "reconstruction MSE" } else { "top-1" },
+            if recon { format!("{:.6}", ev.engine) } else { format!("{:.2}%", ev.engine * 100.0) },
+            if recon { format!("{ptq_value:.6}") } else { format!("{:.2}%", ptq_value * 100.0) },
+        );
+    }
     if args.json {
         println!(
             "{}",
@@ -1369,6 +1389,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "ptq_value": ptq_value,
                 "qat_value": ev.fake,
                 "engine_value": ev.engine,
+                "below_ptq": below_ptq,
                 "engine_agreement": ev.agreement,
                 "engine_max_logit_diff": ev.max_logit_diff,
                 "output_step": output_step(&exported, po),
