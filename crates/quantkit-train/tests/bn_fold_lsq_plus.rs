@@ -5,7 +5,6 @@
 //! run on the integer engine, which exact mode must equal on every held-out image.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use quantkit_graph::ops::OpKind;
 use quantkit_graph::{AttrValue, DType, Graph, Node, Tensor as GTensor, ValueInfo};
@@ -14,23 +13,8 @@ use quantkit_train::losses::LossKind;
 use quantkit_train::optim::Adam;
 use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatOptions};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next() * scale).collect()
-    }
-}
+mod common;
+use common::{root, Lcg};
 
 /// LSQ+: the zero-point gradient is `−s·g` summed over the clipped elements (in code units,
 /// times LSQ's gradient scale), checked against central differences of the fake-quant

@@ -7,21 +7,10 @@
 
 use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, OpKind, Tensor as GTensor, ValueInfo};
 use quantkit_train::optim::Adam;
-use quantkit_train::qat::{OutputLoss, OutputTerm, Qat, QatOptions};
+use quantkit_train::qat::{OutputLoss, OutputTerm, Qat};
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next() * scale).collect()
-    }
-}
+mod common;
+use common::Lcg;
 
 const IN: usize = 6;
 const HID: usize = 16;
@@ -73,46 +62,7 @@ fn data(n: usize) -> Vec<f32> {
 
 /// The student: the teacher's weights plus noise, PTQ-quantized at W4A8 on `x`.
 fn student(teacher: &Graph, x: &[f32], n: usize) -> Qat {
-    let mut float = teacher.clone();
-    let mut rng = Lcg(7);
-    for name in ["w1", "w2", "w3"] {
-        let t = float.initializers.get_mut(name).unwrap();
-        let v: Vec<f32> = t
-            .to_f32_vec()
-            .iter()
-            .map(|w| w + 0.5 * rng.next() * w.abs().max(0.05))
-            .collect();
-        *t = GTensor::from_f32(&t.shape.clone(), v);
-    }
-    // One folder per call: the tests of this file run in parallel threads.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("quantkit-distill-{}-{k}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("x.npy");
-    let arr = quantkit_data::npy::NpyArray::new(
-        vec![n, IN],
-        quantkit_data::npy::NpyData::F32(x.to_vec()),
-    )
-    .unwrap();
-    quantkit_data::npy::write_npy(&path, &arr).unwrap();
-    let mut calib =
-        quantkit_data::open_data(&path, &quantkit_data::OpenOptions::default()).unwrap();
-    let mut cfg = quantkit_ptq::PtqConfig::default();
-    cfg.qdq.weight_bits = 4;
-    let (qdq, _) =
-        quantkit_ptq::quantize_static(float.clone(), &mut calib, &cfg, &mut |_, _| {}).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    Qat::from_ptq(
-        &float,
-        &qdq,
-        &QatOptions {
-            weight_bits: 4,
-            observer_steps: 0,
-            ..Default::default()
-        },
-    )
-    .unwrap()
+    common::student(teacher, x, &[n, IN], &["w1", "w2", "w3"])
 }
 
 fn teacher_outputs(g: &Graph, x: &[f32], n: usize) -> Vec<Vec<f32>> {

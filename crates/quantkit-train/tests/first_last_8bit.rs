@@ -4,14 +4,11 @@
 //! every other activation 4-bit;
 //! the export compiles on the engine, and exact mode equals it on held-out images.
 
-use std::path::PathBuf;
-
 use quantkit_graph::{DType, Graph, OpKind, Tensor as GTensor};
 use quantkit_train::qat::{Qat, QatOptions};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::root;
 
 fn weight_of<'g>(g: &'g Graph, node: &quantkit_graph::Node) -> &'g GTensor {
     let dq = g

@@ -5,7 +5,6 @@
 //! integer engine.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use quantkit_graph::ops::{OpCtx, OpKind};
 use quantkit_graph::{AttrValue, DType, Data, Graph, Node, Tensor as GTensor, ValueInfo};
@@ -15,23 +14,8 @@ use quantkit_train::optim::{Adam, Sgd};
 use quantkit_train::qat::{Qat, QatOptions};
 use quantkit_train::TrainError;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next() * scale).collect()
-    }
-}
+mod common;
+use common::{root, Lcg};
 
 fn run(kind: OpKind, node: &Node, ins: &[Option<&GTensor>]) -> GTensor {
     (kind.def().eval)(&OpCtx { node, opset: 21 }, ins)

@@ -5,15 +5,13 @@
 //! export still runs on the engine with exact mode equal to it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use quantkit_graph::{Graph, Tensor as GTensor};
 use quantkit_train::graph::GraphNet;
 use quantkit_train::qat::{Qat, QatInit, QatOptions};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::root;
 
 const SAMPLES: usize = 128;
 
