@@ -7,21 +7,10 @@
 use std::path::PathBuf;
 
 mod common;
-use common::{captured, quantkit, repo};
+use common::qat_lenet_sample as qat;
 
 fn tmp(name: &str) -> PathBuf {
     common::tmp("qataug", name)
-}
-
-fn qat(args: &[&str]) -> (bool, String, String) {
-    captured(
-        quantkit()
-            .arg("qat")
-            .arg(repo().join("models/lenet.onnx"))
-            .arg("--data")
-            .arg(repo().join("data/fashion-mnist-sample"))
-            .args(args),
-    )
 }
 
 /// Distillation on strongly augmented inputs (4-pixel shifts, mirrors, scale jitter and

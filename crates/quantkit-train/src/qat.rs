@@ -1031,6 +1031,20 @@ impl Qat {
         Ok(())
     }
 
+    /// The value graph output `i` reads: the output itself, or the input of its fake-quant
+    /// pair (`None` when the output has no producer, or a DequantizeLinear not fed by a
+    /// QuantizeLinear).
+    fn output_source(&self, i: usize) -> Option<String> {
+        let g = &self.template;
+        let v = &g.outputs.get(i)?.name;
+        let p = &g.nodes[g.producer(v)?];
+        if !p.is(OpKind::DequantizeLinear) {
+            return Some(v.clone());
+        }
+        let q = &g.nodes[g.producer(&p.inputs[0])?];
+        q.is(OpKind::QuantizeLinear).then(|| q.inputs[0].clone())
+    }
+
     /// When graph output `i` is a Sigmoid's or HardSigmoid's output (directly or through
     /// its fake-quant pair) — per-element probabilities such as a text detector's
     /// probability map — the name of that node's output. A KL over the last axis would
@@ -1038,15 +1052,7 @@ impl Qat {
     /// MSE on it.
     pub fn sigmoid_probs_of(&self, i: usize) -> Option<String> {
         let g = &self.template;
-        let mut v = g.outputs.get(i)?.name.clone();
-        let p = &g.nodes[g.producer(&v)?];
-        if p.is(OpKind::DequantizeLinear) {
-            let q = &g.nodes[g.producer(&p.inputs[0])?];
-            if !q.is(OpKind::QuantizeLinear) {
-                return None;
-            }
-            v = q.inputs[0].clone();
-        }
+        let v = self.output_source(i)?;
         let n = &g.nodes[g.producer(&v)?];
         (n.is(OpKind::Sigmoid) || n.is(OpKind::HardSigmoid)).then_some(v)
     }
@@ -1057,15 +1063,7 @@ impl Qat {
     /// [`OutputLoss::KlProbs`] term differentiates.
     pub fn softmax_probs_of(&self, i: usize) -> Option<String> {
         let g = &self.template;
-        let mut v = g.outputs.get(i)?.name.clone();
-        let p = &g.nodes[g.producer(&v)?];
-        if p.is(OpKind::DequantizeLinear) {
-            let q = &g.nodes[g.producer(&p.inputs[0])?];
-            if !q.is(OpKind::QuantizeLinear) {
-                return None;
-            }
-            v = q.inputs[0].clone();
-        }
+        let v = self.output_source(i)?;
         let sm = &g.nodes[g.producer(&v)?];
         if !sm.is(OpKind::Softmax) {
             return None;

@@ -37,3 +37,15 @@ pub fn captured(cmd: &mut Command) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `quantkit qat models/lenet.onnx --data data/fashion-mnist-sample ARGS`, captured.
+pub fn qat_lenet_sample(args: &[&str]) -> (bool, String, String) {
+    captured(
+        quantkit()
+            .arg("qat")
+            .arg(repo().join("models/lenet.onnx"))
+            .arg("--data")
+            .arg(repo().join("data/fashion-mnist-sample"))
+            .args(args),
+    )
+}
