@@ -13,7 +13,7 @@ final outputs are unchanged by that; the script checks it):
 - `ref` (with `--float-executor`): `quantkit run` without `--engine`, quantkit's float
   executor on the same QDQ graph (slow on big models).
 
-Two tables:
+Tables:
 
 1. **Whole run**: per quantized tensor in graph order, the fraction of codes where each run
    differs from the engine, and the largest difference in steps. The first rows that are
@@ -22,6 +22,10 @@ Two tables:
    modes) from the *engine's* codes of the quantized tensors it reads, so each row is one
    step's own disagreement, nothing inherited: the number of codes that differ from the
    engine's. Rows with no difference in either mode are left out.
+3. **Ties** (`--local --ties`): at each Conv/MatMul code where the engine and `ort_noopt`
+   differ, which of the two rounds as the exact value (the f32 DequantizeLinear outputs
+   multiplied and summed in f64, divided by the output scale) and how far that value lies
+   from a rounding tie, in steps.
 
 With `--float MODEL.onnx --ctc`, also the decoded-line and frame agreement with the float
 model (greedy CTC over the last axis, blank 0), for every run: PP-OCR text recognizers.
@@ -35,6 +39,7 @@ Example (PP-OCRv4's recognizer, BENCHMARKS.md 2026-11-27 "engine vs ONNX Runtime
 import argparse
 import os
 import subprocess
+import shutil
 import sys
 import tempfile
 
@@ -78,6 +83,14 @@ def ctc(o):
 
 
 def main():
+    work = tempfile.mkdtemp(prefix="qdq_trace_")
+    try:
+        trace(work)
+    finally:
+        shutil.rmtree(work)
+
+
+def trace(work):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", help="QDQ ONNX model")
     ap.add_argument("input", help=".npy for the model's single input")
@@ -103,7 +116,6 @@ def main():
     x = np.load(a.input)
     feed = {input_name: x}
 
-    work = tempfile.mkdtemp(prefix="qdq_trace_")
     traced = os.path.join(work, "traced.onnx")
     have = set(final)
     for t in qouts:
