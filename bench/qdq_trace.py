@@ -33,7 +33,8 @@ model (greedy CTC over the last axis, blank 0), for every run: PP-OCR text recog
 Example (PP-OCRv4's recognizer, BENCHMARKS.md 2026-11-27 "engine vs ONNX Runtime"):
 
     python3 bench/qdq_trace.py q.onnx eval.npy --quantkit target/release/quantkit \\
-        --float ch_PP-OCRv4_rec_infer.onnx --ctc --local --ties --float-executor
+        --float ch_PP-OCRv4_rec_infer.onnx --ctc --local --ties --float-executor \\
+        --unfuse Softmax
 """
 
 import argparse
@@ -99,6 +100,10 @@ def trace(work):
     ap.add_argument("--ctc", action="store_true", help="decoded-line agreement (greedy CTC)")
     ap.add_argument("--local", action="store_true", help="one step at a time (table 2)")
     ap.add_argument("--float-executor", action="store_true", help="also quantkit's float executor")
+    ap.add_argument("--unfuse", action="append", default=[], metavar="OP",
+                    help="also run `ort_no_OP`: ONNX Runtime optimized as usual, but each OP's "
+                         "float output made a graph output too, which keeps ONNX Runtime from "
+                         "fusing DQ -> OP -> Q (e.g. --unfuse Softmax: no QLinearSoftmax)")
     ap.add_argument("--ties", action="store_true",
                     help="with --local: for Conv/MatMul codes where the engine and ort_noopt "
                          "differ, which one rounds as the exact value (f64 from the f32 DQ "
@@ -128,6 +133,15 @@ def trace(work):
     runs = {"engine": run_quantkit(a.quantkit, traced, input_name, x_path, True, work)}
     runs["ort"] = run_ort(traced, feed, True)
     runs["ort_noopt"] = run_ort(traced, feed, False)
+    for op in a.unfuse:
+        um = onnx.load(traced)
+        outs = {o.name for o in um.graph.output}
+        for n in um.graph.node:
+            if n.op_type == op and n.output[0] not in outs:
+                um.graph.output.append(onnx.ValueInfoProto(name=n.output[0]))
+        path = os.path.join(work, f"no_{op}.onnx")
+        onnx.save(um, path)
+        runs[f"ort_no_{op}"] = run_ort(path, feed, True)
     if a.float_executor:
         runs["ref"] = run_quantkit(a.quantkit, traced, input_name, x_path, False, work)
     # The extra outputs must not change what the runs compute.
