@@ -19,7 +19,7 @@ Tables:
    differs from the engine, and the largest difference in steps. The first rows that are
    not 0 are where the runs part; what follows is how the difference grows.
 2. **One step at a time** (`--local`): every QuantizeLinear recomputed by ONNX Runtime (both
-   modes) from the *engine's* codes of the quantized tensors it reads, so each row is one
+   modes; and quantkit's float executor with `--float-executor`) from the *engine's* codes of the quantized tensors it reads, so each row is one
    step's own disagreement, nothing inherited: the number of codes that differ from the
    engine's. Rows with no difference in either mode are left out.
 3. **Ties** (`--local --ties`): at each Conv/MatMul code where the engine and `ort_noopt`
@@ -207,18 +207,26 @@ def trace(work):
         lfeed = dict(feed)
         lfeed.update({v + "__engine": runs["engine"][v] for v in fed})
         lref = run_ort(local, lfeed, False)
-        lort = run_ort(local, lfeed, True)
+        lruns = {"ort_noopt": lref, "ort": run_ort(local, lfeed, True)}
+        if a.float_executor:
+            npz = os.path.join(work, "local.npz")
+            np.savez(npz, **lfeed)
+            out = os.path.join(work, "local_ref")
+            subprocess.run([a.quantkit, "run", local, "-i", npz, "-o", out], check=True,
+                           capture_output=True)
+            lruns["ref"] = {t: np.load(os.path.join(out, t + ".npy")) for t in qouts}
         print("\n2. one step at a time: codes differing from the engine, from the engine's inputs")
-        print(f"{'tensor':40s} {'producer':18s} {'elements':>10s} {'ort_noopt':>10s} {'ort':>10s}")
+        print(f"{'tensor':40s} {'producer':18s} {'elements':>10s} "
+              + " ".join(f"{k:>10s}" for k in lruns))
         for t in qouts:
             e = runs["engine"][t].astype(np.int32)
-            dr = np.abs(lref[t].astype(np.int32) - e)
-            do = np.abs(lort[t].astype(np.int32) - e)
-            if dr.any() or do.any():
+            ds = [np.abs(r[t].astype(np.int32) - e) for r in lruns.values()]
+            if any(d.any() for d in ds):
                 p = producer.get(producer[t].input[0])
+                worst = max(d.max() for d in ds)
                 print(f"{t:40s} {p.op_type if p else '-':18s} {e.size:10d} "
-                      f"{int((dr > 0).sum()):10d} {int((do > 0).sum()):10d}"
-                      f"{'' if max(dr.max(), do.max()) <= 1 else '  (max ' + str(max(dr.max(), do.max())) + ')'}")
+                      + " ".join(f"{int((d > 0).sum()):10d}" for d in ds)
+                      + ("" if worst <= 1 else f"  (max {worst})"))
         if a.ties:
             ties(onnx.load(a.model), runs, lref)
 
