@@ -574,3 +574,70 @@ fn global_average_pool_is_exact() {
         }
     }
 }
+
+/// Attention probabilities as quantkit quantizes PP-OCRv4's text recognizer:
+/// `DQ(scores) → Softmax(axis 3) → Q`, u8 with that model's parameters (scores scale
+/// 0.04127199, zero point 108; probabilities 0.0025107323, zero point 0, a scale whose
+/// reciprocal, 398.29, is no integer). The engine runs it as a float island and must equal the
+/// QDQ graph bit for bit, i.e. `Q(softmax(DQ(x)))` with ONNX rounding: checked here against
+/// the float executor and against a softmax in f64 (equal except within 10⁻⁴ of a step of a
+/// rounding tie, where f32 and f64 may round apart).
+///
+/// ONNX Runtime does not compute this: its graph optimizer fuses the same three nodes into
+/// com.microsoft `QLinearSoftmax`, which multiplies by `floor(1/y_scale)` (398) instead of
+/// dividing by `y_scale`, so it rounds 1.2 % of that model's probability codes one step low
+/// (docs/architecture.md, "The engine, the QDQ reference and ONNX Runtime"). The last
+/// assertion keeps this fixture one where that rule moves codes, so a Softmax step that
+/// copied it would fail the comparison above.
+#[test]
+fn attention_softmax_is_the_reference_not_qlinear_softmax() {
+    let (dt, s_x, z_x, s_y) = (DType::U8, 0.041_271_99_f32, 108, 0.002_510_732_3_f32);
+    let shape = [2, 8, 24, 24];
+    let mut g = G::new(dt, 700);
+    g.params("x", s_x, z_x);
+    g.params("y", s_y, 0);
+    g.input("x", &shape, "x");
+    g.node(Node::new("softmax", "Softmax", &["x"], &["p"]).with_attr("axis", AttrValue::Int(3)));
+    g.q("p", "y", "y");
+    let inputs = g.inputs.clone();
+    let x = inputs[0].1.to_i64_vec();
+    let plan = g.check("y", &[]);
+    let r = plan.report().iter().find(|r| r.node == "softmax").unwrap();
+    assert!(matches!(r.placement, Placement::Float { .. }), "{r:?}");
+
+    // The same codes from an f64 softmax, and by ONNX Runtime's QLinearSoftmax rule.
+    let got = plan.run(inputs).unwrap().remove(0).1.to_i64_vec();
+    let floor_recip = (1.0 / s_y as f64).floor();
+    assert_eq!(floor_recip, 398.0);
+    let (mut near_tie, mut moved_by_floor) = (0, 0);
+    for (row, codes) in x.chunks(24).enumerate() {
+        let v: Vec<f64> = codes
+            .iter()
+            .map(|&c| (c - z_x as i64) as f64 * s_x as f64)
+            .collect();
+        let max = v.iter().cloned().fold(f64::MIN, f64::max);
+        let e: Vec<f64> = v.iter().map(|a| (a - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (k, ek) in e.iter().enumerate() {
+            let p = ek / sum;
+            let t = p / s_y as f64;
+            let exact = t.round_ties_even().clamp(0.0, 255.0) as i64;
+            let at = got[row * 24 + k];
+            if ((t - t.floor()) - 0.5).abs() < 1e-4 {
+                near_tie += 1;
+            } else {
+                assert_eq!(at, exact, "row {row} element {k}: p = {p}, p/s = {t}");
+                let ort = (p * floor_recip).round_ties_even().clamp(0.0, 255.0) as i64;
+                if ort != exact {
+                    moved_by_floor += 1;
+                }
+            }
+        }
+    }
+    assert!(near_tie < 10, "{near_tie} near ties");
+    // 9,216 probabilities, none near a tie; ONNX Runtime's rule moves 109 of them (1.2 %).
+    assert!(
+        moved_by_floor > 20,
+        "floor(1/s) moves only {moved_by_floor} codes on this fixture"
+    );
+}
