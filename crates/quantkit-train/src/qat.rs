@@ -350,9 +350,8 @@ fn err(msg: String) -> TrainError {
 
 /// The error of an exact plan used on parameters it was not built for.
 fn stale_plan(plan: (usize, bool), model: (usize, bool)) -> TrainError {
-    let what = |(g, avg): (usize, bool)| {
-        format!("generation {g}{}", if avg { " (averaged)" } else { "" })
-    };
+    let what =
+        |(g, avg): (usize, bool)| format!("generation {g}{}", if avg { " (averaged)" } else { "" });
     err(format!(
         "exact mode: the plan was built for {} of the parameters (training steps and folds, \
          or the weight average), the model is at {}; export and build it again",
