@@ -102,6 +102,8 @@ fn the_average_is_what_exports_and_exact_mode_equals_the_engine() {
     let mut qat = lenet_w4a8(0);
     assert!(matches!(qat.deployed().unwrap(), Cow::Borrowed(_)));
     qat.enable_ema(0.8, false).unwrap();
+    // The decay as the average uses it: the f32 given, widened.
+    let d = f64::from(0.8f32);
     let mut avg: Vec<Option<Vec<f64>>> = trainable(&qat)
         .into_iter()
         .map(|p| p.map(|v| v.into_iter().map(f64::from).collect()))
@@ -129,15 +131,15 @@ fn the_average_is_what_exports_and_exact_mode_equals_the_engine() {
         for ((a, l), p) in avg.iter_mut().zip(&mut lerp).zip(trainable(&qat)) {
             if let (Some(a), Some(l), Some(p)) = (a, l, p) {
                 for ((a, l), p) in a.iter_mut().zip(l.iter_mut()).zip(p) {
-                    *a = 0.8 * *a + 0.2 * f64::from(p);
-                    *l += 0.2 * (f64::from(p) - *l);
+                    *a = d * *a + (1.0 - d) * f64::from(p);
+                    *l += (1.0 - d) * (f64::from(p) - *l);
                 }
             }
         }
     }
     let e = qat.ema().unwrap();
     assert_eq!(e.updates(), steps as u64);
-    assert!((e.start_weight() - 0.8f64.powi(steps as i32)).abs() < 1e-12);
+    assert!((e.start_weight() - d.powi(steps as i32)).abs() < 1e-12);
     let averaged = qat.averaged();
     let (mut moved, mut n) = (0, 0);
     for ((a, got), now) in avg.iter().zip(trainable(&averaged)).zip(trainable(&qat)) {
