@@ -201,8 +201,9 @@ pub struct ExactPlan {
     pub(crate) skip: HashSet<usize>,
     /// Bias slots and their exported values `DQ(int32 codes)`.
     pub(crate) consts: Vec<(usize, GTensor)>,
-    /// The training state the plan was built from (it is stale after another step).
-    pub(crate) generation: usize,
+    /// The training state the plan was built from (it is stale after another step): the
+    /// generation of the parameters and whether they were the weight average.
+    pub(crate) generation: (usize, bool),
     /// Nodes the engine runs on integers that exact mode cannot reproduce (they run as the
     /// float fake-quant forward, so their codes may differ): `(node, reason)`.
     pub not_reproduced: Vec<(String, String)>,
@@ -451,7 +452,7 @@ pub(crate) fn build(
     engine: &Plan,
     mode: RequantMode,
     biases: &[(String, String, String)],
-    generation: usize,
+    generation: (usize, bool),
 ) -> Result<ExactPlan> {
     let uses = Uses::new(exported);
     let mut plan = ExactPlan {

@@ -26,6 +26,7 @@
 //! ```
 
 pub mod augment;
+pub mod ema;
 pub mod error;
 pub mod exact;
 pub mod export;

@@ -211,6 +211,10 @@ pub struct Qat {
     /// Changes to the parameters other than training steps (a BatchNormalization fold):
     /// with `steps_done`, the generation an exact plan is valid for.
     edits: usize,
+    /// The weight average ([`Qat::enable_ema`]), updated after every training step.
+    ema: Option<crate::ema::Ema>,
+    /// This is the averaged copy [`Qat::averaged`] made (its exact plans are its own).
+    averaged: bool,
 }
 
 /// The code range of `bits`-bit activations stored in 8-bit codes of type `dt` (u8: the low
@@ -342,6 +346,18 @@ fn channel_stats(t: &GTensor) -> Vec<(f64, f64)> {
 
 fn err(msg: String) -> TrainError {
     TrainError::Graph(msg)
+}
+
+/// The error of an exact plan used on parameters it was not built for.
+fn stale_plan(plan: (usize, bool), model: (usize, bool)) -> TrainError {
+    let what =
+        |(g, avg): (usize, bool)| format!("generation {g}{}", if avg { " (averaged)" } else { "" });
+    err(format!(
+        "exact mode: the plan was built for {} of the parameters (training steps and folds, \
+         or the weight average), the model is at {}; export and build it again",
+        what(plan),
+        what(model)
+    ))
 }
 
 fn zps(t: &GTensor) -> Vec<i32> {
@@ -684,6 +700,8 @@ impl Qat {
             bns,
             bn_init: false,
             edits: 0,
+            ema: None,
+            averaged: false,
         };
         qat.sync_tied();
         Ok(qat)
@@ -743,9 +761,70 @@ impl Qat {
         self.bn_active
     }
 
-    /// The generation an exact plan is valid for: training steps plus other edits.
-    fn generation(&self) -> usize {
-        self.steps_done + self.edits
+    /// The generation an exact plan is valid for: training steps plus other edits, and
+    /// whether these are the averaged parameters.
+    fn generation(&self) -> (usize, bool) {
+        (self.steps_done + self.edits, self.averaged)
+    }
+
+    /// Whether the activation ranges still move: a training step within the first
+    /// `observer_steps` with an activation the observers follow.
+    fn observing(&self) -> bool {
+        self.steps_done <= self.opts.observer_steps
+            && self.acts.iter().any(|a| a.tied.is_none() && !a.calibrated)
+    }
+
+    /// Keeps an exponential moving average of the trainable parameters from now on
+    /// (`crate::ema`; `docs/qat.md`, "Weight averaging"): after every training step
+    /// `a ← d·a + (1 − d)·p` with `d = decay`, or `min(decay, (1 + t)/(10 + t))` at update
+    /// `t` with `warmup`. The average restarts at the current parameters while the
+    /// observers still move activation ranges and when [`Qat::freeze_bn`] folds the
+    /// BatchNormalizations, so it never mixes parameters of different ranges or folds.
+    /// [`Qat::averaged`] is the model it describes.
+    pub fn enable_ema(&mut self, decay: f32, warmup: bool) -> Result<()> {
+        self.ema = Some(crate::ema::Ema::new(decay, warmup, &self.net.params)?);
+        Ok(())
+    }
+
+    /// The weight average, when [`Qat::enable_ema`] was called.
+    pub fn ema(&self) -> Option<&crate::ema::Ema> {
+        self.ema.as_ref()
+    }
+
+    /// The model with the averaged parameters ([`Qat::enable_ema`]): a copy whose
+    /// trainable parameters (weights, biases, learned scales, LSQ+ zero points,
+    /// batch-statistics BatchNormalization scale and bias) are their averages, with the
+    /// scales kept positive, the LSQ+ zero points rounded and the tied activations copied
+    /// as after a step; everything else (observed ranges, running statistics) is the
+    /// current model's. Without an average, a copy of this model. Its exact plans are
+    /// refused by the training model and the other way round.
+    pub fn averaged(&self) -> Qat {
+        let mut q = self.clone();
+        if let Some(e) = q.ema.take() {
+            e.apply(&mut q.net.params);
+            q.clamp_scales();
+            q.round_zero_points();
+            q.sync_tied();
+            q.averaged = true;
+        }
+        q
+    }
+
+    /// The model that deploys now: the averaged one ([`Qat::averaged`]) with weight
+    /// averaging, with the batch-statistics BatchNormalizations folded while they run
+    /// ([`Qat::with_bn_folded`]); this model itself otherwise. What `quantkit qat`
+    /// evaluates, keeps and exports.
+    pub fn deployed(&self) -> Result<std::borrow::Cow<'_, Qat>> {
+        use std::borrow::Cow;
+        let q = if self.ema.is_some() {
+            Cow::Owned(self.averaged())
+        } else {
+            Cow::Borrowed(self)
+        };
+        if !q.bn_active {
+            return Ok(q);
+        }
+        Ok(Cow::Owned(q.with_bn_folded()?))
     }
 
     /// Before the first training step: sets each batch-statistics BatchNormalization to
@@ -895,6 +974,11 @@ impl Qat {
         }
         self.bn_active = false;
         self.edits += 1;
+        // The fold changes what each weight means: the average restarts from the folded
+        // parameters.
+        if let Some(e) = &mut self.ema {
+            e.reset(&self.net.params);
+        }
         Ok(())
     }
 
@@ -1027,6 +1111,14 @@ impl Qat {
                 "parameter `{}` became non-finite after the optimizer step (learning rate {lr} is too high?)",
                 p.name
             )));
+        }
+        let observing = self.observing();
+        if let Some(e) = &mut self.ema {
+            if observing {
+                e.reset(&self.net.params);
+            } else {
+                e.update(&self.net.params);
+            }
         }
         Ok(())
     }
@@ -1236,12 +1328,7 @@ impl Qat {
     /// Every graph output of the fake-quant model in exact mode ([`Qat::predict_exact`]).
     pub fn predict_exact_outputs(&self, x: GTensor, plan: &ExactPlan) -> Result<Vec<GTensor>> {
         if plan.generation != self.generation() {
-            return Err(err(format!(
-                "exact mode: the plan was built for generation {} of the parameters (training \
-                 steps and folds), the model is at {}; export and build it again",
-                plan.generation,
-                self.generation()
-            )));
+            return Err(stale_plan(plan.generation, self.generation()));
         }
         let v = self.net.forward_exact(vec![x], plan)?;
         Ok(self.net.outputs(&v).into_iter().cloned().collect())
@@ -1296,12 +1383,7 @@ impl Qat {
     /// the integer engine on the exported model (`docs/qat.md`, "Exact mode").
     pub fn predict_exact(&self, x: GTensor, plan: &ExactPlan) -> Result<GTensor> {
         if plan.generation != self.generation() {
-            return Err(err(format!(
-                "exact mode: the plan was built for generation {} of the parameters (training \
-                 steps and folds), the model is at {}; export and build it again",
-                plan.generation,
-                self.generation()
-            )));
+            return Err(stale_plan(plan.generation, self.generation()));
         }
         let v = self.net.forward_exact(vec![x], plan)?;
         self.net

@@ -151,6 +151,19 @@ pub struct Args {
     /// E >= --epochs) is the model with the running statistics folded.
     #[arg(long, default_value_t = 0)]
     freeze_bn_epoch: usize,
+    /// Weight averaging: keep an exponential moving average of the trained parameters
+    /// (weights, biases and, with --lsq, the learned scales), `a ← d·a + (1 − d)·p` after
+    /// every step, and evaluate, keep (--keep-best) and write the averaged model instead of
+    /// the last step's (Polyak averaging, as TensorFlow's ExponentialMovingAverage and
+    /// timm's ModelEmaV2). Off by default. The average restarts while the observers move
+    /// activation ranges and at the BatchNormalization freeze (docs/qat.md, "Weight
+    /// averaging").
+    #[arg(long, value_name = "DECAY")]
+    ema: Option<f32>,
+    /// With --ema: warm the decay up as min(DECAY, (1 + t)/(10 + t)) at update t, so the
+    /// starting point's weight in the average vanishes (without it, it is DECAY^steps).
+    #[arg(long)]
+    ema_warmup: bool,
     /// Per-tensor weights instead of per output channel.
     #[arg(long)]
     per_tensor: bool,
@@ -592,6 +605,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.batch > 0 && args.epochs > 0,
         "--batch and --epochs must be positive"
     );
+    if let Some(d) = args.ema {
+        anyhow::ensure!(
+            d.is_finite() && (0.0..1.0).contains(&d),
+            "--ema {d}: the decay must be a number in [0, 1) (0.999 averages over about the last 1,000 steps)"
+        );
+    }
+    anyhow::ensure!(
+        args.ema.is_some() || !args.ema_warmup,
+        "--ema-warmup warms up the decay of --ema: give --ema DECAY"
+    );
     let recon = args.loss == "mse";
     if recon {
         anyhow::ensure!(
@@ -750,6 +773,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ..Default::default()
         },
     )?;
+    if let Some(d) = args.ema {
+        qat.enable_ema(d, args.ema_warmup)?;
+    }
     let nout = float.outputs.len();
     let po = match args.eval_output {
         Some(i) if i < nout => i,
@@ -1115,8 +1141,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let sps = seen as f64 / train_secs.max(1e-9);
         let part_means: Vec<f64> = part_sums.iter().map(|p| p / seen.max(1) as f64).collect();
         let mut val_note = String::new();
+        // What deploys now: the averaged parameters with --ema, with the running statistics
+        // folded while BatchNormalization runs on batch statistics.
+        let deployed = qat.deployed()?;
         if let Some(v) = &mut val_data {
-            let exported = qat.export().with_context(|| {
+            let exported = deployed.export().with_context(|| {
                 format!("epoch {}: exporting for the validation split", epoch + 1)
             })?;
             let plan = quantkit_engine::compile(&exported, &engine_opts)
@@ -1133,13 +1162,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ));
             // Ties go to the later epoch: further down the cosine schedule.
             if args.keep_best && best.as_ref().is_none_or(|b| score >= val_scores[b.0]) {
-                // Kept as exported: with BatchNormalization still on batch statistics,
-                // the model with its running statistics folded.
-                let kept = if qat.bn_batch_active() {
-                    qat.with_bn_folded()?
-                } else {
-                    qat.clone()
-                };
+                // Kept as exported: the deployed model.
+                let kept = deployed.clone().into_owned();
                 best = Some((epoch, Box::new(kept), exported, part_means.clone()));
             }
         }
@@ -1173,7 +1197,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         // Parameters are checked finite after every step, but quantities derived from
         // them can still overflow (a bias scale s_in·s_w of two huge finite scales).
-        let exported = qat.export().with_context(|| {
+        let exported = deployed.export().with_context(|| {
             format!(
                 "epoch {}: the trained parameters no longer make a valid quantized model \
                  (a scale overflowed or became non-finite; try a lower --lr): training \
@@ -1184,15 +1208,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })?;
         let plan = quantkit_engine::compile(&exported, &engine_opts)
             .context("compiling the QAT model on the integer engine")?;
-        // Before the BatchNormalization freeze: the model with its running statistics
-        // folded, which is what `export` wrote.
-        let folded;
-        let evq = if qat.bn_batch_active() {
-            folded = qat.with_bn_folded()?;
-            &folded
-        } else {
-            &qat
-        };
+        // The model `export` wrote: averaged, and before the BatchNormalization freeze
+        // with its running statistics folded.
+        let evq: &Qat = &deployed;
         let exact = exact_plan(evq, &exported, &plan, &engine_opts, Some(&bar))?;
         let ev = evaluate(
             &mut eval_data,
@@ -1321,6 +1339,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     quantkit_graph::save_model(&exported, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
+    // How much of the average is still the state it started from (the PTQ start, the end
+    // of the observer phase or the BatchNormalization freeze): with a constant decay d it
+    // is d^steps, so a decay too slow for the run leaves the written model near its start.
+    let ema_summary = qat.ema().map(|e| {
+        (
+            e.updates(),
+            e.start_weight(),
+            serde_json::json!({
+                "decay": e.decay(),
+                "warmup": e.warmup(),
+                "updates": e.updates(),
+                "start_weight": e.start_weight(),
+            }),
+        )
+    });
+    if let (Some((n, w, _)), false) = (&ema_summary, args.json) {
+        eprintln!(
+            "--ema {}: the written model is the average over the last {n} steps; the state it \
+             started from weighs {:.1}% in it",
+            args.ema.unwrap_or_default(),
+            w * 100.0
+        );
+    }
     if let Some(path) = &args.log {
         quantkit_core::atomic::write_bytes(path, log.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -1422,6 +1463,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "validation_ptq": val_ptq,
                 "validation": val_scores,
                 "kept_epoch": kept_epoch,
+                "ema": ema_summary.map(|e| e.2),
                 "output": args.output.display().to_string(),
             })
         );
