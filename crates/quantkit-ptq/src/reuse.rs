@@ -85,7 +85,7 @@ pub fn parse_bytes(s: &str) -> Option<usize> {
         _ => (t, 1),
     };
     let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0).then(|| (v * mul as f64) as usize)
+    (v.is_finite() && v >= 0.0).then_some((v * mul as f64) as usize)
 }
 
 fn info(name: &str) -> ValueInfo {
@@ -204,13 +204,20 @@ impl Indexed {
     }
 }
 
+/// Per batch: cached values by name.
+type Values = Arc<Vec<HashMap<String, Arc<Tensor>>>>;
+
+/// The best plan found so far: run index, cut, nodes to run, which nodes, inputs.
+type Best = (usize, usize, usize, Vec<bool>, Vec<String>);
+
 /// A run kept: its graph, the values at its cuts per batch.
 struct Cached {
     ix: Indexed,
     /// Cut positions (node indices of the graph, ascending).
     cuts: Vec<usize>,
-    /// Per batch: the values of every cut.
-    values: Vec<HashMap<String, Arc<Tensor>>>,
+    /// Per batch: the values of every cut (shared with the sessions running from them, so
+    /// evicting a run never pulls values from under a session).
+    values: Values,
     bytes: usize,
     pinned: bool,
     used: u64,
@@ -244,8 +251,8 @@ pub struct Reuse<'f> {
 
 /// How one graph runs: from which cut of which kept run.
 struct Segment {
-    /// `(run index, cut position)`; `None`: a full run.
-    from: Option<(usize, usize)>,
+    /// The values of the cut run from (per batch); `None`: a full run.
+    from: Option<Values>,
     /// The graph to execute (the whole graph for a full run).
     sub: Graph,
     /// Inputs of `sub` (names of the cut's values, or the graph inputs).
@@ -406,7 +413,7 @@ impl<'f> Reuse<'f> {
     fn plan(&mut self, g: &Indexed) -> Segment {
         let len = g.graph.nodes.len();
         let full = g.constant.iter().filter(|c| !**c).count();
-        let mut best: Option<(usize, usize, usize, Vec<bool>, Vec<String>)> = None;
+        let mut best: Option<Best> = None;
         let outputs: Vec<&str> = g.graph.outputs.iter().map(|o| o.name.as_str()).collect();
         for (ri, r) in self.runs.iter().enumerate() {
             let Some((twin, start)) = self.clean(r, g) else {
@@ -511,7 +518,7 @@ impl<'f> Reuse<'f> {
                 ..Default::default()
             };
             return Segment {
-                from: Some((ri, p)),
+                from: Some(Arc::clone(&self.runs[ri].values)),
                 sub,
                 inputs: need,
                 work,
@@ -535,10 +542,10 @@ impl<'f> Reuse<'f> {
         observer: &mut dyn FnMut(&str, &Tensor),
     ) -> std::result::Result<Outputs, GraphError> {
         let feed = &self.feeds[bi];
-        let inputs: Feed = match s.seg.from {
+        let inputs: Feed = match &s.seg.from {
             None => feed.clone(),
-            Some((ri, _)) => {
-                let vals = &self.runs[ri].values[bi];
+            Some(values) => {
+                let vals = &values[bi];
                 s.seg
                     .inputs
                     .iter()
@@ -644,7 +651,7 @@ impl<'f> Reuse<'f> {
         self.runs.push(Cached {
             ix: s.ix,
             cuts: s.cuts,
-            values: s.values,
+            values: Arc::new(s.values),
             bytes,
             pinned: s.keep == Keep::Pin,
             used: self.clock,

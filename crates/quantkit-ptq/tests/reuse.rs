@@ -126,6 +126,8 @@ fn runs_from_a_cut_equal_full_runs_bit_for_bit() {
     let layers: Vec<String> = s.layer_names().into_iter().map(|(l, _)| l).collect();
     assert!(layers.len() >= 5, "{layers:?}");
     let int8 = s.mixed(&MixedConfig::default()).unwrap();
+    // The search's int8 graph is the one `analyze` runs: the kept run serves both.
+    assert!(s.quantized().unwrap() == int8);
     let mut reuse = Reuse::new(&data, 64 << 20, 3);
     // The int8 run, kept: it runs in full.
     let mut first = reuse.session(&int8, Keep::Pin);
