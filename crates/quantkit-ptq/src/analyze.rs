@@ -29,6 +29,7 @@
 
 use crate::error::{core, graph as graph_err, PtqError, Result};
 use crate::qdq::{activation_scheme_16, insert_qdq_wide, plan_with, Plan, QdqOptions};
+use crate::reuse::{Keep, Reuse};
 use crate::{prepare, upgrade_opset_13, PrepareReport, PtqConfig};
 use quantkit_core::{Granularity, Observer};
 use quantkit_graph::{execute, execute_with, Graph, Node, OpKind, QuantInputs, Tensor, Uses};
@@ -829,6 +830,32 @@ pub fn analyze(
     opts: &AnalyzeOptions,
     progress: &mut dyn FnMut(Stage, usize, usize),
 ) -> Result<Report> {
+    let budget = crate::reuse::budget_from_env()?;
+    analyze_with(
+        setup,
+        data,
+        opts,
+        progress,
+        &mut Reuse::new(data, budget, 3),
+    )
+}
+
+/// [`analyze`] with the sensitivity passes run through `reuse` (whose feeds must be
+/// `data`): the float and the fully quantized runs are kept (pinned; the float one is
+/// dropped at the end), and each sensitivity graph runs only from its first change on
+/// ([`crate::reuse`]), with the same figures bit for bit.
+pub fn analyze_with(
+    setup: &Setup,
+    data: &[Feed],
+    opts: &AnalyzeOptions,
+    progress: &mut dyn FnMut(Stage, usize, usize),
+    reuse: &mut Reuse,
+) -> Result<Report> {
+    if reuse.feeds().len() != data.len() {
+        return Err(PtqError::InvalidOption(
+            "analyze: the reuse cache holds other data".into(),
+        ));
+    }
     if data.is_empty() {
         return Err(PtqError::InvalidOption(
             "analyze needs at least one evaluation batch".into(),
@@ -942,15 +969,21 @@ pub fn analyze(
     let mut float_outputs: Vec<Feed> = Vec::with_capacity(data.len());
     let mut samples = 0;
     let mut qdq_time = std::time::Duration::ZERO;
+    // Both passes run in full (their observers see every value) and are kept for the
+    // sensitivity passes; the quantized one only when `reuse` does not hold it already.
+    let q_keep = if reuse.holds(&q) { Keep::No } else { Keep::Pin };
+    let mut float_run = reuse.session_full(float, Keep::Pin);
+    let mut q_run = reuse.session_full(&q, q_keep);
     for (bi, feed) in data.iter().enumerate() {
         samples += batch_of(feed);
         let mut values: HashMap<String, Tensor> = HashMap::new();
-        let outs = execute_with(float, feed.clone(), |name, t| {
-            if keep.contains(name) {
-                values.insert(name.to_string(), t.clone());
-            }
-        })
-        .map_err(graph_err(format!("running the float model on batch {bi}")))?;
+        let outs = reuse
+            .batch_with(&mut float_run, bi, &mut |name, t| {
+                if keep.contains(name) {
+                    values.insert(name.to_string(), t.clone());
+                }
+            })
+            .map_err(graph_err(format!("running the float model on batch {bi}")))?;
         for c in &cones {
             // A layer in an If branch this batch did not take has nothing to compare.
             if !values.contains_key(&c.reference) || c.feeds.iter().any(|f| !values.contains_key(f))
@@ -974,27 +1007,28 @@ pub fn analyze(
         }
         let mut err = None;
         let t0 = std::time::Instant::now();
-        let qouts = execute_with(&q, feed.clone(), |name, t| {
-            let Some(fname) = measured.get(name) else {
-                return;
-            };
-            match (values.get(fname).and_then(Tensor::as_f32), t.as_f32()) {
-                (Some(r), Some(a)) if r.len() == a.len() => {
-                    prop.entry(fname.as_str()).or_default().add(r, a);
-                    prop_ch
-                        .entry(fname.as_str())
-                        .or_default()
-                        .add(&t.shape, r, a);
+        let qouts = reuse
+            .batch_with(&mut q_run, bi, &mut |name, t| {
+                let Some(fname) = measured.get(name) else {
+                    return;
+                };
+                match (values.get(fname).and_then(Tensor::as_f32), t.as_f32()) {
+                    (Some(r), Some(a)) if r.len() == a.len() => {
+                        prop.entry(fname.as_str()).or_default().add(r, a);
+                        prop_ch
+                            .entry(fname.as_str())
+                            .or_default()
+                            .add(&t.shape, r, a);
+                    }
+                    // The float run took the other branch of an If (the quantized condition
+                    // flipped): nothing to compare on this batch.
+                    (None, _) => {}
+                    _ => err = Some(fname.clone()),
                 }
-                // The float run took the other branch of an If (the quantized condition
-                // flipped): nothing to compare on this batch.
-                (None, _) => {}
-                _ => err = Some(fname.clone()),
-            }
-        })
-        .map_err(graph_err(format!(
-            "running the quantized model on batch {bi}"
-        )))?;
+            })
+            .map_err(graph_err(format!(
+                "running the quantized model on batch {bi}"
+            )))?;
         qdq_time += t0.elapsed();
         if let Some(t) = err {
             return Err(PtqError::InvalidOption(format!(
@@ -1005,6 +1039,8 @@ pub fn analyze(
         float_outputs.push(outs);
         progress(Stage::Passes, bi + 1, data.len());
     }
+    reuse.finish(float_run);
+    reuse.finish(q_run);
     let mut reports: Vec<LayerReport> = layers
         .iter()
         .zip(weights)
@@ -1061,8 +1097,9 @@ pub fn analyze(
         let only = setup.variant(&|n| mine.contains(n), &HashSet::new())?;
         let mut accs = [OutAcc::default(), OutAcc::default()];
         for (g, acc) in [&left_float, &only].into_iter().zip(accs.iter_mut()) {
-            for (bi, (feed, reference)) in data.iter().zip(&float_outputs).enumerate() {
-                let outs = execute(g, feed.clone()).map_err(graph_err(format!(
+            let mut run = reuse.session(g, Keep::No);
+            for (bi, reference) in float_outputs.iter().enumerate() {
+                let outs = reuse.batch(&mut run, bi).map_err(graph_err(format!(
                     "sensitivity of layer `{}`, batch {bi}",
                     l.nodes[0]
                 )))?;
@@ -1094,6 +1131,7 @@ pub fn analyze(
         .iter()
         .filter_map(|t| prop.get(t.as_str()).map(|a| (t.clone(), a.stats())))
         .collect();
+    reuse.forget(float);
     Ok(Report {
         samples,
         calibration_samples: setup.calibration_samples,

@@ -35,6 +35,7 @@ pub mod mixed;
 pub mod prepare;
 pub mod qdq;
 pub mod qoperator;
+pub mod reuse;
 
 pub use auto::AutoReport;
 pub use calibrate::{calibrate, CalibrateOptions, Calibration};

@@ -32,8 +32,9 @@
 //! A [`MixedConfig`] is the choice per layer; [`Setup::mixed`] writes its QDQ graph, so a
 //! saved choice can be re-applied to the same model (`quantkit quantize --config FILE`).
 
-use crate::analyze::{all_nodes, analyze, AnalyzeOptions, Feed, Setup, Stage};
+use crate::analyze::{all_nodes, analyze_with, AnalyzeOptions, Feed, Setup, Stage};
 use crate::error::{graph as graph_err, PtqError, Result};
+use crate::reuse::{Keep, Outputs, Reuse};
 use quantkit_graph::{execute, Graph, Tensor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -560,15 +561,31 @@ impl<'a> Evaluation<'a> {
         graph: &Graph,
         stop_below: Option<f64>,
     ) -> Result<(Measured, Option<usize>)> {
+        self.measure_until_with(
+            &mut |bi, feed| {
+                execute(graph, feed.clone()).map_err(graph_err(format!(
+                    "running the quantized model on batch {bi}"
+                )))
+            },
+            stop_below,
+        )
+    }
+
+    /// [`Evaluation::measure_until`] with the outputs of batch `bi` given by `run(bi, feed)`
+    /// (e.g. from [`Reuse`], which runs only what a graph changes), called for the batches
+    /// in order.
+    pub fn measure_until_with(
+        &self,
+        run: &mut dyn FnMut(usize, &Feed) -> Result<Outputs>,
+        stop_below: Option<f64>,
+    ) -> Result<(Measured, Option<usize>)> {
         let mut stopped = None;
         let (mut rr, mut aa, mut ra, mut noise) = (0f64, 0f64, 0f64, 0f64);
         let (mut agree, mut nrows, mut correct, mut classes) = (0usize, 0usize, 0usize, true);
         let mut clusters: Vec<(usize, usize)> = Vec::new();
         let mut label_i = 0;
         for (bi, (feed, reference)) in self.data.iter().zip(&self.float_outputs).enumerate() {
-            let outs = execute(graph, feed.clone()).map_err(graph_err(format!(
-                "running the quantized model on batch {bi}"
-            )))?;
+            let outs = run(bi, feed)?;
             for (k, ((_, r), (_, a))) in reference.iter().zip(&outs).enumerate() {
                 let (Some(rv), Some(av)) = (r.as_f32(), a.as_f32()) else {
                     continue;
@@ -757,6 +774,9 @@ pub struct SearchOptions {
     /// Never try int16 activations ([`Precision::Act16`]): a guilty layer goes straight to
     /// float, as before int16 existed (`quantkit quantize --no-int16`).
     pub no_int16: bool,
+    /// Memory budget of the values [`Reuse`] keeps, bytes (`None`: `QUANTKIT_REUSE_BYTES`
+    /// or [`crate::reuse::DEFAULT_BUDGET`]; 0 runs every configuration in full).
+    pub reuse_bytes: Option<usize>,
 }
 
 /// One configuration the search measured.
@@ -804,6 +824,8 @@ pub struct SearchResult {
     /// Configurations whose run stopped early, once they provably could not meet an
     /// agreement target (nor beat the best found): see [`Step::stopped_after`].
     pub stopped_early: usize,
+    /// Nodes run against nodes full runs would have run ([`crate::reuse`]).
+    pub reuse: ReuseStats,
 }
 
 /// Where [`search`]'s time went, in seconds (wall time).
@@ -831,6 +853,7 @@ pub enum SearchStage {
 struct Runner<'s, 'e, 'p> {
     setup: &'s Setup,
     eval: &'e Evaluation<'e>,
+    reuse: Reuse<'e>,
     target: Target,
     steps: Vec<Step>,
     best: (MixedConfig, Measured),
@@ -861,7 +884,7 @@ impl Runner<'_, '_, '_> {
         // the target. The choice is the same as running every batch; when nothing meets,
         // [`Runner::finish_stopped`] runs the stopped ones that could be the best found.
         let stop_below = (self.target.metric == Metric::Agreement).then_some(self.target.value);
-        let (m, stopped) = self.eval.measure_until(&g, stop_below)?;
+        let (m, stopped) = measure_reusing(self.eval, &mut self.reuse, &g, stop_below)?;
         self.times.build += (t1 - t0).as_secs_f64();
         self.times.measure += t1.elapsed().as_secs_f64();
         let met = stopped.is_none() && self.target.met(&m);
@@ -899,7 +922,7 @@ impl Runner<'_, '_, '_> {
             let t0 = std::time::Instant::now();
             let g = self.setup.mixed(&c)?;
             let t1 = std::time::Instant::now();
-            let m = self.eval.measure(&g)?;
+            let m = measure_reusing(self.eval, &mut self.reuse, &g, None)?.0;
             self.times.build += (t1 - t0).as_secs_f64();
             self.times.measure += t1.elapsed().as_secs_f64();
             if self.better(&m, &c, &self.best.1, &self.best.0) {
@@ -907,6 +930,17 @@ impl Runner<'_, '_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// The reuse figures: those of the ranking in `s`, the configurations' from the
+    /// counters less the ranking's.
+    fn stats(&self, s: ReuseStats) -> ReuseStats {
+        ReuseStats {
+            nodes_run: self.reuse.nodes_run - s.ranking_nodes_run,
+            nodes_full: self.reuse.nodes_full - s.ranking_nodes_full,
+            peak_bytes: self.reuse.peak_bytes,
+            ..s
+        }
     }
 
     /// Ties: fewer float layers, then fewer layers off int8.
@@ -964,6 +998,57 @@ impl Runner<'_, '_, '_> {
     }
 }
 
+/// [`Evaluation::measure_until`] of `g` through `reuse` (only what `g` changes against a
+/// run kept is run; the figures are the same bit for bit). A run of every batch is kept
+/// among the recent ones ([`Keep::Recent`]), so a configuration close to the last ones
+/// measured starts late.
+fn measure_reusing(
+    eval: &Evaluation,
+    reuse: &mut Reuse,
+    g: &Graph,
+    stop_below: Option<f64>,
+) -> Result<(Measured, Option<usize>)> {
+    measure_keep(eval, reuse, g, stop_below, Keep::Recent)
+}
+
+fn measure_keep(
+    eval: &Evaluation,
+    reuse: &mut Reuse,
+    g: &Graph,
+    stop_below: Option<f64>,
+    keep: Keep,
+) -> Result<(Measured, Option<usize>)> {
+    let mut s = reuse.session(g, keep);
+    let r = eval.measure_until_with(
+        &mut |bi, _| {
+            reuse.batch(&mut s, bi).map_err(graph_err(format!(
+                "running the quantized model on batch {bi}"
+            )))
+        },
+        stop_below,
+    )?;
+    reuse.finish(s);
+    Ok(r)
+}
+
+/// What [`Reuse`] saved in [`search`]: non-constant node evaluations done and those full
+/// runs would have done, for the configurations and for the ranking's sensitivity passes.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ReuseStats {
+    /// Node evaluations running the configurations (all batches run).
+    pub nodes_run: usize,
+    /// What full runs of the same configurations and batches would have done.
+    pub nodes_full: usize,
+    /// Node evaluations of the ranking's sensitivity passes.
+    pub ranking_nodes_run: usize,
+    /// What full sensitivity passes would have done.
+    pub ranking_nodes_full: usize,
+    /// The memory budget of the values kept, bytes ([`crate::reuse`]).
+    pub budget_bytes: usize,
+    /// The most bytes kept at once.
+    pub peak_bytes: usize,
+}
+
 /// Chooses a precision per layer so that `target` holds on `eval` (see the module docs).
 /// When the target cannot be met the result has `met = false` and the best configuration
 /// found (the highest metric among those measured, fewer float layers on ties).
@@ -979,8 +1064,21 @@ pub fn search(
             "--target accuracy=... needs labels for the evaluation data".into(),
         ));
     }
+    let budget = match opts.reuse_bytes {
+        Some(b) => b,
+        None => crate::reuse::budget_from_env()?,
+    };
+    // Kept: the int8 run (pinned), the float run while the ranking runs, two recent ones.
+    let mut reuse = Reuse::new(eval.data, budget, 3);
     let t_int8 = std::time::Instant::now();
-    let int8 = eval.measure(&setup.mixed(&MixedConfig::default())?)?;
+    let int8 = measure_keep(
+        eval,
+        &mut reuse,
+        &setup.mixed(&MixedConfig::default())?,
+        None,
+        Keep::Pin,
+    )?
+    .0;
     let t_int8 = t_int8.elapsed().as_secs_f64();
     if target.metric == Metric::Agreement && int8.agreement.is_none() {
         return Err(PtqError::InvalidOption(
@@ -1025,12 +1123,17 @@ pub fn search(
         measure: t_int8,
         ..SearchTimes::default()
     };
+    let mut stats = ReuseStats {
+        budget_bytes: budget,
+        ..ReuseStats::default()
+    };
     // The ranking: needed for the fallback when int8 misses, and for the 4-bit order.
     let need_ranking = !target.met(&int8) || opts.allow_weight4;
     let mut ranking: Vec<(String, Option<f64>)> = Vec::new();
     if need_ranking {
         let t0 = std::time::Instant::now();
-        let report = analyze(
+        let (r0, f0) = (reuse.nodes_run, reuse.nodes_full);
+        let report = analyze_with(
             setup,
             eval.data,
             &AnalyzeOptions {
@@ -1038,7 +1141,10 @@ pub fn search(
                 budget: opts.ranking_budget,
             },
             &mut |s, d, t| progress(SearchStage::Ranking(s), d, t),
+            &mut reuse,
         )?;
+        stats.ranking_nodes_run = reuse.nodes_run - r0;
+        stats.ranking_nodes_full = reuse.nodes_full - f0;
         times.ranking = t0.elapsed().as_secs_f64();
         ranking = report
             .layers
@@ -1066,6 +1172,7 @@ pub fn search(
     let mut r = Runner {
         setup,
         eval,
+        reuse,
         target,
         steps: vec![Step {
             action: "all int8".into(),
@@ -1135,6 +1242,7 @@ pub fn search(
     if !target.met(&current) {
         r.finish_stopped()?;
         let (config, measured) = r.best.clone();
+        let reuse = r.stats(stats);
         return Ok(SearchResult {
             target,
             met: false,
@@ -1146,6 +1254,7 @@ pub fn search(
             samples: eval.samples(),
             seconds: r.times,
             stopped_early: r.stopped,
+            reuse,
         });
     }
     // 2. Prune: put changed layers back in int8, by groups. A group (at first every changed
@@ -1216,6 +1325,7 @@ pub fn search(
             }
         }
     }
+    let reuse = r.stats(stats);
     Ok(SearchResult {
         target,
         met: true,
@@ -1227,6 +1337,7 @@ pub fn search(
         samples: eval.samples(),
         seconds: r.times,
         stopped_early: r.stopped,
+        reuse,
     })
 }
 

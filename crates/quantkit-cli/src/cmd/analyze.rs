@@ -27,7 +27,9 @@ a big drop from the previous layers' prop to this layer's, with a low local, mar
   recovered     share of the quantized model's output error (squared) that goes away when this \
 layer is left in float; the ranking's key
 Layers are ranked most-to-blame first: by `recovered` where sensitivity ran (--top K layers with \
-the lowest local SQNR; by default as many as fit in --budget seconds), then by local SQNR. A negative `recovered` means the output got worse with the layer in float: quantization errors of different layers partly cancel.")]
+the lowest local SQNR; by default as many as fit in --budget seconds), then by local SQNR. Sensitivity graphs run only from their first node that differs from the \
+float or the fully quantized run, from cached values (at most QUANTKIT_REUSE_BYTES, default 1G; \
+0: full runs). A negative `recovered` means the output got worse with the layer in float: quantization errors of different layers partly cancel.")]
 pub struct Args {
     /// Float ONNX model.
     pub model: PathBuf,

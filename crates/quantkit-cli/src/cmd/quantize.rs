@@ -109,8 +109,11 @@ pub struct Args {
     /// sample of the file (never on samples calibrated with, unless there are too few: then
     /// a warning). An agreement target must hold for the lower --confidence bound of the
     /// agreement, not only the share measured; a configuration that provably cannot meet it
-    /// stops after the batch that shows it (same choice as running every batch). Holds
-    /// --calib-samples (default 1000) and
+    /// stops after the batch that shows it (same choice as running every batch). Each
+    /// configuration runs only from its first node that differs from a run kept (the
+    /// all-int8 one, the last ones measured), from cached values at cuts of that run: the
+    /// same figures as full runs; the cache holds at most QUANTKIT_REUSE_BYTES (default 1G;
+    /// 0: full runs). Holds --calib-samples (default 1000) and
     /// --eval-samples in memory. The chosen configuration is written to --save-config
     /// (default OUT.mixed.json).
     #[arg(long, value_name = "METRIC=VALUE")]

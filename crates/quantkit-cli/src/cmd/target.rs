@@ -603,6 +603,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             samples: evaluation.samples(),
             seconds: Default::default(),
             stopped_early: 0,
+            reuse: Default::default(),
         };
     } else {
         let Some(target) = target else {
@@ -622,6 +623,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 ranking_budget: Some(std::time::Duration::from_secs_f64(
                     args.budget.clamp(0.0, 1e9),
                 )),
+                reuse_bytes: None,
             },
             &mut |stage, d, t| {
                 let b = if stage == SearchStage::Search {
