@@ -13,20 +13,29 @@ use quantkit_graph::OpKind;
 use quantkit_kernels::gemm::MAX_K;
 
 impl<'g> Matcher<'g> {
-    /// Why the shapes known at compile time (batch 1) rule the kernel out, if they do.
+    /// Why the shapes known at compile time rule the kernel out, if they do: a rank below
+    /// 2 (a graph input's declared rank, even with symbolic axes), or K too large.
     fn act_matmul_shapes(&self, a: &str, b: &str) -> Why<()> {
         for (what, v) in [("A", a), ("B", b)] {
-            if let Some(s) = self.batch1_shape(v) {
+            let known = match self.init(v) {
+                Some(t) => Some(t.shape.clone()),
+                None => match self.g.inputs.iter().find(|i| i.name == v) {
+                    Some(i) => i.shape.as_ref().map(|s| vec![1; s.len()]),
+                    None => self.batch1_shape(v),
+                },
+            };
+            if let Some(s) = known {
                 if s.len() < 2 {
                     return Err(format!(
                         "{what} `{v}` is {}-D: the batched kernel takes operands of rank ≥ 2",
                         s.len()
                     ));
                 }
-                if what == "A" && s[s.len() - 1] > MAX_K {
+                let k = self.batch1_shape(v).and_then(|s| s.last().copied());
+                if what == "A" && k.is_some_and(|k| k > MAX_K) {
                     return Err(format!(
                         "K = {} exceeds {MAX_K}, beyond which i32 accumulation is not exact",
-                        s[s.len() - 1]
+                        k.unwrap_or(0)
                     ));
                 }
             }
