@@ -71,8 +71,8 @@ pub fn matmul_codes_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = ra.max(rb);
     let mut out = Vec::with_capacity(rank);
     for i in 0..rank - 2 {
-        let da = (i + ra >= rank).then(|| a[i + ra - rank]).unwrap_or(1);
-        let db = (i + rb >= rank).then(|| b[i + rb - rank]).unwrap_or(1);
+        let da = if i + ra >= rank { a[i + ra - rank] } else { 1 };
+        let db = if i + rb >= rank { b[i + rb - rank] } else { 1 };
         out.push(match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
