@@ -44,7 +44,7 @@ impl Operand {
         let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
         let pick = |rng: &mut Rng| {
             if extreme {
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     lo
                 } else {
                     hi
@@ -159,7 +159,7 @@ fn check<T: QuantType>(
     let scale = spread * (1.0 + rng.range(0, 100) as f32 / 100.0);
     let (lo, hi) = (T::MIN, T::MAX);
     let z = rng.range(lo + 64, hi - 64);
-    let clamp = if !extreme && rng.next() % 3 == 0 {
+    let clamp = if !extreme && rng.next().is_multiple_of(3) {
         (z, hi)
     } else {
         (lo, hi)
