@@ -30,7 +30,7 @@ fn arith(n: &Node) -> Option<Arith> {
 }
 
 /// The 256 codes of an 8-bit type, in byte order (`probe[b]` is the code whose byte is `b`).
-fn probe(dtype: DType) -> Why<Tensor> {
+pub(super) fn probe(dtype: DType) -> Why<Tensor> {
     match dtype {
         DType::U8 => Tensor::new(vec![256], Data::U8((0..=255).collect())),
         _ => Tensor::new(vec![256], Data::I8((0..=255u8).map(|b| b as i8).collect())),
@@ -306,24 +306,6 @@ impl<'g> Matcher<'g> {
             q: qi,
             qp: qy,
         } = self.tail(&n.outputs[0])?;
-        let deq = |dq: &Node, dtype: DType| -> Why<Box<[f32; 256]>> {
-            let f = ops::lookup(&dq.domain, &dq.op_type).ok_or("no DequantizeLinear")?;
-            let x = probe(dtype)?;
-            let mut args: Vec<Option<&Tensor>> = vec![Some(&x)];
-            for i in &dq.inputs[1..] {
-                args.push(if i.is_empty() { None } else { self.init(i) });
-            }
-            let ctx = OpCtx {
-                node: dq,
-                opset: self.opset,
-            };
-            let y = f(&ctx, &args).map_err(|e| format!("`{}`: {e}", dq.name))?;
-            let v = y.first().ok_or("no output")?.to_f32_vec();
-            let arr: [f32; 256] = v
-                .try_into()
-                .map_err(|_| format!("`{}` is not element-wise", dq.name))?;
-            Ok(Box::new(arr))
-        };
         let desc = format!(
             "{} of {} and {} codes → {} (exact f32)",
             n.op_type, qa.dtype, qb.dtype, qy.dtype
@@ -331,8 +313,8 @@ impl<'g> Matcher<'g> {
         Ok(Matched {
             kernel: Box::new(BinaryStep {
                 op,
-                da: deq(na, qa.dtype)?,
-                db: deq(nb, qb.dtype)?,
+                da: self.dq_table(na, qa.dtype)?,
+                db: self.dq_table(nb, qb.dtype)?,
                 a_dtype: qa.dtype,
                 b_dtype: qb.dtype,
                 scale: qy.scale,

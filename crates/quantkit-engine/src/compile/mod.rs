@@ -12,9 +12,9 @@
 //! | com.microsoft `QGemm` | `gemm.rs` `qgemm` | `gemm.rs` `GemmStep` |
 //! | `Conv` | `conv.rs` `conv` (+ a following MaxPool: `max_pool_after`) | `conv.rs` `ConvStep` |
 //! | `ConvTranspose` | `conv_transpose.rs` `conv_transpose` | `conv_transpose.rs` `ConvTransposeStep` |
-//! | `Gemm`, `MatMul` | `gemm.rs` `gemm` (+ a Flatten in front: `flatten_gemm.rs`) | `gemm.rs` `GemmStep` (+ `flatten_gemm.rs` `FlatInput`) |
+//! | `Gemm`, `MatMul` | `gemm.rs` `gemm` (+ a Flatten in front: `flatten_gemm.rs`), else (MatMul) `act_matmul.rs` `act_matmul` (two activations) | `gemm.rs` `GemmStep` (+ `flatten_gemm.rs` `FlatInput`), `act_matmul.rs` `ActMatMulStep` |
 //! | `QLinearConv` | `conv.rs` `qlinear_conv` | `conv.rs` `ConvStep` |
-//! | `QLinearMatMul` | `gemm.rs` `qlinear_matmul` | `gemm.rs` `GemmStep` |
+//! | `QLinearMatMul` | `gemm.rs` `qlinear_matmul` (constant 2-D B), else `act_matmul.rs` `qlinear_matmul_codes` | `gemm.rs` `GemmStep`, `act_matmul.rs` `ActMatMulStep` |
 //! | `MaxPool` | `pool.rs` `max_pool_codes` on codes, else `max_pool` | `pool.rs` `MaxPoolStep` |
 //! | `ConvInteger`, `MatMulInteger` | `dynamic.rs` `dynamic` | `dynamic.rs` `DynamicStep` |
 //! | `Add`, `Sub`, `Mul`, `Div` | `binary.rs` `code_function` (both operands from one tensor's codes: SiLU), else `binary_codes` (two code tensors), else `prologue.rs` `prologue` | `codes.rs` `CodeStep` (table), `binary.rs` `BinaryStep`, `prologue.rs` `PrologueStep` |
@@ -52,6 +52,7 @@ use helpers::{Matcher, Why};
 use quantkit_graph::Graph;
 use quantkit_graph::OpKind;
 
+mod act_matmul;
 mod binary;
 mod codes;
 mod concat;
@@ -98,9 +99,18 @@ impl<'g> Matcher<'g> {
             OpKind::QGemm => self.qgemm(ni),
             OpKind::Conv => self.conv(ni),
             OpKind::ConvTranspose => self.conv_transpose(ni),
-            OpKind::Gemm | OpKind::MatMul => self.gemm(ni),
+            // A constant B is a weight; otherwise (or a B the GEMM step does not take) a
+            // product of two activations.
+            OpKind::Gemm => self.gemm(ni),
+            OpKind::MatMul => self.gemm(ni).or_else(|e| {
+                self.act_matmul(ni)
+                    .map_err(|e2| format!("{e}; as a product of two activations: {e2}"))
+            }),
             OpKind::QLinearConv => self.qlinear_conv(ni),
-            OpKind::QLinearMatMul => self.qlinear_matmul(ni),
+            OpKind::QLinearMatMul => self.qlinear_matmul(ni).or_else(|e| {
+                self.qlinear_matmul_codes(ni)
+                    .map_err(|e2| format!("{e}; as a product of two activations: {e2}"))
+            }),
             OpKind::MaxPool => match codes() {
                 Some(dt) => self.max_pool_codes(ni, dt),
                 None => self.max_pool(ni),

@@ -277,6 +277,28 @@ impl<'g> Matcher<'g> {
         stage_for(self.opts.requant, s_x, s_w, out, clamp, bias, alpha)
     }
 
+    /// The f32 value of every code of `dtype` (indexed by the code's byte) under the
+    /// DequantizeLinear `dq`, evaluated with the graph crate's operator, so a lookup equals
+    /// the float executor's DQ bit for bit.
+    pub(super) fn dq_table(&self, dq: &Node, dtype: DType) -> Why<Box<[f32; 256]>> {
+        let f = ops::lookup(&dq.domain, &dq.op_type).ok_or("no DequantizeLinear")?;
+        let x = super::binary::probe(dtype)?;
+        let mut args: Vec<Option<&Tensor>> = vec![Some(&x)];
+        for i in &dq.inputs[1..] {
+            args.push(if i.is_empty() { None } else { self.init(i) });
+        }
+        let ctx = OpCtx {
+            node: dq,
+            opset: self.opset,
+        };
+        let y = f(&ctx, &args).map_err(|e| format!("`{}`: {e}", dq.name))?;
+        let v = y.first().ok_or("no output")?.to_f32_vec();
+        let arr: [f32; 256] = v
+            .try_into()
+            .map_err(|_| format!("`{}` is not element-wise", dq.name))?;
+        Ok(Box::new(arr))
+    }
+
     /// The table `code → Q(op(DQ(code)))`, evaluated with the graph crate's operators so it
     /// equals the QDQ graph on the float executor exactly; `None` when it is the identity.
     pub(super) fn table(&self, dq: &Node, op: Option<&Node>, q: &Node) -> Why<Option<Table>> {

@@ -8,6 +8,7 @@ use crate::value::Val;
 use crate::Step;
 use quantkit_graph::{DType, Tensor};
 
+mod act_matmul;
 mod binary;
 mod codes;
 mod concat;
@@ -21,6 +22,7 @@ mod pool;
 mod prelu;
 mod prologue;
 
+pub(crate) use act_matmul::{ActMatMulStep, Fallback};
 pub(crate) use binary::BinaryStep;
 pub(crate) use codes::{CodeStep, Table};
 pub(crate) use concat::ConcatStep;

@@ -42,10 +42,12 @@
 //! `geometry` (tile and panel shapes), `weights` (packed weights), `activations` (the A
 //! operand), `pack` (activation panels), `block` (blocking, threads, the task loop), `sink`
 //! (corrections and output stages of a tile), `sums` (exact sums for the fused conv + max
-//! pool); this file holds the entry points. Micro-kernels, packers and stores come from the
+//! pool), `batched` (MatMul of two activation tensors: B packed at run time); this file
+//! holds the entry points. Micro-kernels, packers and stores come from the
 //! kernel table ([`crate::dispatch::Kernels`]).
 
 mod activations;
+mod batched;
 mod block;
 mod geometry;
 mod pack;
@@ -54,6 +56,9 @@ mod sums;
 mod weights;
 
 pub use activations::Activations;
+pub use batched::{
+    matmul_codes_quant, matmul_codes_quant_with, matmul_codes_shape, CodeTensor, Codes,
+};
 pub use geometry::{PanelGeometry, KGROUP, MAX_K, MR, NR, VNNI_KGROUP, VNNI_MR, VNNI_NR};
 pub(crate) use geometry::{Tile, TILE};
 pub use sink::Epilogue;
