@@ -1024,6 +1024,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         let te = Instant::now();
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
+        // Inputs trained on, for samples/s: `seen` counts prediction rows (the frames of a
+        // text line for an [N, T, C] output), which weigh the loss and the accuracy.
+        let mut inputs = 0usize;
         let mut part_sums = vec![0f64; nout];
         let batches = train.batches(&BatchOptions {
             batch_size: args.batch,
@@ -1037,6 +1040,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })?;
         for (step, b) in batches.enumerate() {
             let b = b?;
+            inputs += b.shape.first().copied().unwrap_or(0);
             let x = Tensor::from_f32(&b.shape, b.data);
             // Augmented before the teacher and the student see it; labels stay.
             let x = match &augment {
@@ -1132,13 +1136,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 } else {
                     format!(" acc {:.2}%", 100.0 * correct as f64 / seen as f64)
                 },
-                seen as f64 / te.elapsed().as_secs_f64().max(1e-9)
+                inputs as f64 / te.elapsed().as_secs_f64().max(1e-9)
             ));
             bar.inc(1);
         }
         let train_secs = te.elapsed().as_secs_f64();
         epochs_secs.push(train_secs);
-        let sps = seen as f64 / train_secs.max(1e-9);
+        let sps = inputs as f64 / train_secs.max(1e-9);
         let part_means: Vec<f64> = part_sums.iter().map(|p| p / seen.max(1) as f64).collect();
         let mut val_note = String::new();
         // What deploys now: the averaged parameters with --ema, with the running statistics
