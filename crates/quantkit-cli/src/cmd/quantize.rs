@@ -152,7 +152,9 @@ pub struct Args {
     /// near-duplicates inside the file still make it optimistic (give --data from another
     /// source then). An output with several rows per sample ([N, T, C]: the frames of a
     /// text line) is judged with the samples as clusters: the bound's sample count lies
-    /// between the inputs and the rows (docs/analysis.md). 0: judge the share measured.
+    /// between the inputs and the rows (docs/analysis.md). The bound is per configuration:
+    /// the search measures many on the same samples, so the chosen one's figure is
+    /// optimistic; confirm it on data the search never saw. 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
     /// Evaluation samples for --target.
