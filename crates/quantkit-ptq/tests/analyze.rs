@@ -2,44 +2,15 @@
 //! a deliberately destroyed layer is ranked first and recovers the output when left float.
 
 use quantkit_core::ErrorMetrics;
-use quantkit_graph::{
-    execute, execute_with, AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo,
-};
+use quantkit_graph::{execute, execute_with, AttrValue, DType, Graph, Node, Tensor, ValueInfo};
 use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Setup};
 use quantkit_ptq::{PtqConfig, QdqOptions};
 
-/// Deterministic pseudo-random values in [-a, a] (LCG, so the test needs no rand crate).
-fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
+mod common;
+use common::rand_vec;
 
 fn graph(name: &str, side: usize) -> Graph {
-    let mut g = Graph {
-        name: name.into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, side, side]);
-    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
-    g.inputs.push(vi);
-    g.outputs.push(ValueInfo {
-        name: "logits".into(),
-        dtype: Some(DType::F32),
-        onnx_elem_type: DType::F32.onnx_code(),
-        shape: None,
-    });
-    g
+    common::graph_io(name, &[1, 1, side, side], "logits")
 }
 
 fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {

@@ -3,41 +3,16 @@
 //! model's values, the 8-bit weight point is the analysis' own quantized model, and the
 //! error picture holds the float and dequantized weights.
 
-use quantkit_graph::{execute_with, DType, Dim, Graph, Node, Tensor, ValueInfo};
+use quantkit_graph::{execute_with, Graph, Node, Tensor};
 use quantkit_ptq::analyze::{analyze, details, weight_picture, AnalyzeOptions, Feed, Setup};
 use quantkit_ptq::PtqConfig;
 
-fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
+mod common;
+use common::rand_vec;
 
 /// x[N,1,8,8] → conv1(1→4, 3×3) → relu1 → conv2(4→3, 3×3) → flatten → fc(→5).
 fn small() -> Graph {
-    let mut g = Graph {
-        name: "small".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 8, 8]);
-    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
-    g.inputs.push(vi);
-    g.outputs.push(ValueInfo {
-        name: "logits".into(),
-        dtype: Some(DType::F32),
-        onnx_elem_type: DType::F32.onnx_code(),
-        shape: None,
-    });
+    let mut g = common::graph_io("small", &[1, 1, 8, 8], "logits");
     for (name, shape, a, seed) in [
         ("w1", vec![4, 1, 3, 3], 0.6, 1),
         ("b1", vec![4], 0.1, 2),

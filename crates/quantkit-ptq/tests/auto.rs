@@ -29,21 +29,7 @@ fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
 
 /// x[N, 64] → MatMul(identity) → Clip(0, 1) → MatMul(random) → y.
 fn clipped() -> Graph {
-    let mut g = Graph {
-        name: "clipped".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, F]);
-    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
-    g.inputs.push(vi);
-    g.outputs.push(ValueInfo {
-        name: "y".into(),
-        dtype: Some(DType::F32),
-        onnx_elem_type: DType::F32.onnx_code(),
-        shape: None,
-    });
+    let mut g = common::graph_io("clipped", &[1, F], "y");
     let mut eye = vec![0f32; F * F];
     for i in 0..F {
         eye[i * F + i] = 1.0;

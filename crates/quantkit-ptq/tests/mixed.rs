@@ -7,7 +7,7 @@
 mod common;
 use common::{rand_vec, search_for, search_with};
 
-use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
+use quantkit_graph::{AttrValue, Graph, Node, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{Evaluation, MixedConfig, Precision, SearchOptions, Target};
 use quantkit_ptq::{PtqConfig, QdqOptions};
@@ -36,21 +36,7 @@ fn feeds(batches: usize, n: usize, seed: u64) -> Vec<Feed> {
 /// separate Mul (not conv3's weights, as in tests/analyze.rs, whose ÷1000 weights int8 also
 /// zeroes), so exactly one layer is destroyed.
 fn destroyed() -> Graph {
-    let mut g = Graph {
-        name: "convnet".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 10, 10]);
-    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
-    g.inputs.push(vi);
-    g.outputs.push(ValueInfo {
-        name: "logits".into(),
-        dtype: Some(DType::F32),
-        onnx_elem_type: DType::F32.onnx_code(),
-        shape: None,
-    });
+    let mut g = common::graph_io("convnet", &[1, 1, 10, 10], "logits");
     init(&mut g, "w1", &[8, 1, 3, 3], rand_vec(72, 0.6, 11));
     init(&mut g, "b1", &[8], rand_vec(8, 0.05, 12));
     let mut w2 = rand_vec(576, 0.25, 13);

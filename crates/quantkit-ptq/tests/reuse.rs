@@ -7,7 +7,7 @@
 mod common;
 use common::rand_vec;
 
-use quantkit_graph::{AttrValue, DType, Dim, Graph, Node, Tensor, ValueInfo};
+use quantkit_graph::{AttrValue, Graph, Node, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{Evaluation, MixedConfig, Precision};
 use quantkit_ptq::reuse::{parse_bytes, run_full, Keep, Reuse};
@@ -31,21 +31,7 @@ fn feeds(batches: usize, n: usize, seed: u64) -> Vec<Feed> {
 /// relu → conv4 → relu → flatten → fc(→10): six quantized layers, a value live across a
 /// cut (the residual).
 fn model() -> Graph {
-    let mut g = Graph {
-        name: "chain".into(),
-        opset_imports: vec![(String::new(), 13)],
-        ..Default::default()
-    };
-    g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 8, 8]);
-    vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
-    g.inputs.push(vi);
-    g.outputs.push(ValueInfo {
-        name: "logits".into(),
-        dtype: Some(DType::F32),
-        onnx_elem_type: DType::F32.onnx_code(),
-        shape: None,
-    });
+    let mut g = common::graph_io("chain", &[1, 1, 8, 8], "logits");
     init(&mut g, "w1", &[6, 1, 3, 3], rand_vec(54, 0.6, 1));
     init(&mut g, "b1", &[6], rand_vec(6, 0.05, 2));
     for (i, s) in [(2, 3u64), (3, 5), (4, 7)] {

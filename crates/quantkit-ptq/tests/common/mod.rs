@@ -204,20 +204,38 @@ pub fn ort_optimized_ops(model: &Path) -> Vec<String> {
 /// An empty opset-13 graph `name` (IR 8) with one input `x` of shape `[N, 1, 28, 28]`, `N`
 /// symbolic: the start of every 28×28 test model.
 pub fn graph_28x28(name: &str) -> Graph {
+    graph_with_input(name, &[1, 1, 28, 28])
+}
+
+/// An empty opset-13 graph `name` (IR 8) with one input `x` of shape `shape`, its first
+/// axis replaced by a symbolic `N`.
+pub fn graph_with_input(name: &str, shape: &[usize]) -> Graph {
     let mut g = Graph {
         name: name.into(),
         opset_imports: vec![(String::new(), 13)],
         ..Default::default()
     };
     g.meta.ir_version = 8;
-    let mut vi = ValueInfo::new("x", DType::F32, &[1, 1, 28, 28]);
+    let mut vi = ValueInfo::new("x", DType::F32, shape);
     vi.shape.as_mut().unwrap()[0] = Dim::Symbolic("N".into());
     g.inputs.push(vi);
     g
 }
 
-/// Deterministic pseudo-random values in [-a, a] (an LCG, so the tests need no rand crate;
-/// the same sequence as tests/analyze.rs and tests/ptq.rs).
+/// [`graph_with_input`] with one f32 graph output `output` of unknown shape: the start of
+/// the analysis and search test models.
+pub fn graph_io(name: &str, shape: &[usize], output: &str) -> Graph {
+    let mut g = graph_with_input(name, shape);
+    g.outputs.push(ValueInfo {
+        name: output.into(),
+        dtype: Some(DType::F32),
+        onnx_elem_type: DType::F32.onnx_code(),
+        shape: None,
+    });
+    g
+}
+
+/// Deterministic pseudo-random values in [-a, a] (an LCG, so the tests need no rand crate).
 pub fn rand_vec(n: usize, a: f32, seed: u64) -> Vec<f32> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
