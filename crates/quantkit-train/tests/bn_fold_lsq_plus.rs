@@ -14,7 +14,7 @@ use quantkit_train::optim::Adam;
 use quantkit_train::qat::{LabelTerm, OutputLoss, OutputTerm, Qat, QatOptions};
 
 mod common;
-use common::{root, Lcg};
+use common::{root, sample, Lcg};
 
 /// LSQ+: the zero-point gradient is `−s·g` summed over the clipped elements (in code units,
 /// times LSQ's gradient scale), checked against central differences of the fake-quant
@@ -157,25 +157,6 @@ fn batch_statistics_bn_gradients_match_finite_differences() {
             }
         }
     }
-}
-
-fn sample() -> (Vec<f32>, Vec<usize>) {
-    let dir = root().join("data/fashion-mnist-sample");
-    let mut src = quantkit_data::open_data(&dir, &quantkit_data::OpenOptions::default())
-        .expect("the committed sample data/fashion-mnist-sample");
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    for b in src
-        .batches(&quantkit_data::BatchOptions {
-            batch_size: 250,
-            ..Default::default()
-        })
-        .unwrap()
-    {
-        let b = b.unwrap();
-        x.extend(b.data);
-        y.extend(b.labels.unwrap().into_iter().map(|l| l as usize));
-    }
-    (x, y)
 }
 
 fn top1(y: &GTensor) -> Vec<usize> {

@@ -11,28 +11,7 @@ use quantkit_train::optim::Adam;
 use quantkit_train::qat::{Qat, QatOptions};
 
 mod common;
-use common::root;
-
-fn sample() -> (Vec<f32>, Vec<usize>) {
-    let mut src = quantkit_data::open_data(
-        root().join("data/fashion-mnist-sample"),
-        &quantkit_data::OpenOptions::default(),
-    )
-    .expect("the committed sample data/fashion-mnist-sample");
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    for b in src
-        .batches(&quantkit_data::BatchOptions {
-            batch_size: 250,
-            ..Default::default()
-        })
-        .unwrap()
-    {
-        let b = b.unwrap();
-        x.extend(b.data);
-        y.extend(b.labels.unwrap().into_iter().map(|l| l as usize));
-    }
-    (x, y)
-}
+use common::{root, sample};
 
 fn lenet_w4a8(observer_steps: usize) -> Qat {
     let mut float = quantkit_graph::load_model(root().join("models/lenet.onnx")).unwrap();

@@ -1,5 +1,5 @@
-//! Helpers shared by the QAT tests: the repository root, a small deterministic generator
-//! and a perturbed student quantized by PTQ at W4A8.
+//! Helpers shared by the QAT tests: the repository root, a small deterministic generator,
+//! a perturbed student quantized by PTQ at W4A8 and the committed Fashion-MNIST sample.
 
 #![allow(dead_code)]
 
@@ -69,4 +69,25 @@ pub fn student(teacher: &Graph, x: &[f32], shape: &[usize], weights: &[&str]) ->
         },
     )
     .unwrap()
+}
+
+/// The committed Fashion-MNIST sample (`data/fashion-mnist-sample`): every image,
+/// flattened, and its label.
+pub fn sample() -> (Vec<f32>, Vec<usize>) {
+    let dir = root().join("data/fashion-mnist-sample");
+    let mut src = quantkit_data::open_data(&dir, &quantkit_data::OpenOptions::default())
+        .expect("the committed sample data/fashion-mnist-sample");
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for b in src
+        .batches(&quantkit_data::BatchOptions {
+            batch_size: 250,
+            ..Default::default()
+        })
+        .unwrap()
+    {
+        let b = b.unwrap();
+        x.extend(b.data);
+        y.extend(b.labels.unwrap().into_iter().map(|l| l as usize));
+    }
+    (x, y)
 }
