@@ -9,6 +9,9 @@ use quantkit_kernels::output::{OutputStage, QuantType};
 use quantkit_kernels::reference::float_output_i64;
 use quantkit_kernels::Isa;
 
+mod common;
+use common::supported;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -29,14 +32,6 @@ impl Rng {
             _ => self.range(lo, hi),
         }
     }
-}
-
-fn supported() -> Vec<Isa> {
-    let (run, skip): (Vec<Isa>, Vec<Isa>) = Isa::ALL.into_iter().partition(|i| i.is_supported());
-    for isa in &skip {
-        eprintln!("skipping {}: this CPU lacks its instructions", isa.name());
-    }
-    run
 }
 
 /// Plain i64 depthwise conv (multiplier 1), NHWC, weights `[c][ky][kx]`.

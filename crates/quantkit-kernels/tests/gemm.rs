@@ -9,28 +9,8 @@ use quantkit_kernels::gemm::{
 use quantkit_kernels::output::{OutputStage, QuantType};
 use quantkit_kernels::{reference, Isa, KernelError};
 
-/// SplitMix64: a seeded generator so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i32
-    }
-}
-
-fn supported() -> Vec<Isa> {
-    let (run, skip): (Vec<Isa>, Vec<Isa>) = Isa::ALL.into_iter().partition(|i| i.is_supported());
-    for isa in &skip {
-        eprintln!("skipping {}: this CPU lacks its instructions", isa.name());
-    }
-    run
-}
+mod common;
+use common::{supported, Rng};
 
 #[derive(Clone, Copy, Debug)]
 enum AType {

@@ -18,16 +18,11 @@ use quantkit_kernels::par::{self, SplitKind};
 use quantkit_kernels::pool::max_pool;
 use quantkit_kernels::Isa;
 
+mod common;
+use common::supported;
+
 /// The threshold and the counters are process-wide: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn supported() -> Vec<Isa> {
-    let (run, skip): (Vec<Isa>, Vec<Isa>) = Isa::ALL.into_iter().partition(|i| i.is_supported());
-    for isa in &skip {
-        eprintln!("skipping {}: this CPU lacks its instructions", isa.name());
-    }
-    run
-}
 
 struct Rng(u64);
 impl Rng {
