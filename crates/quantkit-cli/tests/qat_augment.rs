@@ -94,3 +94,69 @@ fn bad_augment_and_validation_options_are_errors() {
     assert!(!ok && err.contains("flip=1"), "{err}");
     assert!(!out.exists());
 }
+
+/// `--augment` with labels (cross-entropy, no `--distill`): the student trains on the
+/// transformed batch with the labels as they are. Mirroring changes what is trained (a
+/// different model and training loss), and the same mirror drawn with probability 0 is
+/// the identity: a byte-identical model and the same loss as no augmentation, so the
+/// labels path is untouched apart from the input.
+#[test]
+fn augmentation_with_labels_trains_on_the_transformed_batches() {
+    let run = |name: &str, augment: Option<&str>| {
+        let out = tmp(name);
+        let log = out.with_extension("csv");
+        let mut args = vec![
+            "--epochs",
+            "1",
+            "--batch",
+            "32",
+            "--limit",
+            "128",
+            "--eval-limit",
+            "100",
+            "--lr",
+            "1e-3",
+            "--observer-steps",
+            "0",
+            "--json",
+            "-o",
+            out.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ];
+        if let Some(a) = augment {
+            args.extend(["--augment", a]);
+        }
+        let (ok, stdout, err) = qat(&args);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+        let bytes = std::fs::read(&out).unwrap();
+        // The epoch's training loss: the second column of the CSV's only data row.
+        let csv = std::fs::read_to_string(&log).unwrap();
+        let loss: f64 = csv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        for f in [out.clone(), log.clone(), out.with_extension("svg")] {
+            let _ = std::fs::remove_file(f);
+        }
+        (v, bytes, loss)
+    };
+    let (_, plain_model, plain_loss) = run("labels_plain.onnx", None);
+    let (_, never_model, never_loss) = run("labels_p0.onnx", Some("flip,shift=2,p=0"));
+    let (flip, flip_model, flip_loss) = run("labels_flip.onnx", Some("flip,shift=2"));
+    assert!(never_model == plain_model, "p=0 must be the identity");
+    assert_eq!(never_loss, plain_loss);
+    assert!(
+        flip_model != plain_model,
+        "the mirrored batches were not trained on"
+    );
+    assert_ne!(flip_loss, plain_loss);
+    // Labels kept: the mirrored and shifted clothes are still mostly classified right.
+    assert!(flip["qat_value"].as_f64().unwrap() > 0.8, "{flip}");
+}
