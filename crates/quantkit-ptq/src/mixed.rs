@@ -1522,7 +1522,7 @@ impl Default for ConfirmOptions {
 
 /// Default [`ConfirmOptions::max_tests`]: the search's choice and the most conservative
 /// configuration it accepted. Each further test raises the samples the confirmation needs
-/// (at 95 % for agreement=0.99: 268 for one test, 381 for two, 450 for three).
+/// (at 95 % for agreement=0.99: 268 for one test, 381 for two, 449 for three).
 pub const DEFAULT_CONFIRM_TESTS: usize = 2;
 
 /// The Bonferroni level of one of `tests` tests at family level `c`: `1 − (1 − c)/tests`.

@@ -174,7 +174,7 @@ pub struct Args {
     /// accepted), fixed before any is run; each is judged at the Bonferroni level
     /// 1 − (1 − LEVEL)/K so that the chance of confirming a configuration that misses the
     /// target stays below 1 − --confidence. Each test more raises the samples needed (at
-    /// 0.95 for agreement=0.99, with every sample agreeing: 268 for K = 1, 381 for 2, 450
+    /// 0.95 for agreement=0.99, with every sample agreeing: 268 for K = 1, 381 for 2, 449
     /// for 3).
     #[arg(long, default_value_t = quantkit_ptq::mixed::DEFAULT_CONFIRM_TESTS, value_name = "K")]
     pub confirm_tests: usize,

@@ -1254,3 +1254,79 @@ mod split_tests {
         assert_eq!(s.held_samples.len(), 48);
     }
 }
+
+#[cfg(test)]
+mod confirm_split_tests {
+    use super::{split_confirmation, Loaded};
+    use quantkit_graph::Tensor;
+
+    /// 50 samples in batches of 16 (the last short), each sample's values its index: the
+    /// confirmation part is every second sample, the search part the others, no sample in
+    /// both, none lost; labels (two per sample: two output rows each) follow their samples.
+    #[test]
+    fn search_and_confirmation_samples_are_disjoint_and_cover_the_data() {
+        let feeds: Vec<_> = (0..50usize)
+            .collect::<Vec<_>>()
+            .chunks(16)
+            .map(|c| {
+                let data: Vec<f32> = c.iter().flat_map(|&i| [i as f32; 3]).collect();
+                vec![("x".to_string(), Tensor::from_f32(&[c.len(), 3], data))]
+            })
+            .collect();
+        let labels = Some((0..100).collect());
+        let s = split_confirmation(Loaded { feeds, labels }, 0.5, false).expect("a split");
+        let ids = |l: &Loaded| -> Vec<usize> {
+            l.feeds
+                .iter()
+                .flat_map(|f| {
+                    let t = &f[0].1;
+                    assert!(t.shape[0] <= 16);
+                    t.as_f32()
+                        .unwrap()
+                        .chunks(3)
+                        .map(|r| r[0] as usize)
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let (search, confirm) = (ids(&s.search), ids(&s.confirm));
+        assert_eq!(confirm, (0..25).map(|i| 2 * i + 1).collect::<Vec<_>>());
+        assert_eq!(search, (0..25).map(|i| 2 * i).collect::<Vec<_>>());
+        assert_eq!(s.confirm_samples, confirm);
+        let cl = s.confirm.labels.unwrap();
+        assert_eq!(cl[..4], [2, 3, 6, 7]);
+        assert_eq!(cl.len(), 50);
+        // A fixed batch of 16: whole batches only (25 → 16 each).
+        let feeds: Vec<_> = (0..4)
+            .map(|b| {
+                let data: Vec<f32> = (0..16 * 3).map(|i| (b * 16 + i / 3) as f32).collect();
+                vec![("x".to_string(), Tensor::from_f32(&[16, 3], data))]
+            })
+            .collect();
+        let s = split_confirmation(
+            Loaded {
+                feeds,
+                labels: None,
+            },
+            0.5,
+            true,
+        )
+        .expect("a split");
+        assert_eq!(s.confirm.feeds.len(), 2);
+        assert!(s.confirm.feeds.iter().all(|f| f[0].1.shape[0] == 16));
+        // One sample cannot be split.
+        let one = vec![vec![(
+            "x".to_string(),
+            Tensor::from_f32(&[1, 3], vec![0.0; 3]),
+        )]];
+        assert!(split_confirmation(
+            Loaded {
+                feeds: one,
+                labels: None
+            },
+            0.5,
+            false
+        )
+        .is_none());
+    }
+}
