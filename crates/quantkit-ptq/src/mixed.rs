@@ -1006,6 +1006,8 @@ impl Runner<'_, '_, '_> {
             nodes_run: self.reuse.nodes_run - s.ranking_nodes_run,
             nodes_full: self.reuse.nodes_full - s.ranking_nodes_full,
             peak_bytes: self.reuse.peak_bytes,
+            held_peak_bytes: self.reuse.held_peak_bytes,
+            first_batch_reruns: self.reuse.first_batch_reruns,
             ..s
         }
     }
@@ -1114,6 +1116,12 @@ pub struct ReuseStats {
     pub budget_bytes: usize,
     /// The most bytes kept at once.
     pub peak_bytes: usize,
+    /// The most bytes of cut values one run held while running a batch
+    /// ([`Reuse::held_peak_bytes`]).
+    pub held_peak_bytes: usize,
+    /// First batches run twice because their cuts' values were not predicted
+    /// ([`Reuse::first_batch_reruns`]; counted in the nodes run).
+    pub first_batch_reruns: usize,
 }
 
 /// Chooses a precision per layer so that `target` holds on `eval` (see the module docs).
