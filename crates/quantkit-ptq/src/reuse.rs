@@ -42,8 +42,12 @@
 //! in each the position whose frontier adds the fewest bytes, for the largest `K`
 //! (halving from one cut per node) whose values, scaled from the first batch to all
 //! batches by their sample counts, fit the run's share. Nothing fitting means no cut: the
-//! later graphs run in full. While the first batch runs, its values at every possible cut
-//! are held (one batch's activations, as `analyze` holds).
+//! later graphs run in full. The first batch records sizes without keeping the values: it
+//! keeps only the values of the cuts predicted from the sizes earlier runs' first batches
+//! showed (by value name), and runs once more when its own sizes choose cuts it did not
+//! keep (the first run; a value whose type changed). So a run holds at most its share of
+//! the budget besides what any run holds, where holding every value of the first batch to
+//! learn the sizes took several GB on a large model.
 
 use crate::analyze::Feed;
 use crate::error::{graph as graph_err, Result};

@@ -107,7 +107,8 @@ pub struct Args {
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
     /// holds. Measured on --data, else on --held-out of the calibration samples, every k-th
     /// sample of the file (never on samples calibrated with, unless there are too few: then
-    /// a warning). An agreement target must hold for the lower --confidence bound of the
+    /// a warning); the search runs on part of those samples and its choice is confirmed on
+    /// the rest (--confirm), where `met` is decided. An agreement target must hold for the lower --confidence bound of the
     /// agreement, not only the share measured; a configuration that provably cannot meet it
     /// stops after the batch that shows it (same choice as running every batch). Each
     /// configuration runs only from its first node that differs from a run kept (the
