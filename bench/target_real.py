@@ -601,6 +601,19 @@ def main():
                         row["held_out_samples"] = j.get("samples")
                         row["search_seconds"] = j.get("seconds")
                         row["stopped_early"] = j.get("stopped_early")
+                        # The choice confirmed on held-out samples the search never ran
+                        # (`--confirm`; absent with --confirm 0: the figure is optimistic).
+                        c = j.get("confirmation")
+                        row["optimistic"] = j.get("optimistic")
+                        if c:
+                            i = c.get("confirmed")
+                            t = c["tests"][i if i is not None else -1]
+                            row["confirmation_samples"] = c.get("samples")
+                            row["confirmation_level"] = c.get("level")
+                            row["confirmation_tests"] = len(c.get("tests", []))
+                            row["confirmation_agreement"] = t["measured"].get("agreement")
+                            row["confirmation_lower_bound"] = t["measured"].get("agreement_lower_bound")
+                            row["confirmed"] = i is not None
                         if "error" in j:
                             row["target_error"] = j["error"]
             else:

@@ -42,15 +42,37 @@ fn target_writes_a_configuration_that_config_reapplies_exactly() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["met"], true, "{v}");
     assert!(v["measured"]["cosine"].as_f64().unwrap() >= 0.9999);
-    // Evaluated on the held-out quarter of the 256 calibration samples (8 batches of 32).
-    assert_eq!(v["samples"], 64, "{v}");
+    // Evaluated on the held-out quarter of the 256 calibration samples (64): the search on
+    // every other one of them (32), its choice confirmed on the other 32.
+    assert_eq!(v["samples"], 32, "{v}");
+    assert_eq!(v["confirmation"]["samples"], 32, "{v}");
     assert_eq!(v["calibration_samples"], 192);
     assert!(v["evaluation"].as_str().unwrap().contains("held out"));
+    assert!(v["evaluation_confirmation"]
+        .as_str()
+        .unwrap()
+        .contains("never run by the search"));
+    assert_eq!(v["optimistic"], false);
+    assert_eq!(v["search_met"], true);
+    let tests = v["confirmation"]["tests"].as_array().unwrap();
+    let i = v["confirmation"]["confirmed"].as_u64().unwrap() as usize;
+    assert_eq!(tests[i]["met"], true);
+    assert!(tests[i]["measured"]["cosine"].as_f64().unwrap() >= 0.9999);
+    // A cosine has no confidence bound: the confirmation judges the value measured.
+    assert!(v["confirmation"]["level"].is_null(), "{v}");
     assert!(v["cost"]["weight_bytes"].as_u64().unwrap() > 0);
     assert!(v["layers"].as_array().unwrap().len() >= 4);
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
     assert_eq!(saved["config"], v["config"]);
+    // The file says what its figure rests on.
+    assert_eq!(saved["met"], true);
+    assert_eq!(saved["optimistic"], false);
+    assert_eq!(saved["confirmation"]["samples"], 32);
+    assert_eq!(
+        saved["confirmation"]["value"],
+        tests[i]["measured"]["cosine"]
+    );
     // Re-applied: the same model, byte for byte.
     let again = tmp("lenet.again.onnx");
     let (ok, stdout, err) = quantize(&[
@@ -64,6 +86,33 @@ fn target_writes_a_configuration_that_config_reapplies_exactly() {
     let w: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(w["config"], v["config"]);
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
+    // Re-applied, it is measured on the same two parts: the confirmation figure is the
+    // search's confirmation figure.
+    assert_eq!(
+        w["confirmation"]["tests"][0]["measured"],
+        tests[i]["measured"]
+    );
+    // --confirm 0: every held-out sample is searched on, and the figure says it is
+    // optimistic.
+    let (ok, stdout, err) = quantize(&[
+        "--target",
+        "cosine=0.9999",
+        "--confirm",
+        "0",
+        "-o",
+        out.to_str().unwrap(),
+        "--save-config",
+        cfg.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let u: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(u["samples"], 64, "{u}");
+    assert_eq!(u["optimistic"], true);
+    assert!(u["confirmation"].is_null());
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    assert_eq!(saved["optimistic"], true);
     // A hand-written configuration that leaves conv1 float is applied as written.
     std::fs::write(&cfg, r#"{"layers": {"conv1": "float"}}"#).unwrap();
     let (ok, stdout, err) = quantize(&[
@@ -237,4 +286,33 @@ fn four_bit_layers_of_a_configuration_are_stored_as_int4_unless_int8_weights() {
         assert_eq!(weight_of(&out, "fc1").0, fc1, "fc1 with {extra:?}");
         assert_eq!(opset >= 21, extra.is_none(), "opset {opset} with {extra:?}");
     }
+}
+
+/// The confirmation part must be able to show the target even if every sample agrees:
+/// 32 confirmation samples show at most 32/(32+z²) = 0.893 at the Bonferroni level 97.5 % of
+/// two tests (below 0.9: refused, saying how many it takes: ⌈0.9·1.96²/0.1⌉ = 35), but 0.922
+/// at 95 % with one test (--confirm-tests 1), which a 0.9 target can pass.
+#[test]
+fn a_confirmation_part_too_small_for_the_target_is_refused_with_the_samples_it_takes() {
+    let out = tmp("lenet.few.onnx");
+    let (ok, _, err) = quantize(&["--target", "agreement=0.9", "-o", out.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("32 confirmation samples"), "{err}");
+    assert!(err.contains("97.5%"), "{err}");
+    assert!(err.contains("at least 35 samples"), "{err}");
+    assert!(err.contains("--confirm-tests"), "{err}");
+    assert!(!out.exists(), "no output written on a refusal");
+    let (ok, stdout, err) = quantize(&[
+        "--target",
+        "agreement=0.9",
+        "--confirm-tests",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["confirmation"]["level"], 0.95, "{v}");
+    assert_eq!(v["confirmation"]["tests_planned"], 1);
 }

@@ -256,6 +256,12 @@ pub struct Evaluation<'a> {
     confidence: Option<f64>,
     /// Rows the agreement counts over all batches (`None` without predictions).
     rows: Option<usize>,
+    /// Inputs those rows come from (the clusters of [`clustered_lower_bound`]).
+    inputs: Option<usize>,
+    /// Batches run by [`Evaluation::measure_until_with`] so far (every configuration
+    /// measured on this data counts): what shows that confirmation samples were never run
+    /// by the search.
+    batches_run: std::sync::atomic::AtomicUsize,
 }
 
 /// The standard normal quantile `Φ⁻¹(p)` for `0 < p < 1` (Acklam's rational
@@ -445,6 +451,17 @@ impl<'a> Evaluation<'a> {
                     .map(|p| p.len())
             })
             .sum::<Option<usize>>();
+        // As measure_until_with counts clusters: the batch axis splits the rows evenly.
+        let inputs = float_outputs
+            .iter()
+            .map(|o| {
+                o.first().and_then(|(_, t)| {
+                    let n = predictions(t, threshold)?.len();
+                    let b = t.shape.first().copied().unwrap_or(1).max(1);
+                    Some(if n % b == 0 { b.min(n) } else { n })
+                })
+            })
+            .sum::<Option<usize>>();
         let mut e = Evaluation {
             data,
             labels,
@@ -453,6 +470,8 @@ impl<'a> Evaluation<'a> {
             threshold,
             confidence: None,
             rows,
+            inputs,
+            batches_run: std::sync::atomic::AtomicUsize::new(0),
         };
         if let Some(l) = labels {
             let mut correct = 0;
@@ -511,6 +530,29 @@ impl<'a> Evaluation<'a> {
     /// The confidence level of the agreement's lower bound, if any.
     pub fn confidence(&self) -> Option<f64> {
         self.confidence
+    }
+
+    /// Batches of this data run so far, over every configuration measured on it.
+    pub fn batches_run(&self) -> usize {
+        self.batches_run.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Inputs the agreement's rows come from (`None`: the first output has no class axis
+    /// nor one score per sample). With several rows per input these are what the lower
+    /// bound counts when every row agrees.
+    pub fn inputs(&self) -> Option<usize> {
+        self.inputs
+    }
+
+    /// Errors when `target` is an agreement and this data cannot show it at confidence
+    /// `level` even if every input agrees (the bound of `n` of `n`, `n/(n+z²)`, is below
+    /// the target); `what` names the data and `hint` says what to change. The message gives
+    /// the number of inputs it takes.
+    pub fn check_enough(&self, target: Target, level: f64, what: &str, hint: &str) -> Result<()> {
+        let (Metric::Agreement, Some(n)) = (target.metric, self.inputs) else {
+            return Ok(());
+        };
+        enough(n, target, level, what, hint)
     }
 
     /// Samples in the evaluation data (rows of the first float output's class axis, or
@@ -585,6 +627,8 @@ impl<'a> Evaluation<'a> {
         let mut clusters: Vec<(usize, usize)> = Vec::new();
         let mut label_i = 0;
         for (bi, (feed, reference)) in self.data.iter().zip(&self.float_outputs).enumerate() {
+            self.batches_run
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let outs = run(bi, feed)?;
             for (k, ((_, r), (_, a))) in reference.iter().zip(&outs).enumerate() {
                 let (Some(rv), Some(av)) = (r.as_f32(), a.as_f32()) else {
@@ -804,11 +848,16 @@ pub struct Step {
 pub struct SearchResult {
     /// The target.
     pub target: Target,
-    /// Whether the chosen configuration meets it.
+    /// Whether the chosen configuration meets it: on the confirmation samples when
+    /// [`confirm`] ran (`confirmation`), else on the samples the search chose on (then
+    /// optimistic: see `optimistic`).
     pub met: bool,
+    /// Whether the search's own choice met the target on the samples it measured.
+    pub search_met: bool,
     /// The chosen configuration (when the target is not met: the best one found).
     pub config: MixedConfig,
-    /// Its figures.
+    /// Its figures on the samples the search measured (the search figure; biased upwards
+    /// by the choice among many configurations: see [`confirm`]).
     pub measured: Measured,
     /// The fully quantized (int8) model's figures.
     pub int8: Measured,
@@ -817,8 +866,14 @@ pub struct SearchResult {
     pub ranking: Vec<(String, Option<f64>)>,
     /// Every configuration measured, in order.
     pub steps: Vec<Step>,
-    /// Evaluation samples.
+    /// The configurations that met the target and were taken, in order (the first is the
+    /// most conservative: the prefix result, or all int8; the last the search's choice).
+    pub accepted: Vec<Accepted>,
+    /// Evaluation samples the search measured on.
     pub samples: usize,
+    /// The confirmation of the choice on samples the search never measured ([`confirm`]);
+    /// `None`: not confirmed, `met` and `measured` are of the samples the search chose on.
+    pub confirmation: Option<Confirmation>,
     /// Where the search's time went, in seconds.
     pub seconds: SearchTimes,
     /// Configurations whose run stopped early, once they provably could not meet an
@@ -865,9 +920,21 @@ struct Runner<'s, 'e, 'p> {
     unfinished: Vec<(MixedConfig, f64)>,
     total_hint: usize,
     progress: &'p mut dyn FnMut(SearchStage, usize, usize),
+    /// The configurations that met the target, in the order the search accepted them.
+    accepted: Vec<Accepted>,
 }
 
 impl Runner<'_, '_, '_> {
+    /// Records that the configuration of step `step` met the target and was taken.
+    fn accept(&mut self, step: usize, c: &MixedConfig, m: &Measured) {
+        self.accepted.push(Accepted {
+            step,
+            action: self.steps[step].action.clone(),
+            config: c.clone(),
+            measured: *m,
+        });
+    }
+
     /// Measures `c`, records the step (`kept` when `keep_if_met` is false, else whether
     /// the target held) and updates the best configuration found.
     fn run(&mut self, c: &MixedConfig, action: String, keep_if_met: bool) -> Result<Measured> {
@@ -939,6 +1006,8 @@ impl Runner<'_, '_, '_> {
             nodes_run: self.reuse.nodes_run - s.ranking_nodes_run,
             nodes_full: self.reuse.nodes_full - s.ranking_nodes_full,
             peak_bytes: self.reuse.peak_bytes,
+            held_peak_bytes: self.reuse.held_peak_bytes,
+            first_batch_reruns: self.reuse.first_batch_reruns,
             ..s
         }
     }
@@ -959,20 +1028,20 @@ impl Runner<'_, '_, '_> {
         what: &str,
         names: &[String],
         make: &dyn Fn(usize) -> MixedConfig,
-    ) -> Result<Option<(usize, MixedConfig, Measured)>> {
+    ) -> Result<Option<(usize, MixedConfig, Measured, usize)>> {
         let action = |k: usize| match &names[..k] {
             [one] => format!("{what} {one}"),
             [first, .., last] => format!("{what} the first {k} ranked ({first} … {last})"),
             [] => format!("{what} nothing"),
         };
         let mut lo = 0usize; // the largest k measured to miss (0: the start)
-        let mut hit: Option<(usize, MixedConfig, Measured)> = None;
+        let mut hit: Option<(usize, MixedConfig, Measured, usize)> = None;
         let mut k = 1usize;
         while k <= names.len() {
             let c = make(k);
             let m = self.run(&c, action(k), false)?;
             if self.target.met(&m) {
-                hit = Some((k, c, m));
+                hit = Some((k, c, m, self.steps.len() - 1));
                 break;
             }
             lo = k;
@@ -989,7 +1058,7 @@ impl Runner<'_, '_, '_> {
             let c = make(mid);
             let m = self.run(&c, action(mid), false)?;
             if self.target.met(&m) {
-                hit = (mid, c, m);
+                hit = (mid, c, m, self.steps.len() - 1);
             } else {
                 lo = mid;
             }
@@ -1047,6 +1116,12 @@ pub struct ReuseStats {
     pub budget_bytes: usize,
     /// The most bytes kept at once.
     pub peak_bytes: usize,
+    /// The most bytes of cut values one run held while running a batch
+    /// ([`Reuse::held_peak_bytes`]).
+    pub held_peak_bytes: usize,
+    /// First batches run twice because their cuts' values were not predicted
+    /// ([`Reuse::first_batch_reruns`]; counted in the nodes run).
+    pub first_batch_reruns: usize,
 }
 
 /// Chooses a precision per layer so that `target` holds on `eval` (see the module docs).
@@ -1090,23 +1165,14 @@ pub fn search(
     if let (Metric::Agreement, Some(c)) = (target.metric, eval.confidence) {
         // Every row agreeing gives the bound of the inputs (clustered_lower_bound): with
         // several rows per input, the inputs are what count.
-        let n = int8.agreement_inputs;
-        if wilson_lower_bound(n, n, c) < target.value {
-            // n/(n+z²) ≥ t  ⇔  n ≥ t·z²/(1−t).
-            let z = normal_quantile(c);
-            let need = (target.value * z * z / (1.0 - target.value)).ceil();
-            return Err(PtqError::InvalidOption(format!(
-                "--target agreement={}: {n} evaluation samples cannot show it at {:.0}% \
-                 confidence even if every one agrees (the lower bound of {n} of {n} is {:.4}; \
-                 the rows of one sample, e.g. the frames of a sequence, count as one); \
-                 it takes at least {need} samples: give more evaluation data (--data, or more \
-                 calibration samples / a larger --held-out) or a lower --confidence (0: judge \
-                 the share measured)",
-                target.value,
-                100.0 * c,
-                wilson_lower_bound(n, n, c)
-            )));
-        }
+        enough(
+            int8.agreement_inputs,
+            target,
+            c,
+            "evaluation samples",
+            "give more evaluation data (--data, or more calibration samples / a larger \
+             --held-out) or a lower --confidence (0: judge the share measured)",
+        )?;
     }
     let layers = setup.layers();
     let with_weight: HashSet<&str> = all_nodes(&setup.float)
@@ -1189,7 +1255,11 @@ pub fn search(
         unfinished: Vec::new(),
         total_hint: 4 * ilog2_ceil(order.len() + 1) + order.len(),
         progress,
+        accepted: Vec::new(),
     };
+    if target.met(&int8) {
+        r.accept(0, &MixedConfig::default(), &int8);
+    }
     let mut config = MixedConfig::default();
     let mut current = int8;
     // 1. The smallest prefix of the ranking whose change meets the target: (a) int16
@@ -1208,7 +1278,8 @@ pub fn search(
         }
         all16 = int16_prefix(&order, order.len());
         let make = |k: usize| int16_prefix(&order, k);
-        if let Some((_, c, m)) = r.smallest_prefix("int16", &order, &make)? {
+        if let Some((_, c, m, step)) = r.smallest_prefix("int16", &order, &make)? {
+            r.accept(step, &c, &m);
             config = c;
             current = m;
         }
@@ -1234,7 +1305,8 @@ pub fn search(
             }
             c
         };
-        if let Some((_, c, m)) = r.smallest_prefix("float", &floats, &make)? {
+        if let Some((_, c, m, step)) = r.smallest_prefix("float", &floats, &make)? {
+            r.accept(step, &c, &m);
             config = c;
             current = m;
         }
@@ -1246,12 +1318,15 @@ pub fn search(
         return Ok(SearchResult {
             target,
             met: false,
+            search_met: false,
             config,
             measured,
             int8,
             ranking,
             steps: r.steps,
+            accepted: r.accepted,
             samples: eval.samples(),
+            confirmation: None,
             seconds: r.times,
             stopped_early: r.stopped,
             reuse,
@@ -1290,6 +1365,7 @@ pub fn search(
         };
         let m = r.run(&c, action, true)?;
         if target.met(&m) {
+            r.accept(r.steps.len() - 1, &c, &m);
             config = c;
             current = m;
             continue;
@@ -1300,6 +1376,7 @@ pub fn search(
                 c.set(one, Precision::Act16);
                 let m = r.run(&c, format!("int16 {one} (prune)"), true)?;
                 if target.met(&m) {
+                    r.accept(r.steps.len() - 1, &c, &m);
                     config = c;
                     current = m;
                 }
@@ -1320,6 +1397,7 @@ pub fn search(
             c.set(name, Precision::Weight4);
             let m = r.run(&c, format!("4-bit weights {name}"), true)?;
             if target.met(&m) {
+                r.accept(r.steps.len() - 1, &c, &m);
                 config = c;
                 current = m;
             }
@@ -1329,16 +1407,235 @@ pub fn search(
     Ok(SearchResult {
         target,
         met: true,
+        search_met: true,
         config,
         measured: current,
         int8,
         ranking,
         steps: r.steps,
+        accepted: r.accepted,
         samples: eval.samples(),
+        confirmation: None,
         seconds: r.times,
         stopped_early: r.stopped,
         reuse,
     })
+}
+
+/// The samples an agreement `target` takes at confidence `level` when every one agrees:
+/// `n/(n+z²) ≥ t  ⇔  n ≥ t·z²/(1−t)`.
+pub fn samples_needed(target: f64, level: f64) -> usize {
+    let z = normal_quantile(level.clamp(1e-9, 1.0 - 1e-9));
+    if target >= 1.0 {
+        return usize::MAX;
+    }
+    (target * z * z / (1.0 - target)).ceil() as usize
+}
+
+/// [`Evaluation::check_enough`] for `n` inputs.
+fn enough(n: usize, target: Target, level: f64, what: &str, hint: &str) -> Result<()> {
+    if wilson_lower_bound(n, n, level) >= target.value {
+        return Ok(());
+    }
+    let need = samples_needed(target.value, level);
+    Err(PtqError::InvalidOption(format!(
+        "--target agreement={}: {n} {what} cannot show it at {}% confidence even if every one \
+         agrees (the lower bound of {n} of {n} is {:.4}; the rows of one sample, e.g. the \
+         frames of a sequence, count as one); it takes at least {need} samples: {hint}",
+        target.value,
+        fmt_level(level),
+        wilson_lower_bound(n, n, level)
+    )))
+}
+
+/// A confidence level in percent, with the digits it needs (95, 97.5, 98.33).
+pub fn fmt_level(level: f64) -> String {
+    let p = 100.0 * level;
+    for d in 0..4 {
+        let s = format!("{p:.d$}");
+        if (s.parse::<f64>().unwrap_or(f64::NAN) - p).abs() < 1e-9 {
+            return s;
+        }
+    }
+    format!("{p:.2}")
+}
+
+/// A configuration the search accepted (it met the target on the search's samples).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Accepted {
+    /// Its index in [`SearchResult::steps`].
+    pub step: usize,
+    /// What the step did.
+    pub action: String,
+    /// The configuration.
+    #[serde(skip)]
+    pub config: MixedConfig,
+    /// Its figures on the search's samples.
+    #[serde(skip)]
+    pub measured: Measured,
+}
+
+/// One configuration measured on the confirmation samples.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConfirmTest {
+    /// The step of the search that accepted it ([`SearchResult::steps`]).
+    pub step: usize,
+    /// What that step did.
+    pub action: String,
+    /// Layers off int8 in it.
+    pub changed_layers: usize,
+    /// Its figures on the confirmation samples (the agreement's bound at
+    /// [`Confirmation::level`]).
+    pub measured: Measured,
+    /// The value judged (the bound, or the metric without a confidence level).
+    pub judged: Option<f64>,
+    /// Whether the target held on the confirmation samples.
+    pub met: bool,
+}
+
+/// The confirmation of a search's choice on samples it never measured ([`confirm`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Confirmation {
+    /// Confirmation samples (batch entries).
+    pub samples: usize,
+    /// The confidence level each test is judged at: `1 − (1 − c)/tests` for the search's
+    /// level `c` (Bonferroni: the chance that any of the tests accepts a configuration that
+    /// misses the target on fresh data stays below `1 − c`); `None` without a level.
+    pub level: Option<f64>,
+    /// The tests planned (at most [`ConfirmOptions::max_tests`], at most the
+    /// configurations accepted), fixed before any confirmation sample is run.
+    pub tests_planned: usize,
+    /// The tests run, in order: the search's choice first, then more conservative
+    /// configurations it accepted, until one meets the target.
+    pub tests: Vec<ConfirmTest>,
+    /// Index in `tests` of the confirmed configuration (`None`: none met the target).
+    pub confirmed: Option<usize>,
+}
+
+/// Options of [`confirm`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConfirmOptions {
+    /// Most configurations tested on the confirmation samples (at least 1); each test is
+    /// judged at the Bonferroni level `1 − (1 − c)/tests`.
+    pub max_tests: usize,
+}
+
+impl Default for ConfirmOptions {
+    fn default() -> Self {
+        ConfirmOptions {
+            max_tests: DEFAULT_CONFIRM_TESTS,
+        }
+    }
+}
+
+/// Default [`ConfirmOptions::max_tests`]: the search's choice and the most conservative
+/// configuration it accepted. Each further test raises the samples the confirmation needs
+/// (at 95 % for agreement=0.99: 268 for one test, 381 for two, 449 for three).
+pub const DEFAULT_CONFIRM_TESTS: usize = 2;
+
+/// The Bonferroni level of one of `tests` tests at family level `c`: `1 − (1 − c)/tests`.
+pub fn bonferroni_level(c: f64, tests: usize) -> f64 {
+    1.0 - (1.0 - c) / tests.max(1) as f64
+}
+
+/// The accepted configurations [`confirm`] tests, in order (indices into `accepted`): the
+/// last (the search's choice) first, then evenly back along the list to the first (the most
+/// conservative), `min(max_tests, accepted)` in all.
+pub fn confirmation_candidates(accepted: usize, max_tests: usize) -> Vec<usize> {
+    let k = max_tests.max(1).min(accepted);
+    if k == 0 {
+        return Vec::new();
+    }
+    if k == 1 {
+        return vec![accepted - 1];
+    }
+    let last = accepted - 1;
+    let mut v: Vec<usize> = (0..k)
+        .map(|i| last - ((i * last) as f64 / (k - 1) as f64).round() as usize)
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Confirms `result` (from [`search`] on other samples) on `confirm_eval`, samples the
+/// search never measured: the search's choice is measured once there; when it misses the
+/// target, the more conservative configurations the search accepted are tried in turn
+/// ([`confirmation_candidates`]), at most `opts.max_tests` in all, each judged at the
+/// Bonferroni level [`bonferroni_level`] of `confirm_eval`'s confidence level. The first
+/// that meets the target becomes the result's configuration (`met`); when none does, the
+/// one tested with the best confirmation figure is kept and `met` is false. A search that
+/// did not meet the target has its best configuration measured once, for the report.
+/// `result.measured` stays the chosen configuration's figure on the search's samples.
+pub fn confirm(
+    setup: &Setup,
+    mut result: SearchResult,
+    confirm_eval: &mut Evaluation,
+    opts: &ConfirmOptions,
+) -> Result<SearchResult> {
+    let target = result.target;
+    let family = confirm_eval.confidence;
+    let picks: Vec<(usize, String, MixedConfig, Measured)> = if result.search_met {
+        confirmation_candidates(result.accepted.len(), opts.max_tests)
+            .into_iter()
+            .map(|i| {
+                let a = &result.accepted[i];
+                (a.step, a.action.clone(), a.config.clone(), a.measured)
+            })
+            .collect()
+    } else {
+        vec![(
+            usize::MAX,
+            "best configuration found (the search did not meet the target)".into(),
+            result.config.clone(),
+            result.measured,
+        )]
+    };
+    if picks.is_empty() {
+        return Err(PtqError::InvalidOption(
+            "confirmation: the search accepted no configuration".into(),
+        ));
+    }
+    // Only an agreement has a confidence bound (the other metrics are judged as measured).
+    let level = family
+        .filter(|_| target.metric == Metric::Agreement)
+        .map(|c| bonferroni_level(c, picks.len()));
+    confirm_eval.confidence = level.or(family);
+    let mut tests = Vec::new();
+    let mut confirmed = None;
+    let mut best: Option<(f64, usize)> = None;
+    for (i, (step, action, c, _)) in picks.iter().enumerate() {
+        let m = confirm_eval.measure(&setup.mixed(c)?)?;
+        let met = result.search_met && target.met(&m);
+        let score = target.score(&m);
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, i));
+        }
+        tests.push(ConfirmTest {
+            step: *step,
+            action: action.clone(),
+            changed_layers: c.layers.len(),
+            measured: m,
+            judged: target.judged(&m),
+            met,
+        });
+        if met {
+            confirmed = Some(i);
+            break;
+        }
+    }
+    confirm_eval.confidence = family;
+    let keep = confirmed.or(best.map(|b| b.1)).unwrap_or(0);
+    result.config = picks[keep].2.clone();
+    result.measured = picks[keep].3;
+    result.met = confirmed.is_some();
+    result.confirmation = Some(Confirmation {
+        samples: confirm_eval.samples(),
+        level,
+        tests_planned: picks.len(),
+        tests,
+        confirmed,
+    });
+    Ok(result)
 }
 
 /// `⌈log2 n⌉` (0 for n ≤ 1).

@@ -42,8 +42,12 @@
 //! in each the position whose frontier adds the fewest bytes, for the largest `K`
 //! (halving from one cut per node) whose values, scaled from the first batch to all
 //! batches by their sample counts, fit the run's share. Nothing fitting means no cut: the
-//! later graphs run in full. While the first batch runs, its values at every possible cut
-//! are held (one batch's activations, as `analyze` holds).
+//! later graphs run in full. The first batch records sizes without keeping the values: it
+//! keeps only the values of the cuts predicted from the sizes earlier runs' first batches
+//! showed (by value name), and runs once more when its own sizes choose cuts it did not
+//! keep (the first run; a value whose type changed). So a run holds at most its share of
+//! the budget besides what any run holds, where holding every value of the first batch to
+//! learn the sizes took several GB on a large model.
 
 use crate::analyze::Feed;
 use crate::error::{graph as graph_err, Result};
@@ -247,6 +251,15 @@ pub struct Reuse<'f> {
     pub nodes_full: usize,
     /// The most bytes kept at once.
     pub peak_bytes: usize,
+    /// Bytes of the values seen in the first batch of earlier runs, by name: the sizes a
+    /// new run's cuts are chosen from before its first batch runs.
+    sizes: HashMap<String, usize>,
+    /// First batches run a second time because the cuts chosen from their real sizes
+    /// needed values the sizes known before did not predict.
+    pub first_batch_reruns: usize,
+    /// The most bytes of values a run held for its cuts in one batch while running it (not
+    /// counting the values it computes and frees as any run does).
+    pub held_peak_bytes: usize,
 }
 
 /// How one graph runs: from which cut of which kept run.
@@ -295,6 +308,9 @@ impl<'f> Reuse<'f> {
             nodes_run: 0,
             nodes_full: 0,
             peak_bytes: 0,
+            sizes: HashMap::new(),
+            first_batch_reruns: 0,
+            held_peak_bytes: 0,
         }
     }
 
@@ -351,7 +367,7 @@ impl<'f> Reuse<'f> {
             Some(f0) => self.feeds.iter().map(samples).sum::<usize>() as f64 / samples(f0) as f64,
             None => 0.0,
         };
-        Session {
+        let mut s = Session {
             ix,
             seg,
             keep,
@@ -364,7 +380,22 @@ impl<'f> Reuse<'f> {
             batches_done: 0,
             budget: share,
             scale,
+        };
+        // Cuts predicted from the sizes earlier first batches showed, so that the first batch
+        // keeps only their values (checked against its own sizes when it has run).
+        if s.keep != Keep::No
+            && s.capturable
+                .iter()
+                .all(|n| self.sizes.contains_key(n.as_str()))
+        {
+            s.sizes = s
+                .capturable
+                .iter()
+                .map(|n| (n.clone(), self.sizes[n.as_str()]))
+                .collect();
+            s.choose_cuts();
         }
+        s
     }
 
     /// Nodes of `g` clean against run `r` (their twin's index), and `g`'s start.
@@ -534,16 +565,10 @@ impl<'f> Reuse<'f> {
         }
     }
 
-    /// Runs batch `bi` of `s`; `observer` sees every value computed (as [`execute_with`]).
-    pub fn batch_with(
-        &mut self,
-        s: &mut Session,
-        bi: usize,
-        observer: &mut dyn FnMut(&str, &Tensor),
-    ) -> std::result::Result<Outputs, GraphError> {
-        let feed = &self.feeds[bi];
-        let inputs: Feed = match &s.seg.from {
-            None => feed.clone(),
+    /// The inputs of `s`'s segment for batch `bi`.
+    fn inputs(&self, s: &Session, bi: usize) -> Feed {
+        match &s.seg.from {
+            None => self.feeds[bi].clone(),
             Some(values) => {
                 let vals = &values[bi];
                 s.seg
@@ -552,23 +577,44 @@ impl<'f> Reuse<'f> {
                     .map(|n| (n.clone(), (*vals[n]).clone()))
                     .collect()
             }
-        };
+        }
+    }
+
+    /// Runs batch `bi` of `s`; `observer` sees every value computed (as [`execute_with`]).
+    ///
+    /// A run that may be kept stores, per batch, the values of its cuts. The cuts are chosen
+    /// from the first batch's sizes (module docs); that batch records the size of every value
+    /// without keeping it, and keeps only the values of the cuts predicted from the sizes of
+    /// earlier runs' first batches. When its own sizes choose cuts whose values it did not
+    /// keep (a new graph, or values whose type changed), it runs once more to keep them.
+    pub fn batch_with(
+        &mut self,
+        s: &mut Session,
+        bi: usize,
+        observer: &mut dyn FnMut(&str, &Tensor),
+    ) -> std::result::Result<Outputs, GraphError> {
+        let inputs = self.inputs(s, bi);
         let capturing = s.keep != Keep::No;
+        let first = capturing && s.batches_done == 0 && bi == 0;
         let mut got: HashMap<String, Arc<Tensor>> = HashMap::new();
-        if capturing {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let outs = if capturing {
+            let kept = s.kept_names.clone();
+            let wanted = |n: &str| kept.as_ref().is_some_and(|k| k.contains(n));
             for (n, t) in &inputs {
-                if s.wanted(n) {
+                if first && s.capturable.contains(n) {
+                    seen.insert(n.clone(), t.nbytes());
+                }
+                if wanted(n) {
                     got.insert(n.clone(), Arc::new(t.clone()));
                 }
             }
-        }
-        let outs = if capturing {
-            let wanted = |n: &str| match &s.kept_names {
-                Some(k) => k.contains(n),
-                None => s.capturable.contains(n),
-            };
+            let capturable = &s.capturable;
             execute_with(&s.seg.sub, inputs, |n, t| {
                 observer(n, t);
+                if first && capturable.contains(n) {
+                    seen.entry(n.to_string()).or_insert_with(|| t.nbytes());
+                }
                 if wanted(n) && !got.contains_key(n) {
                     got.insert(n.to_string(), Arc::new(t.clone()));
                 }
@@ -580,12 +626,35 @@ impl<'f> Reuse<'f> {
         self.nodes_run += s.seg.work;
         self.nodes_full += s.seg.full;
         if capturing {
-            if s.batches_done == 0 && bi == 0 {
-                s.sizes = got.iter().map(|(n, t)| (n.clone(), t.nbytes())).collect();
+            if first {
+                self.sizes.extend(seen.iter().map(|(n, b)| (n.clone(), *b)));
+                s.sizes = seen;
                 s.choose_cuts();
-                let keep = s.kept_names.as_ref().expect("chosen");
-                got.retain(|n, _| keep.contains(n));
+                let keep = s.kept_names.clone().unwrap_or_default();
+                let held: usize = got.values().map(|t| t.nbytes()).sum();
+                self.held_peak_bytes = self.held_peak_bytes.max(held);
+                if keep.iter().all(|n| got.contains_key(n)) {
+                    got.retain(|n, _| keep.contains(n));
+                } else {
+                    // The batch again, keeping the values of the cuts chosen.
+                    self.first_batch_reruns += 1;
+                    self.nodes_run += s.seg.work;
+                    got.clear();
+                    let inputs = self.inputs(s, bi);
+                    for (n, t) in &inputs {
+                        if keep.contains(n) {
+                            got.insert(n.clone(), Arc::new(t.clone()));
+                        }
+                    }
+                    execute_with(&s.seg.sub, inputs, |n, t| {
+                        if keep.contains(n) && !got.contains_key(n) {
+                            got.insert(n.to_string(), Arc::new(t.clone()));
+                        }
+                    })?;
+                }
             }
+            let held: usize = got.values().map(|t| t.nbytes()).sum();
+            self.held_peak_bytes = self.held_peak_bytes.max(held);
             if s.kept_names.as_ref().is_some_and(|k| !k.is_empty()) && bi == s.values.len() {
                 s.values.push(got);
             } else {
@@ -674,13 +743,6 @@ impl<'f> Reuse<'f> {
 }
 
 impl Session {
-    fn wanted(&self, n: &str) -> bool {
-        match &self.kept_names {
-            Some(k) => k.contains(n),
-            None => self.capturable.contains(n),
-        }
-    }
-
     /// Chooses the cuts from the first batch's sizes (module docs).
     fn choose_cuts(&mut self) {
         let est = |names: &HashSet<&String>, sizes: &HashMap<String, usize>| -> f64 {

@@ -9,7 +9,10 @@ use common::{rand_vec, search_for, search_with};
 
 use quantkit_graph::{AttrValue, Graph, Node, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
-use quantkit_ptq::mixed::{Evaluation, MixedConfig, Precision, SearchOptions, Target};
+use quantkit_ptq::mixed::{
+    confirm, Accepted, ConfirmOptions, Evaluation, MixedConfig, Precision, SearchOptions,
+    SearchResult, Target,
+};
 use quantkit_ptq::{PtqConfig, QdqOptions};
 
 fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
@@ -463,4 +466,180 @@ fn a_confidence_level_judges_the_lower_bound_of_the_agreement() {
         .unwrap()
         .with_confidence(Some(1.0))
         .is_err());
+}
+
+/// The confirmation data is never run by the search: `search` gets the search part only,
+/// and `confirm` then runs only the confirmation part (one pass of its batches per test).
+#[test]
+fn confirmation_samples_are_never_run_by_the_search() {
+    let calib = feeds(4, 16, 300);
+    let search_data = feeds(8, 16, 400);
+    let confirm_data = feeds(8, 16, 500);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &search_data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap();
+    let mut check = Evaluation::new(&setup, &confirm_data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap();
+    let target: Target = "agreement=0.95".parse().unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
+    assert!(r.search_met && r.met);
+    assert!(r.confirmation.is_none());
+    assert!(eval.batches_run() > 8, "the search ran its own data");
+    assert_eq!(check.batches_run(), 0, "the search ran confirmation data");
+    let searched = eval.batches_run();
+    let r = confirm(&setup, r, &mut check, &ConfirmOptions::default()).unwrap();
+    assert_eq!(
+        eval.batches_run(),
+        searched,
+        "the confirmation ran search data"
+    );
+    let c = r.confirmation.as_ref().unwrap();
+    assert_eq!(check.batches_run(), 8 * c.tests.len());
+    assert_eq!(c.samples, 128);
+    assert_eq!(r.samples, 128);
+    // The search's choice (conv2 float) holds on the new samples: confirmed first.
+    assert_eq!(c.confirmed, Some(0));
+    assert!(r.met);
+    assert_eq!(r.config.get("conv2"), Precision::Float);
+    // Its confidence level is restored for later use.
+    assert_eq!(check.confidence(), Some(0.95));
+}
+
+/// When the search's choice misses on the confirmation samples, the more conservative
+/// configurations it accepted are tried, each at the Bonferroni level: here the choice is
+/// all int8 (which the destroyed layer breaks) and the earlier acceptance conv2 float.
+#[test]
+fn a_choice_that_fails_confirmation_walks_back_to_a_more_conservative_one() {
+    let calib = feeds(4, 16, 300);
+    let search_data = feeds(8, 16, 400);
+    let confirm_data = feeds(8, 16, 500);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let eval = Evaluation::new(&setup, &search_data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap();
+    let target: Target = "agreement=0.95".parse().unwrap();
+    let r = search_for(&setup, &eval, target).unwrap();
+    let int8 = MixedConfig::default();
+    let mut conv2 = MixedConfig::default();
+    conv2.set("conv2", Precision::Float);
+    // The search's result as if it had (wrongly) accepted all int8 after conv2 float: the
+    // last accepted is the choice.
+    let accepted = vec![
+        Accepted {
+            step: 1,
+            action: "float conv2".into(),
+            config: conv2.clone(),
+            measured: r.measured,
+        },
+        Accepted {
+            step: 2,
+            action: "int8 conv2 (prune)".into(),
+            config: int8.clone(),
+            measured: r.int8,
+        },
+    ];
+    let lucky = SearchResult {
+        config: int8.clone(),
+        accepted: accepted.clone(),
+        ..r.clone()
+    };
+    let mut check = Evaluation::new(&setup, &confirm_data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap();
+    let got = confirm(
+        &setup,
+        lucky.clone(),
+        &mut check,
+        &ConfirmOptions { max_tests: 2 },
+    )
+    .unwrap();
+    let c = got.confirmation.as_ref().unwrap();
+    assert_eq!(c.tests_planned, 2);
+    assert_eq!(c.level, Some(0.975), "Bonferroni: 1 − 0.05/2");
+    assert_eq!(c.tests.len(), 2);
+    assert_eq!(c.tests[0].action, "int8 conv2 (prune)");
+    assert!(!c.tests[0].met);
+    assert_eq!(c.tests[1].action, "float conv2");
+    assert!(c.tests[1].met);
+    assert_eq!(c.confirmed, Some(1));
+    assert!(got.met);
+    assert_eq!(got.config, conv2);
+    // The search figure reported is the confirmed configuration's.
+    assert_eq!(got.measured.agreement, r.measured.agreement);
+    // Each test's bound is at the Bonferroni level: 128 single-row samples, all agreeing
+    // for conv2 float (128/(128+z²), z = Φ⁻¹(0.975)).
+    let m = c.tests[1].measured;
+    let k = (m.agreement.unwrap() * 128.0).round() as usize;
+    assert_eq!(
+        m.agreement_lower_bound,
+        Some(quantkit_ptq::mixed::wilson_lower_bound(k, 128, 0.975))
+    );
+    assert!(
+        m.agreement_lower_bound.unwrap() < quantkit_ptq::mixed::wilson_lower_bound(k, 128, 0.95)
+    );
+    // One test allowed: only the choice is tested, at 95 %; it misses, and the target is
+    // not met (the configuration kept is the one tested).
+    let got = confirm(&setup, lucky, &mut check, &ConfirmOptions { max_tests: 1 }).unwrap();
+    let c = got.confirmation.as_ref().unwrap();
+    assert_eq!(
+        (c.tests_planned, c.tests.len(), c.level),
+        (1, 1, Some(0.95))
+    );
+    assert_eq!(c.confirmed, None);
+    assert!(!got.met && got.search_met);
+    assert_eq!(got.config, int8);
+}
+
+#[test]
+fn confirmation_tests_go_back_evenly_to_the_most_conservative_acceptance() {
+    use quantkit_ptq::mixed::{bonferroni_level, confirmation_candidates, samples_needed};
+    assert_eq!(confirmation_candidates(5, 3), vec![4, 2, 0]);
+    assert_eq!(confirmation_candidates(5, 2), vec![4, 0]);
+    assert_eq!(confirmation_candidates(5, 1), vec![4]);
+    assert_eq!(confirmation_candidates(2, 3), vec![1, 0]);
+    assert_eq!(confirmation_candidates(1, 3), vec![0]);
+    assert_eq!(confirmation_candidates(0, 3), Vec::<usize>::new());
+    assert_eq!(confirmation_candidates(10, 4), vec![9, 6, 3, 0]);
+    assert!((bonferroni_level(0.95, 2) - 0.975).abs() < 1e-12);
+    assert!((bonferroni_level(0.95, 5) - 0.99).abs() < 1e-12);
+    assert_eq!(bonferroni_level(0.95, 1), 0.95);
+    // The samples --help quotes for agreement=0.99 (every sample agreeing, n/(n+z²) ≥ 0.99).
+    assert_eq!(samples_needed(0.99, 0.95), 268);
+    assert_eq!(samples_needed(0.99, bonferroni_level(0.95, 2)), 381);
+    assert_eq!(samples_needed(0.99, bonferroni_level(0.95, 3)), 449);
+}
+
+/// The confirmation data must be able to show the target even if every sample agrees; the
+/// error says how many samples it takes (⌈0.99·z²/0.01⌉ at the level asked).
+#[test]
+fn too_few_confirmation_samples_are_refused_with_the_number_needed() {
+    let calib = feeds(4, 16, 300);
+    let data = feeds(8, 16, 500);
+    let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
+    let check = Evaluation::new(&setup, &data, None).unwrap();
+    assert_eq!(check.inputs(), Some(128));
+    let t: Target = "agreement=0.99".parse().unwrap();
+    let e = check
+        .check_enough(t, 0.975, "confirmation samples", "HINT")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("128 confirmation samples"), "{e}");
+    assert!(e.contains("97.5%"), "{e}");
+    assert!(e.contains("at least 381 samples: HINT"), "{e}");
+    // 128/(128+z²) = 0.9788 at 97.5 %: 0.97 can be shown.
+    let t: Target = "agreement=0.97".parse().unwrap();
+    check
+        .check_enough(t, 0.975, "confirmation samples", "")
+        .unwrap();
+    // Other metrics have no bound to check.
+    let t: Target = "cosine=0.999".parse().unwrap();
+    check
+        .check_enough(t, 0.975, "confirmation samples", "")
+        .unwrap();
 }

@@ -107,7 +107,8 @@ pub struct Args {
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
     /// holds. Measured on --data, else on --held-out of the calibration samples, every k-th
     /// sample of the file (never on samples calibrated with, unless there are too few: then
-    /// a warning). An agreement target must hold for the lower --confidence bound of the
+    /// a warning); the search runs on part of those samples and its choice is confirmed on
+    /// the rest (--confirm), where `met` is decided. An agreement target must hold for the lower --confidence bound of the
     /// agreement, not only the share measured; a configuration that provably cannot meet it
     /// stops after the batch that shows it (same choice as running every batch). Each
     /// configuration runs only from its first node that differs from a run kept (the
@@ -153,10 +154,31 @@ pub struct Args {
     /// source then). An output with several rows per sample ([N, T, C]: the frames of a
     /// text line) is judged with the samples as clusters: the bound's sample count lies
     /// between the inputs and the rows (docs/analysis.md). The bound is per configuration:
-    /// the search measures many on the same samples, so the chosen one's figure is
-    /// optimistic; confirm it on data the search never saw. 0: judge the share measured.
+    /// the search measures many on the same samples, so its own figure is optimistic;
+    /// --confirm measures the choice on samples the search never ran, and `met` is
+    /// decided there. 0: judge the share measured.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     pub confidence: f64,
+    /// With --target (and --config): the share of the evaluation samples (--data, or the
+    /// held-out ones) kept out of the search to confirm its choice: every k-th of them
+    /// (every second for 0.5), never run by the search. The search chooses on the rest;
+    /// its choice is then measured once on these samples, and the target is met only if it
+    /// holds there (the search figure, chosen among hundreds of configurations measured on
+    /// the same samples, is optimistic). When the choice misses there, more conservative
+    /// configurations the search accepted are tried (--confirm-tests). Output and JSON
+    /// show both figures. 0: no confirmation; `met` is then of the search's samples and
+    /// marked optimistic.
+    #[arg(long, default_value_t = 0.5, value_name = "FRACTION")]
+    pub confirm: f64,
+    /// With --confirm: the most configurations tested on the confirmation samples (the
+    /// search's choice, then more conservative ones it accepted, back to the first it
+    /// accepted), fixed before any is run; each is judged at the Bonferroni level
+    /// 1 − (1 − LEVEL)/K so that the chance of confirming a configuration that misses the
+    /// target stays below 1 − --confidence. Each test more raises the samples needed (at
+    /// 0.95 for agreement=0.99, with every sample agreeing: 268 for K = 1, 381 for 2, 449
+    /// for 3).
+    #[arg(long, default_value_t = quantkit_ptq::mixed::DEFAULT_CONFIRM_TESTS, value_name = "K")]
+    pub confirm_tests: usize,
     /// Evaluation samples for --target.
     #[arg(long, default_value_t = 1000)]
     pub eval_samples: usize,

@@ -9,8 +9,8 @@ use quantkit_data::{BatchOptions, DataSource, OpenOptions};
 use quantkit_graph::{Dim, Graph, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{
-    search, Evaluation, Measured, MixedConfig, Precision, SearchOptions, SearchResult, SearchStage,
-    Target,
+    bonferroni_level, confirm, fmt_level, search, Accepted, ConfirmOptions, Evaluation, Measured,
+    MixedConfig, Precision, SearchOptions, SearchResult, SearchStage, Target,
 };
 use quantkit_ptq::{Format, PtqConfig};
 use std::io::IsTerminal;
@@ -312,6 +312,176 @@ pub fn held_out_picks(n: usize, fraction: f64) -> Vec<bool> {
     pick
 }
 
+/// The evaluation samples split into those the search measures and those kept to confirm
+/// its choice (never run by the search).
+struct ConfirmSplit {
+    search: Loaded,
+    confirm: Loaded,
+    /// Indices (in the evaluation data, in order) of the confirmation samples.
+    confirm_samples: Vec<usize>,
+    how: String,
+}
+
+/// Splits evaluation data into search and confirmation samples: [`held_out_picks`] over
+/// the samples (every second for 0.5), so both parts spread over the whole evaluation data.
+/// Samples are rows of the batch axis, which every input of a feed must share (several rows
+/// of an output per sample, the frames of a text line, stay together); batches are rebuilt
+/// up to the size of the largest batch given, and with `fixed` (a model with a fixed batch
+/// size) only whole batches are kept. Feeds whose inputs do not share a batch axis are split
+/// whole. Labels, one per output row, follow their samples. `None` when a part is empty.
+fn split_confirmation(all: Loaded, fraction: f64, fixed: bool) -> Option<ConfirmSplit> {
+    let per_feed: Vec<Option<usize>> = all
+        .feeds
+        .iter()
+        .map(|f| {
+            let b = f.first()?.1.shape.first().copied()?;
+            f.iter()
+                .all(|(_, t)| t.shape.first() == Some(&b))
+                .then_some(b)
+        })
+        .collect();
+    let total = samples(&all.feeds);
+    // Labels per sample (rows of the first output per sample).
+    let per_label = match &all.labels {
+        Some(l) if total > 0 && l.len() % total == 0 => Some(l.len() / total),
+        Some(_) => return None,
+        None => None,
+    };
+    let label_part = |idx: &[usize]| -> Option<Vec<i64>> {
+        let (l, per) = (all.labels.as_ref()?, per_label?);
+        Some(
+            idx.iter()
+                .flat_map(|&i| l[i * per..(i + 1) * per].iter().copied())
+                .collect(),
+        )
+    };
+    if per_feed.iter().any(Option::is_none) {
+        // Whole feeds (per-run arrays).
+        let pick = held_out_picks(all.feeds.len(), fraction);
+        let (mut search, mut confirm) = (Vec::new(), Vec::new());
+        let (mut s_idx, mut c_idx) = (Vec::new(), Vec::new());
+        let mut at = 0;
+        for (f, h) in all.feeds.iter().zip(&pick) {
+            let n = samples(std::slice::from_ref(f));
+            if *h {
+                c_idx.extend(at..at + n);
+                confirm.push(f.clone());
+            } else {
+                s_idx.extend(at..at + n);
+                search.push(f.clone());
+            }
+            at += n;
+        }
+        if search.is_empty() || confirm.is_empty() {
+            return None;
+        }
+        let how = format!(
+            "{} of the {} evaluation runs (separate arrays per run: the run is the unit)",
+            confirm.len(),
+            pick.len()
+        );
+        return Some(ConfirmSplit {
+            search: Loaded {
+                feeds: search,
+                labels: label_part(&s_idx),
+            },
+            confirm: Loaded {
+                feeds: confirm,
+                labels: label_part(&c_idx),
+            },
+            confirm_samples: c_idx,
+            how,
+        });
+    }
+    let batch = per_feed.iter().flatten().copied().max().unwrap_or(1).max(1);
+    // (feed, row) of every sample, in order.
+    let rows: Vec<(usize, usize)> = per_feed
+        .iter()
+        .enumerate()
+        .flat_map(|(fi, b)| (0..b.unwrap_or(0)).map(move |r| (fi, r)))
+        .collect();
+    let pick = held_out_picks(rows.len(), fraction);
+    let part = |want: bool| -> Option<(Loaded, Vec<usize>)> {
+        let idx: Vec<usize> = (0..rows.len()).filter(|&i| pick[i] == want).collect();
+        // Batches of consecutive picked samples whose inputs have the same inner shapes.
+        let inner = |i: usize| -> Vec<Vec<usize>> {
+            let (fi, _) = rows[i];
+            all.feeds[fi]
+                .iter()
+                .map(|(_, t)| t.shape[1..].to_vec())
+                .collect()
+        };
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for &i in &idx {
+            match groups.last_mut() {
+                Some(g) if g.len() < batch && inner(g[0]) == inner(i) => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        if fixed {
+            groups.retain(|g| g.len() == batch);
+        }
+        let kept: Vec<usize> = groups.iter().flatten().copied().collect();
+        let feeds = groups
+            .iter()
+            .map(|g| {
+                let (f0, _) = rows[g[0]];
+                all.feeds[f0]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (name, t0))| {
+                        let len: usize = t0.shape[1..].iter().product();
+                        let parts: Vec<quantkit_graph::tensor::Data> = g
+                            .iter()
+                            .map(|&i| {
+                                let (fi, r) = rows[i];
+                                let t = &all.feeds[fi][k].1;
+                                t.data.gather(&(r * len..(r + 1) * len).collect::<Vec<_>>())
+                            })
+                            .collect();
+                        // None: batches of one input with different storage types.
+                        let data = quantkit_graph::tensor::Data::concat(
+                            &parts.iter().collect::<Vec<_>>(),
+                        )?;
+                        let mut shape = vec![g.len()];
+                        shape.extend_from_slice(&t0.shape[1..]);
+                        Some((
+                            name.clone(),
+                            Tensor {
+                                dtype: t0.dtype,
+                                shape,
+                                data,
+                            },
+                        ))
+                    })
+                    .collect::<Option<Feed>>()
+            })
+            .collect::<Option<Vec<Feed>>>()?;
+        Some((
+            Loaded {
+                feeds,
+                labels: label_part(&kept),
+            },
+            kept,
+        ))
+    };
+    let (search, _) = part(false)?;
+    let (confirm, confirm_samples) = part(true)?;
+    if search.feeds.is_empty() || confirm.feeds.is_empty() {
+        return None;
+    }
+    let how = format!(
+        "every {} of the {total} evaluation samples",
+        every(fraction)
+    );
+    Some(ConfirmSplit {
+        search,
+        confirm,
+        confirm_samples,
+        how,
+    })
+}
+
 fn samples(feeds: &[Feed]) -> usize {
     feeds
         .iter()
@@ -522,6 +692,49 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             labels = Some(all[..n].to_vec());
         }
     }
+    // Confirmation samples: out of the search's reach from here on.
+    if !(0.0..1.0).contains(&args.confirm) {
+        anyhow::bail!(
+            "--confirm {}: expected 0 (no confirmation) or a fraction of the evaluation samples \
+             in (0, 1), e.g. 0.5",
+            args.confirm
+        );
+    }
+    if args.confirm_tests == 0 {
+        anyhow::bail!("--confirm-tests 0: at least one configuration is confirmed (1 or more)");
+    }
+    let eval_total = samples(&eval);
+    let fixed_batch = graph.inputs.iter().any(|v| {
+        !graph.initializers.contains_key(&v.name)
+            && matches!(
+                v.shape.as_ref().and_then(|s| s.first()),
+                Some(Dim::Known(m)) if *m > 0
+            )
+    });
+    let (eval, labels, confirm_part) = if args.confirm > 0.0 {
+        let Some(sp) = split_confirmation(
+            Loaded {
+                feeds: eval,
+                labels,
+            },
+            args.confirm,
+            fixed_batch,
+        ) else {
+            anyhow::bail!(
+                "--confirm {}: the {eval_total} evaluation samples ({eval_source}) cannot be split \
+                 into a part for the search and a part to confirm its choice; give more \
+                 evaluation data, or --confirm 0 (no confirmation: the figure is then optimistic)",
+                args.confirm
+            );
+        };
+        (
+            sp.search.feeds,
+            sp.search.labels,
+            Some((sp.confirm, sp.confirm_samples, sp.how)),
+        )
+    } else {
+        (eval, labels, None)
+    };
     let bar = |t: &str| {
         if hidden {
             return indicatif::ProgressBar::hidden();
@@ -543,13 +756,39 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let evaluation = Evaluation::new(&setup, &eval, labels.as_deref())?
         .with_confidence(confidence)
         .context("--confidence")?;
+    let mut confirm_eval = match &confirm_part {
+        Some((c, _, _)) => Some(
+            Evaluation::new(&setup, &c.feeds, c.labels.as_deref())?
+                .with_confidence(confidence)
+                .context("--confidence")?,
+        ),
+        None => None,
+    };
+    if let (Some(ce), Some(t), Some(c)) = (&confirm_eval, target, confidence) {
+        let tests = if searched { args.confirm_tests } else { 1 };
+        let level = bonferroni_level(c, tests);
+        ce.check_enough(
+            t,
+            level,
+            "confirmation samples",
+            &format!(
+                "the confirmation part is --confirm {} of the {eval_total} evaluation samples, \
+                 each of its {tests} test(s) (--confirm-tests) judged at {}% (Bonferroni, \
+                 --confidence {c}); give more evaluation data, a larger --confirm, fewer \
+                 --confirm-tests, a lower --confidence, or --confirm 0 (no confirmation: the \
+                 figure is then optimistic)",
+                args.confirm,
+                fmt_level(level)
+            ),
+        )?;
+    }
     let eval_source = match evaluation.decision_threshold() {
         Some(t) => format!(
             "{eval_source}; one score per sample: agreement is of the decisions score > {t}"
         ),
         None => eval_source,
     };
-    let result: SearchResult;
+    let mut result: SearchResult;
     let chosen: MixedConfig;
     let measured: Measured;
     let int8: Measured;
@@ -589,21 +828,54 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         }
         measured = evaluation.measure(&setup.mixed(&chosen)?)?;
         int8 = evaluation.measure(&setup.quantized()?)?;
-        result = SearchResult {
+        let met_here = target.is_none_or(|t| t.met(&measured));
+        let applied = SearchResult {
             target: target.unwrap_or(Target {
                 metric: quantkit_ptq::mixed::Metric::Sqnr,
                 value: f64::NEG_INFINITY,
             }),
-            met: target.is_none_or(|t| t.met(&measured)),
+            met: met_here,
+            search_met: met_here,
             config: chosen.clone(),
             measured,
             int8,
             ranking: Vec::new(),
             steps: Vec::new(),
+            accepted: vec![Accepted {
+                step: 0,
+                action: match &args.config {
+                    Some(p) => format!("configuration from {}", p.display()),
+                    None => "every layer int16 (--activation-bits 16)".into(),
+                },
+                config: chosen.clone(),
+                measured,
+            }],
             samples: evaluation.samples(),
+            confirmation: None,
             seconds: Default::default(),
             stopped_early: 0,
             reuse: Default::default(),
+        };
+        result = match &mut confirm_eval {
+            // One test of the configuration given, judged at --confidence: it was not
+            // chosen on these samples (when it was chosen by --target with the same data
+            // and --confirm, it was chosen on the other part).
+            Some(ce) => {
+                let r = confirm(
+                    &setup,
+                    SearchResult {
+                        search_met: true,
+                        ..applied
+                    },
+                    ce,
+                    &ConfirmOptions { max_tests: 1 },
+                )?;
+                SearchResult {
+                    search_met: met_here,
+                    ..r
+                }
+            }
+            None => applied,
         };
     } else {
         let Some(target) = target else {
@@ -637,6 +909,16 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         )?;
         rank_bar.finish_and_clear();
         search_bar.finish_and_clear();
+        if let Some(ce) = &mut confirm_eval {
+            result = confirm(
+                &setup,
+                result,
+                ce,
+                &ConfirmOptions {
+                    max_tests: args.confirm_tests,
+                },
+            )?;
+        }
         chosen = result.config.clone();
     }
     let mut q = setup.mixed(&chosen)?;
@@ -662,10 +944,35 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             .map_or("model".into(), |s| s.to_string_lossy().into_owned());
         args.output.with_file_name(format!("{stem}.mixed.json"))
     });
+    let conf = result.confirmation.as_ref();
+    let confirmed_test = conf.and_then(|c| c.confirmed.map(|i| &c.tests[i]));
+    // What the figure of the saved choice rests on, so the file does not claim more.
     let saved = serde_json::json!({
         "model": args.model.display().to_string(),
         "target": args.target,
         "method": args.method,
+        "met": result.met,
+        "optimistic": conf.is_none(),
+        "search": {
+            "samples": result.samples,
+            "value": result.target.value_of(&result.measured),
+            "judged": result.target.judged(&result.measured),
+        },
+        "confirmation": conf.map(|c| serde_json::json!({
+            "samples": c.samples,
+            "level": c.level,
+            "tests_planned": c.tests_planned,
+            "tests_run": c.tests.len(),
+            "confirmed": confirmed_test.map(|t| &t.action),
+            "value": confirmed_test.and_then(|t| result.target.value_of(&t.measured)),
+            "judged": confirmed_test.and_then(|t| t.judged),
+        })),
+        "evaluation": {
+            "held_out": args.data.is_none().then_some(args.held_out),
+            "calib_samples": calib_limit,
+            "confirm": args.confirm,
+            "confirm_tests": args.confirm_tests,
+        },
         "config": chosen,
     });
     if searched {
@@ -701,6 +1008,13 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         v["evaluation"] = eval_source.clone().into();
         v["calibration_samples"] = calibration_samples.into();
         v["confidence"] = confidence.into();
+        // No confirmation: `met` and `measured` are of the samples the search chose on.
+        v["optimistic"] = result.confirmation.is_none().into();
+        v["confirm_fraction"] = args.confirm.into();
+        v["evaluation_confirmation"] = confirm_part
+            .as_ref()
+            .map(|(_, _, how)| format!("{how}; never run by the search"))
+            .into();
         v["layers"] = layers
             .iter()
             .map(|(l, op)| serde_json::json!({"layer": l, "op": op, "precision": chosen.get(l).name()}))
@@ -747,7 +1061,44 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             );
         }
         println!("  all int8: {}", fmt_metric(&result.int8, confidence));
-        println!("  chosen:   {}", fmt_metric(&result.measured, confidence));
+        println!(
+            "  chosen:   {}{}",
+            fmt_metric(&result.measured, confidence),
+            if conf.is_some() {
+                " (search samples)"
+            } else {
+                ""
+            }
+        );
+        match (conf, &confirm_part) {
+            (Some(c), Some((_, _, how))) => {
+                println!(
+                    "  confirmation on {} samples the search never ran ({how}){}:",
+                    c.samples,
+                    match c.level {
+                        Some(l) => format!(
+                            ", {} test(s) planned, each at {}% confidence (Bonferroni)",
+                            c.tests_planned,
+                            fmt_level(l)
+                        ),
+                        None => String::new(),
+                    }
+                );
+                for t in &c.tests {
+                    println!(
+                        "    {} {} ({} layers off int8): {}",
+                        if t.met { "confirmed" } else { "missed   " },
+                        t.action,
+                        t.changed_layers,
+                        fmt_metric(&t.measured, c.level)
+                    );
+                }
+            }
+            _ => println!(
+                "  not confirmed (--confirm 0): the figure is of the samples the search chose on, \
+                 among many configurations measured there; it is optimistic"
+            ),
+        }
         println!(
             "  {} of {} layers int8, {} with 4-bit weights, {} with int16 activations, {} float",
             layers.len() - n_float - n_w4 - n_a16,
@@ -786,6 +1137,27 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 config_path.display()
             );
         }
+    }
+    if let (false, true, Some(c)) = (result.met, result.search_met, conf) {
+        anyhow::bail!(
+            "target {} met on the search's samples but not confirmed on the {} samples it never \
+             ran ({} configuration(s) it accepted tested: {}); the one with the best \
+             confirmation figure was written to {}. Give more evaluation data (the search then \
+             keeps a larger margin), relax the target, or raise --confidence for the search",
+            args.target.as_deref().unwrap_or("?"),
+            c.samples,
+            c.tests.len(),
+            c.tests
+                .iter()
+                .map(|t| format!(
+                    "{} {}",
+                    t.action,
+                    t.judged.map_or("-".into(), |j| format!("{j:.4}"))
+                ))
+                .collect::<Vec<_>>()
+                .join("; "),
+            args.output.display()
+        );
     }
     if !result.met {
         let t = result.target;
@@ -880,5 +1252,81 @@ mod split_tests {
         let s = split_rows(&all, "x", 0.25, 24, Some(24)).expect("a split");
         assert!(s.held.feeds.iter().all(|f| f[0].1.shape[0] == 24));
         assert_eq!(s.held_samples.len(), 48);
+    }
+}
+
+#[cfg(test)]
+mod confirm_split_tests {
+    use super::{split_confirmation, Loaded};
+    use quantkit_graph::Tensor;
+
+    /// 50 samples in batches of 16 (the last short), each sample's values its index: the
+    /// confirmation part is every second sample, the search part the others, no sample in
+    /// both, none lost; labels (two per sample: two output rows each) follow their samples.
+    #[test]
+    fn search_and_confirmation_samples_are_disjoint_and_cover_the_data() {
+        let feeds: Vec<_> = (0..50usize)
+            .collect::<Vec<_>>()
+            .chunks(16)
+            .map(|c| {
+                let data: Vec<f32> = c.iter().flat_map(|&i| [i as f32; 3]).collect();
+                vec![("x".to_string(), Tensor::from_f32(&[c.len(), 3], data))]
+            })
+            .collect();
+        let labels = Some((0..100).collect());
+        let s = split_confirmation(Loaded { feeds, labels }, 0.5, false).expect("a split");
+        let ids = |l: &Loaded| -> Vec<usize> {
+            l.feeds
+                .iter()
+                .flat_map(|f| {
+                    let t = &f[0].1;
+                    assert!(t.shape[0] <= 16);
+                    t.as_f32()
+                        .unwrap()
+                        .chunks(3)
+                        .map(|r| r[0] as usize)
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let (search, confirm) = (ids(&s.search), ids(&s.confirm));
+        assert_eq!(confirm, (0..25).map(|i| 2 * i + 1).collect::<Vec<_>>());
+        assert_eq!(search, (0..25).map(|i| 2 * i).collect::<Vec<_>>());
+        assert_eq!(s.confirm_samples, confirm);
+        let cl = s.confirm.labels.unwrap();
+        assert_eq!(cl[..4], [2, 3, 6, 7]);
+        assert_eq!(cl.len(), 50);
+        // A fixed batch of 16: whole batches only (25 → 16 each).
+        let feeds: Vec<_> = (0..4)
+            .map(|b| {
+                let data: Vec<f32> = (0..16 * 3).map(|i| (b * 16 + i / 3) as f32).collect();
+                vec![("x".to_string(), Tensor::from_f32(&[16, 3], data))]
+            })
+            .collect();
+        let s = split_confirmation(
+            Loaded {
+                feeds,
+                labels: None,
+            },
+            0.5,
+            true,
+        )
+        .expect("a split");
+        assert_eq!(s.confirm.feeds.len(), 2);
+        assert!(s.confirm.feeds.iter().all(|f| f[0].1.shape[0] == 16));
+        // One sample cannot be split.
+        let one = vec![vec![(
+            "x".to_string(),
+            Tensor::from_f32(&[1, 3], vec![0.0; 3]),
+        )]];
+        assert!(split_confirmation(
+            Loaded {
+                feeds: one,
+                labels: None
+            },
+            0.5,
+            false
+        )
+        .is_none());
     }
 }
