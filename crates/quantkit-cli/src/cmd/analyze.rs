@@ -278,6 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             top_k,
             budget: (args.top == "auto")
                 .then(|| std::time::Duration::from_secs_f64(budget_left.clamp(0.0, 1e9))),
+            ..Default::default()
         },
         &mut |stage, done, total| {
             let b = if stage == Stage::Passes {
