@@ -164,8 +164,10 @@ pub struct Args {
     /// Leave at most K layers in float with --target.
     #[arg(long, value_name = "K")]
     pub max_float: Option<usize>,
-    /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`); layers
-    /// beyond it are ranked by local SQNR.
+    /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`; the
+    /// search's passes run on 32 evaluation samples and only with the layer left float, so
+    /// about eight times as many layers fit); layers beyond it are ranked by local SQNR.
+    /// The estimate rests on times measured on the run: the layers covered vary with load.
     #[arg(long, default_value_t = 60.0)]
     pub budget: f64,
 }
