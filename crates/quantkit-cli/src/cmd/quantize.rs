@@ -166,7 +166,7 @@ pub struct Args {
     pub max_float: Option<usize>,
     /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`; the
     /// search's passes run on 32 evaluation samples and only with the layer left float, so
-    /// about eight times as many layers fit); layers beyond it are ranked by local SQNR.
+    /// more layers fit than in `analyze`'s); layers beyond it are ranked by local SQNR.
     /// The estimate rests on times measured on the run: the layers covered vary with load.
     #[arg(long, default_value_t = 60.0)]
     pub budget: f64,
