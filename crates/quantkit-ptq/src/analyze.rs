@@ -210,8 +210,10 @@ pub struct Sensitivity {
     /// layer is left in float: `1 − mse(left float) / mse(all quantized)`.
     pub recovered: f64,
     /// Output error with only this layer quantized (its weights, its input and output
-    /// activations).
-    pub only_quantized: OutputError,
+    /// activations); `None` when that pass was not asked for
+    /// ([`AnalyzeOptions::left_float_only`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_quantized: Option<OutputError>,
 }
 
 /// Everything measured about one layer.
@@ -250,6 +252,9 @@ pub struct Report {
     pub calibration_samples: usize,
     /// The fully quantized model against the float model.
     pub output: OutputError,
+    /// Evaluation samples the sensitivity passes ran on ([`AnalyzeOptions::sensitivity_samples`]):
+    /// whole batches spread over the data; `samples` when every batch ran.
+    pub sensitivity_samples: usize,
     /// Layers ranked, the most to blame first: layers with a sensitivity by `recovered`
     /// (descending), then the others by local SQNR, the lower of the tensor's and its worst
     /// channel's (ascending).
@@ -265,9 +270,54 @@ pub struct AnalyzeOptions {
     /// worst channel) only (`None`: all;
     /// `Some(0)`: none).
     pub top_k: Option<usize>,
-    /// Time for the sensitivity passes: run them on at most as many layers (of `top_k`) as
-    /// fit, estimated from the time of the quantized pass (two such passes per layer).
+    /// Time for the sensitivity passes: run them on the layers (of `top_k`, in order of
+    /// local SQNR) whose estimated cost fits. A layer's passes run only from its first node
+    /// on ([`crate::reuse`]), on the [`AnalyzeOptions::sensitivity_samples`] batches: its
+    /// estimate is, per pass, the time of writing the QDQ graph plus the quantized pass's
+    /// time scaled by the share of samples and by the share of the graph's nodes from the
+    /// layer's first node to the end ([`sensitivity_cost`]). The estimate is deterministic
+    /// given the two times measured; those (and so the number of layers covered) vary with
+    /// the machine's load.
     pub budget: Option<std::time::Duration>,
+    /// Run the sensitivity passes on about this many evaluation samples (whole batches,
+    /// spread evenly over the data, at least one batch) instead of all (`None`). A ranking
+    /// needs far fewer samples than a target's bound: the share of the output error a layer
+    /// recovers is summed over every output element.
+    pub sensitivity_samples: Option<usize>,
+    /// Only the left-in-float pass per layer (what the ranking uses), not the
+    /// only-this-layer-quantized one ([`Sensitivity::only_quantized`] is then `None`): half
+    /// the cost (`quantkit quantize --target`).
+    pub left_float_only: bool,
+}
+
+/// Estimated seconds of one layer's sensitivity passes ([`AnalyzeOptions::budget`]):
+/// `passes · (build + pass · samples_share · nodes_share)`, where `build` is the time of
+/// writing one QDQ graph, `pass` the fully quantized pass over every evaluation batch,
+/// `samples_share` the share of the evaluation samples the passes run on and `nodes_share`
+/// the share of the QDQ graph's nodes from the layer's first node on (a pass runs only from
+/// its first change on).
+pub fn sensitivity_cost(
+    passes: usize,
+    build: f64,
+    pass: f64,
+    samples_share: f64,
+    nodes_share: f64,
+) -> f64 {
+    passes as f64 * (build + pass * samples_share * nodes_share)
+}
+
+/// The evaluation batches the sensitivity passes run on: all when `want` is `None` or
+/// covers every sample, else the fewest batches (at least one) holding `want` samples by
+/// the average batch size, spread evenly (batch `⌊i·n/m⌋` for `i < m`).
+pub fn sensitivity_batches(batch_samples: &[usize], want: Option<usize>) -> Vec<usize> {
+    let n = batch_samples.len();
+    let total: usize = batch_samples.iter().sum();
+    let Some(want) = want.filter(|&w| w < total && n > 1) else {
+        return (0..n).collect();
+    };
+    let mean = total as f64 / n as f64;
+    let m = ((want as f64 / mean).ceil() as usize).clamp(1, n);
+    (0..m).map(|i| i * n / m).collect()
 }
 
 /// The inputs and outputs one quantized node reads and writes as activations, by the
@@ -862,7 +912,9 @@ pub fn analyze_with(
         ));
     }
     let float = &setup.float;
+    let t_build = std::time::Instant::now();
     let q = setup.quantized()?;
+    let build_time = t_build.elapsed().as_secs_f64();
     let uses = Uses::new(&q);
     let layers = setup.layers();
     // Values of the float graph at every depth (graph and subgraph inputs, node outputs).
@@ -967,6 +1019,8 @@ pub fn analyze_with(
     let mut prop_ch: HashMap<&str, ChannelAcc> = HashMap::new();
     let mut full = OutAcc::default();
     let mut float_outputs: Vec<Feed> = Vec::with_capacity(data.len());
+    // The fully quantized model's output noise (squared error) of each batch.
+    let mut batch_noise: Vec<f64> = Vec::with_capacity(data.len());
     let mut samples = 0;
     let mut qdq_time = std::time::Duration::ZERO;
     // Both passes run in full (their observers see every value) and are kept for the
@@ -1035,7 +1089,9 @@ pub fn analyze_with(
                 "activation `{t}`: the quantized value does not match the float one"
             )));
         }
+        let before = full.acc.noise;
         full.add(&outs, &qouts);
+        batch_noise.push(full.acc.noise - before);
         float_outputs.push(outs);
         progress(Stage::Passes, bi + 1, data.len());
     }
@@ -1082,28 +1138,63 @@ pub fn analyze_with(
         .collect();
     order.sort_by(|&a, &b| local_key(&reports[a]).total_cmp(&local_key(&reports[b])));
     let mut k = opts.top_k.unwrap_or(order.len()).min(order.len());
+    let batch_samples: Vec<usize> = data.iter().map(batch_of).collect();
+    let subset = sensitivity_batches(&batch_samples, opts.sensitivity_samples);
+    let subset_samples: usize = subset.iter().map(|&b| batch_samples[b]).sum();
     if let Some(budget) = opts.budget {
-        let per_layer = 2.0 * qdq_time.as_secs_f64();
-        if per_layer > 0.0 {
-            k = k.min(((budget.as_secs_f64() / per_layer) as usize).max(1));
+        // Position of each layer's first node in the QDQ graph (top level; a layer inside
+        // a subgraph counts as the whole graph).
+        let pos: HashMap<&str, usize> = q
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let n_nodes = q.nodes.len().max(1) as f64;
+        let share = subset_samples as f64 / samples.max(1) as f64;
+        let passes = if opts.left_float_only { 1 } else { 2 };
+        let mut spent = 0.0;
+        let mut fit = 0;
+        for &li in &order[..k] {
+            let at = pos.get(layers[li].nodes[0].as_str()).copied().unwrap_or(0);
+            let nodes_share = (n_nodes - at as f64) / n_nodes;
+            spent += sensitivity_cost(
+                passes,
+                build_time,
+                qdq_time.as_secs_f64(),
+                share,
+                nodes_share,
+            );
+            if spent > budget.as_secs_f64() && fit > 0 {
+                break;
+            }
+            fit += 1;
         }
+        k = fit;
     }
-    let full_noise = full.acc.noise;
+    // The fully quantized output noise on the batches the passes run on.
+    let full_noise: f64 = if subset.len() == data.len() {
+        full.acc.noise
+    } else {
+        subset.iter().map(|&b| batch_noise[b]).sum()
+    };
     for (done, &li) in order[..k].iter().enumerate() {
         let l = &layers[li];
         let mine: HashSet<&str> = l.nodes.iter().map(String::as_str).collect();
         let drop: HashSet<&str> = l.output.iter().map(String::as_str).collect();
-        let left_float = setup.variant(&|n| !mine.contains(n), &drop)?;
-        let only = setup.variant(&|n| mine.contains(n), &HashSet::new())?;
+        let mut graphs = vec![setup.variant(&|n| !mine.contains(n), &drop)?];
+        if !opts.left_float_only {
+            graphs.push(setup.variant(&|n| mine.contains(n), &HashSet::new())?);
+        }
         let mut accs = [OutAcc::default(), OutAcc::default()];
-        for (g, acc) in [&left_float, &only].into_iter().zip(accs.iter_mut()) {
+        for (g, acc) in graphs.iter().zip(accs.iter_mut()) {
             let mut run = reuse.session(g, Keep::No);
-            for (bi, reference) in float_outputs.iter().enumerate() {
+            for &bi in &subset {
                 let outs = reuse.batch(&mut run, bi).map_err(graph_err(format!(
                     "sensitivity of layer `{}`, batch {bi}",
                     l.nodes[0]
                 )))?;
-                acc.add(reference, &outs);
+                acc.add(&float_outputs[bi], &outs);
             }
         }
         let recovered = if full_noise > 0.0 {
@@ -1114,7 +1205,7 @@ pub fn analyze_with(
         reports[li].sensitivity = Some(Sensitivity {
             left_float: accs[0].result(),
             recovered,
-            only_quantized: accs[1].result(),
+            only_quantized: (!opts.left_float_only).then(|| accs[1].result()),
         });
         progress(Stage::Sensitivity, done + 1, k);
     }
@@ -1134,6 +1225,7 @@ pub fn analyze_with(
     reuse.forget(float);
     Ok(Report {
         samples,
+        sensitivity_samples: subset_samples,
         calibration_samples: setup.calibration_samples,
         output: full.result(),
         layers: reports,

@@ -1,6 +1,6 @@
 //! Automatic mixed precision (issue 18, `quantkit quantize --target METRIC=VALUE`): choose,
 //! per layer, int8, int8 activations with 4-bit weights, int16 activations with int8
-//! weights (W8A16), or float, so that the model output meets a target measured against the
+//! weights (W8A16), int16 activations and weights (W16A16), or float, so that the model output meets a target measured against the
 //! float model, with as much of the model in integer as possible.
 //!
 //! The search ([`search`]) starts from the fully quantized model and uses the sensitivity
@@ -10,13 +10,16 @@
 //! 1. **Smallest prefix**: the first `k` layers of the ranking get int16 activations (their
 //!    inputs and output), for the smallest `k` that meets the target, found by doubling
 //!    `k` and bisecting between the last miss and the first hit (`O(log k)` passes of the
-//!    evaluation data); only if int16 everywhere is not enough, the first `k` go to float
-//!    (the others int16), the same way. [`SearchOptions::no_int16`] skips the int16 step,
-//!    as before int16 existed. Layers of an `If` branch the calibration data never take
+//!    evaluation data); only if int16 everywhere is not enough, the first `k` weighted
+//!    layers get 16-bit weights too ([`Precision::Wide16`], the others int16), and only if
+//!    that is not enough everywhere either, the first `k` go to float (the others int16
+//!    with 16-bit weights), the same way. [`SearchOptions::no_int16`] skips the 16-bit
+//!    steps, as before int16 existed. Layers of an `If` branch the calibration data never take
 //!    ([`Setup::unreached`]) are not moved: they cannot change what the data measure.
 //! 2. **Pruning by groups**: every changed layer is tried back in int8 at once; where the
 //!    target no longer holds, each half (the less sensitive first), down to single layers;
-//!    a float layer that cannot go back to int8 tries int16. Errors of different layers
+//!    a layer that cannot go back to int8 tries the cheaper 16-bit precisions (int16, then
+//!    16-bit weights for a float layer). Errors of different layers
 //!    interact, so a layer the prefix needed can become unnecessary once others change.
 //!
 //! With a confidence level ([`Evaluation::with_confidence`]) an agreement target is judged
@@ -54,18 +57,29 @@ pub enum Precision {
     /// ONNX Runtime and quantkit's engine run such a layer as DQ → float op → Q.
     #[serde(rename = "int16")]
     Act16,
+    /// 16-bit weights (symmetric int16 per output channel) and 16-bit activations
+    /// (W16A16): [`Precision::Act16`] with weights 256 times finer, for layers whose int8
+    /// weights are what is left of the error (PP-OCRv4's recognizer: int16 activations on
+    /// every layer gave 0.9722 of the frames of 500 fresh lines; the same file with its
+    /// activation Q/DQ removed, int8 weights only, 0.9722 too — the weights are the whole
+    /// gap).
+    /// Opset-21 int16 DequantizeLinear on the weights. Only the
+    /// weighted layers differ from [`Precision::Act16`].
+    #[serde(rename = "int16-w16")]
+    Wide16,
     /// Left in float: float weights, no Q/DQ on its output.
     #[serde(rename = "float")]
     Float,
 }
 
 impl Precision {
-    /// `int8`, `int8-w4`, `int16` or `float`.
+    /// `int8`, `int8-w4`, `int16`, `int16-w16` or `float`.
     pub fn name(self) -> &'static str {
         match self {
             Precision::Int8 => "int8",
             Precision::Weight4 => "int8-w4",
             Precision::Act16 => "int16",
+            Precision::Wide16 => "int16-w16",
             Precision::Float => "float",
         }
     }
@@ -737,7 +751,8 @@ impl<'a> Evaluation<'a> {
 impl Setup {
     /// The QDQ graph of `config`: float layers without their weight and output
     /// quantization, 4-bit layers with 4-bit weights, int16 layers with 16-bit Q/DQ on the
-    /// activations they read and write (an activation shared with an int8 layer is int16 for
+    /// activations they read and write, int16-w16 layers as int16 ones
+    /// with int16 weights (an activation shared with an int8 layer is int16 for
     /// both: a tensor has one Q/DQ pair; the graph is then at opset 21). Errors on a layer
     /// name the plan does not have, or when every weighted layer is float (nothing left to
     /// quantize).
@@ -767,9 +782,14 @@ impl Setup {
             let l = known[name.as_str()];
             match p {
                 Precision::Int8 => {}
-                Precision::Act16 => {
+                Precision::Act16 | Precision::Wide16 => {
                     for n in l.nodes.iter().filter_map(|n| by_name.get(n.as_str())) {
                         wide.extend(crate::analyze::node_acts(n));
+                    }
+                    if *p == Precision::Wide16 {
+                        for n in &l.nodes {
+                            bits.insert(n.clone(), crate::qdq::WEIGHT_BITS_16);
+                        }
                     }
                 }
                 Precision::Float => {
@@ -805,6 +825,12 @@ impl Setup {
     }
 }
 
+/// Evaluation samples the search's sensitivity ranking runs its passes on
+/// ([`AnalyzeOptions::sensitivity_samples`]): a ranking needs far fewer than a target's
+/// bound, and fewer samples let the passes cover more layers within
+/// [`SearchOptions::ranking_budget`].
+pub const RANKING_SAMPLES: usize = 32;
+
 /// Options of [`search`].
 #[derive(Debug, Clone, Default)]
 pub struct SearchOptions {
@@ -815,8 +841,8 @@ pub struct SearchOptions {
     pub max_float: Option<usize>,
     /// Time for the sensitivity ranking ([`AnalyzeOptions::budget`]); `None`: every layer.
     pub ranking_budget: Option<std::time::Duration>,
-    /// Never try int16 activations ([`Precision::Act16`]): a guilty layer goes straight to
-    /// float, as before int16 existed (`quantkit quantize --no-int16`).
+    /// Never try int16 activations ([`Precision::Act16`]) nor 16-bit weights
+    /// ([`Precision::Wide16`]): a guilty layer goes straight to float, as before int16 existed (`quantkit quantize --no-int16`).
     pub no_int16: bool,
     /// Memory budget of the values [`Reuse`] keeps, bytes (`None`: `QUANTKIT_REUSE_BYTES`
     /// or [`crate::reuse::DEFAULT_BUDGET`]; 0 runs every configuration in full).
@@ -1205,6 +1231,8 @@ pub fn search(
             &AnalyzeOptions {
                 top_k: None,
                 budget: opts.ranking_budget,
+                sensitivity_samples: Some(RANKING_SAMPLES),
+                left_float_only: true,
             },
             &mut |s, d, t| progress(SearchStage::Ranking(s), d, t),
             &mut reuse,
@@ -1269,19 +1297,46 @@ pub fn search(
     //    measured to meet the target.
     let mut all16 = MixedConfig::default();
     if !target.met(&current) && !opts.no_int16 {
-        fn int16_prefix(order: &[String], k: usize) -> MixedConfig {
-            let mut c = MixedConfig::default();
+        fn prefix(base: &MixedConfig, order: &[String], k: usize, p: Precision) -> MixedConfig {
+            let mut c = base.clone();
             for n in &order[..k] {
-                c.set(n, Precision::Act16);
+                c.set(n, p);
             }
             c
         }
-        all16 = int16_prefix(&order, order.len());
-        let make = |k: usize| int16_prefix(&order, k);
+        all16 = prefix(
+            &MixedConfig::default(),
+            &order,
+            order.len(),
+            Precision::Act16,
+        );
+        let make = |k: usize| prefix(&MixedConfig::default(), &order, k, Precision::Act16);
         if let Some((_, c, m, step)) = r.smallest_prefix("int16", &order, &make)? {
             r.accept(step, &c, &m);
             config = c;
             current = m;
+        }
+        // (a') int16 activations everywhere not enough: what is left is the int8 weights
+        //      (and the 8-bit bias scale); 16-bit weights on the first k weighted layers.
+        let weighted_order: Vec<String> = order
+            .iter()
+            .filter(|n| weighted.contains(n.as_str()))
+            .cloned()
+            .collect();
+        if !target.met(&current) && !weighted_order.is_empty() {
+            let base = all16.clone();
+            let make = |k: usize| prefix(&base, &weighted_order, k, Precision::Wide16);
+            if let Some((_, c, m, step)) = r.smallest_prefix("int16-w16", &weighted_order, &make)? {
+                r.accept(step, &c, &m);
+                config = c;
+                current = m;
+            }
+            all16 = prefix(
+                &base,
+                &weighted_order,
+                weighted_order.len(),
+                Precision::Wide16,
+            );
         }
     }
     if !target.met(&current) {
@@ -1371,14 +1426,25 @@ pub fn search(
             continue;
         }
         if let [one] = group.as_slice() {
-            if config.get(one) == Precision::Float && !opts.no_int16 {
+            // Cheaper precisions than the layer's, cheapest first: int16 activations, then
+            // (a weighted layer) 16-bit weights too.
+            let now = config.get(one);
+            let mut tries = Vec::new();
+            if !opts.no_int16 && now > Precision::Act16 {
+                tries.push(Precision::Act16);
+                if now > Precision::Wide16 && weighted.contains(one.as_str()) {
+                    tries.push(Precision::Wide16);
+                }
+            }
+            for p in tries {
                 let mut c = config.clone();
-                c.set(one, Precision::Act16);
-                let m = r.run(&c, format!("int16 {one} (prune)"), true)?;
+                c.set(one, p);
+                let m = r.run(&c, format!("{} {one} (prune)", p.name()), true)?;
                 if target.met(&m) {
                     r.accept(r.steps.len() - 1, &c, &m);
                     config = c;
                     current = m;
+                    break;
                 }
             }
             continue;

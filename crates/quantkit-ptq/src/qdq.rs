@@ -611,6 +611,27 @@ fn zp_tensor(z: &[i32], shape: &[usize], signed: bool) -> Tensor {
     qtensor(z, shape, signed)
 }
 
+/// Weight codes (or zero points) of `bits` bits: int16 for 16 bits
+/// ([`WEIGHT_BITS_16`]), else int8.
+fn weight_tensor(q: &[i32], shape: &[usize], bits: u8) -> Tensor {
+    if bits == WEIGHT_BITS_16 {
+        let data = Data::I16(q.iter().map(|&v| v as i16).collect());
+        Tensor::new(shape.to_vec(), data).expect("sizes match")
+    } else {
+        qtensor(q, shape, true)
+    }
+}
+
+/// The weight width of mixed precision's 16-bit layers ([`crate::mixed::Precision::Wide16`]):
+/// symmetric int16 weights, per output channel, read by an opset-21 DequantizeLinear.
+pub const WEIGHT_BITS_16: u8 = 16;
+
+/// Whether `bits` is a weight width a node of [`insert_qdq_wide`] may get: 2 to 8 (stored
+/// as int8, or int4 for 2–4 by [`crate::int4`]) or 16 (int16).
+fn weight_bits_ok(bits: u8) -> bool {
+    (2..=8).contains(&bits) || bits == WEIGHT_BITS_16
+}
+
 /// Names of the values and nodes [`insert_qdq`] adds for one quantized activation `t`:
 /// `t_scale`, `t_zp`, `t_q` (QuantizeLinear output), `t_dq` (DequantizeLinear output, or
 /// `t` itself when `t` is a graph output; the producer then writes `t_float`), nodes `t_Q`
@@ -659,9 +680,15 @@ pub fn insert_qdq_mixed(
 
 /// [`insert_qdq_mixed`] with 16-bit activations: the activations named in `wide` get int16
 /// QuantizeLinear/DequantizeLinear (their zero point is an int16 tensor; `act` holds their
-/// 16-bit scale and zero point, and a bias read with such an input gets the scale
-/// `s_in16 · s_w`). 16-bit Q/DQ exist from opset 21: when `wide` names an activation of the
-/// plan, the default-domain opset is raised to 21 ([`crate::prepare::upgrade_opset_21`]).
+/// 16-bit scale and zero point; a weighted node reading such an input gets an int32 bias
+/// at `s_in16 · s_w`, raised per channel where the bias would saturate: the layer runs as
+/// DequantizeLinear → float op → QuantizeLinear in ONNX Runtime and quantkit's engine, so
+/// the bias scale need not be the product; the int8 rule of coarsening such a channel's
+/// weight scale instead made some weights 130 times coarser in PP-OCRv4's recognizer).
+/// A node given 16 weight bits in `weight_bits` ([`WEIGHT_BITS_16`]) gets symmetric int16 weights. 16-bit Q/DQ
+/// exist from opset 21: when `wide` names an activation of the plan or a node has 16-bit
+/// weights, the default-domain opset is raised to 21
+/// ([`crate::prepare::upgrade_opset_21`]).
 pub fn insert_qdq_wide(
     mut g: Graph,
     plan: &Plan,
@@ -678,13 +705,16 @@ pub fn insert_qdq_wide(
             "activation `{t}`: zero point {z} does not fit int16"
         )));
     }
-    let any_wide = act.keys().any(|t| wide.contains(t));
+    let any_wide = act.keys().any(|t| wide.contains(t))
+        || weight_bits
+            .iter()
+            .any(|(n, &b)| b == WEIGHT_BITS_16 && plan.quantized.contains(n));
     if any_wide {
         crate::prepare::upgrade_opset_21(&mut g)?;
     }
-    if let Some((n, b)) = weight_bits.iter().find(|(_, b)| !(2..=8).contains(*b)) {
+    if let Some((n, b)) = weight_bits.iter().find(|(_, &b)| !weight_bits_ok(b)) {
         return Err(PtqError::InvalidOption(format!(
-            "weight bits {b} for node `{n}`: supported are 2 to 8 (stored as int8)"
+            "weight bits {b} for node `{n}`: supported are 2 to 8 (stored as int8) and 16"
         )));
     }
     if !(2..=8).contains(&opts.weight_bits) {
@@ -810,9 +840,9 @@ fn rewrite_graph(g: &mut Graph, ctx: &Rewrite, namer: &mut Namer) -> Result<()> 
                         weight_bits: b,
                         ..opts.clone()
                     };
-                    quantize_weights(g, namer, &mut n, &in0, act, &o, &mut new_nodes)?;
+                    quantize_weights(g, namer, &mut n, &in0, act, &o, wide, &mut new_nodes)?;
                 }
-                None => quantize_weights(g, namer, &mut n, &in0, act, opts, &mut new_nodes)?,
+                None => quantize_weights(g, namer, &mut n, &in0, act, opts, wide, &mut new_nodes)?,
             }
         }
         for sub in n.subgraphs_mut() {
@@ -844,7 +874,9 @@ fn rewrite_graph(g: &mut Graph, ctx: &Rewrite, namer: &mut Namer) -> Result<()> 
 }
 
 /// Replaces the weight (and bias) of a Conv/ConvTranspose/Gemm/MatMul with quantized
-/// initializers read through DequantizeLinear.
+/// initializers read through DequantizeLinear. When the input `in0` is a 16-bit activation
+/// (in `wide`) or the weights have 16 bits, a bias that would saturate int32 gets a coarser
+/// scale of its own instead of coarser weights ([`insert_qdq_wide`]).
 #[allow(clippy::too_many_arguments)]
 fn quantize_weights(
     g: &mut Graph,
@@ -853,6 +885,7 @@ fn quantize_weights(
     in0: &str,
     act: &BTreeMap<String, (f32, i32)>,
     opts: &QdqOptions,
+    wide: &HashSet<String>,
     out: &mut Vec<Node>,
 ) -> Result<()> {
     let Some(w_name) = n.inputs.get(1).cloned() else {
@@ -887,7 +920,10 @@ fn quantize_weights(
         .with_granularity(gran);
     let mut p = QParams::from_tensor(&w_name, &ws, &w.shape, &scheme)
         .map_err(core(format!("weight `{w_name}` of node `{}`", n.name)))?;
-    // Bias handling: int32 with scale s_in·s_w (needs the input's scale).
+    // Bias handling: int32 with scale s_in·s_w (needs the input's scale). Behind a 16-bit
+    // input or with 16-bit weights the layer runs in float (DQ → op → Q): where the bias
+    // would saturate, its own scale is raised, not the weight's.
+    let wide_layer = wide.contains(in0) || opts.weight_bits == WEIGHT_BITS_16;
     let s_in = act.get(in0).map(|a| a.0);
     let bias_name = n.inputs.get(2).filter(|b| !b.is_empty()).cloned();
     let out_ch = axis.map(|a| w.shape[a]);
@@ -903,12 +939,20 @@ fn quantize_weights(
                 && n.attr_float("beta", 1.0).unwrap_or(0.0) == 1.0);
         (ok_shape && gemm_plain && !n.is(OpKind::MatMul)).then(|| t.to_f32_vec())
     });
+    let mut bias_scales = None;
     if let (Some(b), Some(s_in)) = (&bias, s_in) {
         // Never let the bias scale s_in·s_w underflow to a subnormal, nor a bias saturate
         // int32: raise the weight scale of such channels (it only coarsens weights that are
-        // tiny compared with the bias; ONNX Runtime's quantizer does the same).
+        // tiny compared with the bias; ONNX Runtime's quantizer does the same). A 16-bit
+        // layer raises only the bias's scale: its `s_in16 · s_w` is 256 times finer, and
+        // raising the weight scale made some of PP-OCRv4's recognizer weights 130 times
+        // coarser. (Its bias is not left float: ONNX Runtime's WeightBiasQuantization
+        // would quantize a float bias at `s_in · s_w` and saturate it: 0.38 of the
+        // recognizer's frames with 16-bit weights.)
         let lim = f64::from(i32::MAX / 2);
-        for (j, s) in p.scales.iter_mut().enumerate() {
+        let mut own = p.scales.clone();
+        let scales = if wide_layer { &mut own } else { &mut p.scales };
+        for (j, s) in scales.iter_mut().enumerate() {
             let bmax = if p.zero_points.len() == 1 {
                 b.iter().fold(0f32, |m, v| m.max(v.abs()))
             } else {
@@ -920,6 +964,9 @@ fn quantize_weights(
             if *s < floor {
                 *s = floor;
             }
+        }
+        if wide_layer {
+            bias_scales = Some(own);
         }
     }
     let q = p
@@ -933,7 +980,7 @@ fn quantize_weights(
     };
     let qn = namer.value(&format!("{base}.w_q"));
     g.initializers
-        .insert(qn.clone(), qtensor(&q, &w.shape, true));
+        .insert(qn.clone(), weight_tensor(&q, &w.shape, opts.weight_bits));
     let pshape: Vec<usize> = if p.scales.len() == 1 {
         vec![]
     } else {
@@ -945,8 +992,10 @@ fn quantize_weights(
     let mut dq_inputs = vec![qn, sn];
     if !omit_weight_zero_point(n, &p.zero_points) {
         let zn = namer.value(&format!("{base}.w_zp"));
-        g.initializers
-            .insert(zn.clone(), zp_tensor(&p.zero_points, &pshape, true));
+        g.initializers.insert(
+            zn.clone(),
+            weight_tensor(&p.zero_points, &pshape, opts.weight_bits),
+        );
         dq_inputs.push(zn);
     }
     let dqn = namer.value(&format!("{base}.w_dq"));
@@ -963,7 +1012,7 @@ fn quantize_weights(
     out.push(dq);
     n.inputs[1] = dqn;
     if let (Some(b), Some(s_in), Some(bn)) = (bias, s_in, bias_name) {
-        let (qb, bs) = quantize_bias(&bn, &b, s_in, &p.scales)
+        let (qb, bs) = quantize_bias(&bn, &b, s_in, bias_scales.as_deref().unwrap_or(&p.scales))
             .map_err(core(format!("bias `{bn}` of node `{}`", n.name)))?;
         let bt = g.initializers[&bn].clone();
         let bshape = if bs.len() == 1 {

@@ -161,6 +161,7 @@ fn local_and_propagated_sqnr_match_a_direct_computation() {
     let opts = AnalyzeOptions {
         top_k: None,
         budget: Some(std::time::Duration::ZERO),
+        ..Default::default()
     };
     let r = analyze(&setup, &eval, &opts, &mut |_, _, _| {}).unwrap();
     assert_eq!(
@@ -239,6 +240,7 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
         &AnalyzeOptions {
             top_k: Some(3),
             budget: None,
+            ..Default::default()
         },
         &mut |_, _, _| stages += 1,
     )
@@ -252,8 +254,11 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
             l.local.map_or(f64::NAN, |s| s.sqnr_db),
             l.local_worst_channel.map_or(f64::NAN, |s| s.sqnr_db),
             l.propagated.map_or(f64::NAN, |s| s.sqnr_db),
-            l.sensitivity
-                .map(|s| (s.left_float.sqnr_db, s.recovered, s.only_quantized.sqnr_db))
+            l.sensitivity.map(|s| (
+                s.left_float.sqnr_db,
+                s.recovered,
+                s.only_quantized.unwrap().sqnr_db
+            ))
         );
     }
     eprintln!(
@@ -335,4 +340,71 @@ fn setup_quantizes_as_quantize_static_does() {
     let got = setup.quantized().unwrap();
     assert_eq!(got.nodes, expected.nodes);
     assert_eq!(got.initializers, expected.initializers);
+}
+
+/// The search's ranking runs its sensitivity passes on a few batches and only the
+/// left-in-float pass: the share recovered is then that of those batches, computed from
+/// the same graphs a direct run gives, and the other pass is left out.
+#[test]
+fn sensitivity_on_a_subset_of_batches_matches_a_direct_run_on_those_batches() {
+    use quantkit_ptq::analyze::{sensitivity_batches, sensitivity_cost};
+    use quantkit_ptq::mixed::{MixedConfig, Precision};
+    assert_eq!(sensitivity_batches(&[2; 6], Some(4)), vec![0, 3]);
+    assert_eq!(sensitivity_batches(&[2; 6], Some(5)), vec![0, 2, 4]);
+    assert_eq!(sensitivity_batches(&[2; 6], Some(1)), vec![0]);
+    assert_eq!(
+        sensitivity_batches(&[2; 6], Some(12)),
+        (0..6).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        sensitivity_batches(&[2; 6], None),
+        (0..6).collect::<Vec<_>>()
+    );
+    // Two full passes per layer were the old estimate; one pass over a quarter of the
+    // samples from the middle of the graph costs an eighth of one pass.
+    assert_eq!(sensitivity_cost(2, 0.0, 10.0, 1.0, 1.0), 20.0);
+    assert_eq!(sensitivity_cost(1, 0.5, 10.0, 0.25, 0.5), 1.75);
+
+    let calib = feeds(3, 8, 8, 100);
+    let eval = feeds(6, 2, 8, 300);
+    let setup = Setup::new(small(), &PtqConfig::default(), &calib, &mut |_, _| {}).unwrap();
+    let opts = AnalyzeOptions {
+        sensitivity_samples: Some(4),
+        left_float_only: true,
+        ..Default::default()
+    };
+    let r = analyze(&setup, &eval, &opts, &mut |_, _, _| {}).unwrap();
+    assert_eq!(r.samples, 12);
+    assert_eq!(r.sensitivity_samples, 4);
+    let noise = |g: &Graph| -> f64 {
+        [0, 3]
+            .iter()
+            .map(|&b| {
+                let f = execute(&setup.float, eval[b].clone()).unwrap();
+                let q = execute(g, eval[b].clone()).unwrap();
+                f[0].1
+                    .as_f32()
+                    .unwrap()
+                    .iter()
+                    .zip(q[0].1.as_f32().unwrap())
+                    .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    let all = noise(&setup.quantized().unwrap());
+    assert!(all > 0.0);
+    for l in &r.layers {
+        let s = l.sensitivity.as_ref().expect("every layer ran");
+        assert!(s.only_quantized.is_none(), "{}", l.name);
+        let mut c = MixedConfig::default();
+        c.set(&l.name, Precision::Float);
+        let direct = 1.0 - noise(&setup.mixed(&c).unwrap()) / all;
+        assert!(
+            (s.recovered - direct).abs() < 1e-9,
+            "{}: {} vs {direct}",
+            l.name,
+            s.recovered
+        );
+    }
 }

@@ -143,6 +143,7 @@ fn histograms_clipping_and_bit_sweeps_match_a_direct_count() {
         &AnalyzeOptions {
             top_k: Some(0),
             budget: None,
+            ..Default::default()
         },
         &mut |_, _, _| {},
     )
@@ -190,6 +191,7 @@ fn the_weight_sweep_runs_on_the_first_feeds_only() {
         &AnalyzeOptions {
             top_k: Some(0),
             budget: None,
+            ..Default::default()
         },
         &mut |_, _, _| {},
     )

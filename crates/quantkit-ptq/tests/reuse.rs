@@ -224,6 +224,7 @@ fn sensitivity_and_early_stopping_match_full_runs() {
     let opts = quantkit_ptq::analyze::AnalyzeOptions {
         top_k: None,
         budget: None,
+        ..Default::default()
     };
     let mut reuse = Reuse::new(&data, 64 << 20, 3);
     let a = quantkit_ptq::analyze::analyze_with(&s, &data, &opts, &mut |_, _, _| {}, &mut reuse)

@@ -54,9 +54,12 @@ pub struct Args {
     /// every layer, `auto`: as many as fit in --budget.
     #[arg(long, default_value = "auto")]
     pub top: String,
-    /// Seconds for the sensitivity passes with `--top auto` (estimated from the time of one
-    /// quantized pass); with `-o DIR` the report's own passes, which run first, count
-    /// against it.
+    /// Seconds for the sensitivity passes with `--top auto`: layers are taken by local SQNR
+    /// while their estimated cost fits, each estimated as two passes from the layer's first
+    /// node on (the time of writing one QDQ graph plus the quantized pass's time times the
+    /// share of the graph's nodes from the layer on). The estimate rests on times measured
+    /// on this run, so the number of layers covered varies with the machine's load. With
+    /// `-o DIR` the report's own passes, which run first, count against it.
     #[arg(long, default_value_t = 30.0)]
     pub budget: f64,
     /// Calibration method: minmax, ema[=M], percentile=P, entropy, mse, auto.
@@ -278,6 +281,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             top_k,
             budget: (args.top == "auto")
                 .then(|| std::time::Duration::from_secs_f64(budget_left.clamp(0.0, 1e9))),
+            ..Default::default()
         },
         &mut |stage, done, total| {
             let b = if stage == Stage::Passes {

@@ -101,8 +101,9 @@ pub struct Args {
     /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
     /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
     /// the smallest prefix of `quantkit analyze`'s sensitivity ranking (found by doubling and
-    /// bisection) gets int16 activations (opset 21), or float where int16 is not enough
-    /// (--no-int16: float directly), then every change the target does not need is undone
+    /// bisection) gets int16 activations (opset 21); where int16 everywhere is not enough,
+    /// the weighted layers 16-bit weights too (int16-w16), and float only where that is not
+    /// enough either (--no-int16: float directly), then every change the target does not need is undone
     /// (tried by groups); with
     /// --weight-bits 4 the least sensitive layers get 4-bit weights where the target still
     /// holds. Measured on --data, else on --held-out of the calibration samples, every k-th
@@ -120,8 +121,8 @@ pub struct Args {
     #[arg(long, value_name = "METRIC=VALUE")]
     pub target: Option<String>,
     /// Re-apply a configuration written by --target (JSON: {"layers": {"LAYER": "float" |
-    /// "int8" | "int8-w4" | "int16"}}); layers are named by their first node as `quantkit
-    /// analyze` prints them.
+    /// "int8" | "int8-w4" | "int16" | "int16-w16"}}; int16-w16: int16 activations and
+    /// weights); layers are named by their first node as `quantkit analyze` prints them.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Where --target writes the chosen configuration (atomically; default: next to the
@@ -185,8 +186,10 @@ pub struct Args {
     /// Leave at most K layers in float with --target.
     #[arg(long, value_name = "K")]
     pub max_float: Option<usize>,
-    /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`); layers
-    /// beyond it are ranked by local SQNR.
+    /// Seconds for --target's sensitivity ranking (as `quantkit analyze --budget`; the
+    /// search's passes run on 32 evaluation samples and only with the layer left float, so
+    /// more layers fit than in `analyze`'s); layers beyond it are ranked by local SQNR.
+    /// The estimate rests on times measured on the run: the layers covered vary with load.
     #[arg(long, default_value_t = 60.0)]
     pub budget: f64,
 }

@@ -803,7 +803,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 let c = v.get("config").cloned().unwrap_or(v);
                 serde_json::from_value(c).with_context(|| {
                     format!(
-                        "{}: expected {{\"layers\": {{\"LAYER\": \"float\" | \"int8\" | \"int8-w4\" | \"int16\"}}}}",
+                        "{}: expected {{\"layers\": {{\"LAYER\": \"float\" | \"int8\" | \"int8-w4\" | \"int16\" | \"int16-w16\"}}}}",
                         path.display()
                     )
                 })?
@@ -817,7 +817,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 c
             }
         };
-        if format_blocks_int16(&config) && !chosen.with(Precision::Act16).is_empty() {
+        if format_blocks_int16(&config)
+            && !(chosen.with(Precision::Act16).is_empty()
+                && chosen.with(Precision::Wide16).is_empty())
+        {
             anyhow::bail!(
                 "the configuration has int16 layers: QOperator's QLinear operators take 8-bit \
                  codes; write --format qdq"
@@ -996,6 +999,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let n_float = chosen.with(Precision::Float).len();
     let n_w4 = chosen.with(Precision::Weight4).len();
     let n_a16 = chosen.with(Precision::Act16).len();
+    let n_w16 = chosen.with(Precision::Wide16).len();
     if args.json {
         let mut v = serde_json::to_value(&result)?;
         v["model"] = args.model.display().to_string().into();
@@ -1031,9 +1035,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             "engine_float_islands_int8": isl_int8,
             "engine_float_islands": isl_mixed,
             "engine_batch": batch_n,
-            "layers_int8": layers.len() - n_float - n_w4 - n_a16,
+            "layers_int8": layers.len() - n_float - n_w4 - n_a16 - n_w16,
             "layers_int8_w4": n_w4,
             "layers_int16": n_a16,
+            "layers_int16_w16": n_w16,
             "layers_float": n_float,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -1100,14 +1105,15 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             ),
         }
         println!(
-            "  {} of {} layers int8, {} with 4-bit weights, {} with int16 activations, {} float",
-            layers.len() - n_float - n_w4 - n_a16,
+            "  {} of {} layers int8, {} with 4-bit weights, {} with int16 activations, {} with int16 activations and weights, {} float",
+            layers.len() - n_float - n_w4 - n_a16 - n_w16,
             layers.len(),
             n_w4,
             n_a16,
+            n_w16,
             n_float
         );
-        if n_a16 > 0 {
+        if n_a16 + n_w16 > 0 {
             println!(
                 "  int16 layers are opset-21 Q/DQ: ONNX Runtime and quantkit's engine run them \
                  as DQ → float op → Q (float islands; no int16 kernels)"
