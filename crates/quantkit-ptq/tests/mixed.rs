@@ -513,10 +513,10 @@ fn confirmation_samples_are_never_run_by_the_search() {
     assert_eq!(check.batches_run(), 8 * c.tests.len());
     assert_eq!(c.samples, 128);
     assert_eq!(r.samples, 128);
-    // The search's choice (conv2 float) holds on the new samples: confirmed first.
+    // The search's choice (conv2 with 16-bit weights) holds on the new samples: confirmed first.
     assert_eq!(c.confirmed, Some(0));
     assert!(r.met);
-    assert_eq!(r.config.get("conv2"), Precision::Float);
+    assert_eq!(r.config.get("conv2"), Precision::Wide16);
     // Its confidence level is restored for later use.
     assert_eq!(check.confidence(), Some(0.95));
 }
