@@ -20,6 +20,14 @@ fn init(g: &mut Graph, name: &str, shape: &[usize], v: Vec<f32>) {
         .insert(name.into(), Tensor::from_f32(shape, v));
 }
 
+/// The evaluation of `data` judging agreement on its lower bound at 95 % confidence.
+fn at_95<'a>(setup: &Setup, data: &'a [Feed]) -> Evaluation<'a> {
+    Evaluation::new(setup, data, None)
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .unwrap()
+}
+
 fn feeds(batches: usize, n: usize, seed: u64) -> Vec<Feed> {
     (0..batches)
         .map(|b| {
@@ -443,10 +451,7 @@ fn a_confidence_level_judges_the_lower_bound_of_the_agreement() {
     let calib = feeds(4, 16, 300);
     let data = feeds(8, 16, 400);
     let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
-    let eval = Evaluation::new(&setup, &data, None)
-        .unwrap()
-        .with_confidence(Some(0.95))
-        .unwrap();
+    let eval = at_95(&setup, &data);
     let target: Target = "agreement=0.95".parse().unwrap();
     let r = search_for(&setup, &eval, target).unwrap();
     assert!(r.met);
@@ -488,14 +493,8 @@ fn confirmation_samples_are_never_run_by_the_search() {
     let search_data = feeds(8, 16, 400);
     let confirm_data = feeds(8, 16, 500);
     let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
-    let eval = Evaluation::new(&setup, &search_data, None)
-        .unwrap()
-        .with_confidence(Some(0.95))
-        .unwrap();
-    let mut check = Evaluation::new(&setup, &confirm_data, None)
-        .unwrap()
-        .with_confidence(Some(0.95))
-        .unwrap();
+    let eval = at_95(&setup, &search_data);
+    let mut check = at_95(&setup, &confirm_data);
     let target: Target = "agreement=0.95".parse().unwrap();
     let r = search_for(&setup, &eval, target).unwrap();
     assert!(r.search_met && r.met);
@@ -530,10 +529,7 @@ fn a_choice_that_fails_confirmation_walks_back_to_a_more_conservative_one() {
     let search_data = feeds(8, 16, 400);
     let confirm_data = feeds(8, 16, 500);
     let setup = Setup::new(destroyed(), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
-    let eval = Evaluation::new(&setup, &search_data, None)
-        .unwrap()
-        .with_confidence(Some(0.95))
-        .unwrap();
+    let eval = at_95(&setup, &search_data);
     let target: Target = "agreement=0.95".parse().unwrap();
     let r = search_for(&setup, &eval, target).unwrap();
     let int8 = MixedConfig::default();
@@ -560,10 +556,7 @@ fn a_choice_that_fails_confirmation_walks_back_to_a_more_conservative_one() {
         accepted: accepted.clone(),
         ..r.clone()
     };
-    let mut check = Evaluation::new(&setup, &confirm_data, None)
-        .unwrap()
-        .with_confidence(Some(0.95))
-        .unwrap();
+    let mut check = at_95(&setup, &confirm_data);
     let got = confirm(
         &setup,
         lucky.clone(),
