@@ -97,6 +97,13 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr: neither the progress bar (a terminal) nor, with --target or
+    /// --config, the plain progress lines written when stderr is not a terminal or with
+    /// --json (`search: H:MM:SS ...`: each stage as it starts, one line per configuration
+    /// measured, a line at most every 30 s in long passes). Warnings and errors are still
+    /// printed.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Automatic mixed precision: METRIC=VALUE with METRIC agreement (top-1 vs float,
     /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
     /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
@@ -271,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("opening calibration data {}", calib.display()))?;
-    let bar = if args.json {
+    let bar = if args.json || args.quiet {
         indicatif::ProgressBar::hidden()
     } else {
         let b = indicatif::ProgressBar::new(0);
