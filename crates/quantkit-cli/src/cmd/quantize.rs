@@ -124,7 +124,10 @@ pub struct Args {
     /// same figures as full runs; the cache holds at most QUANTKIT_REUSE_BYTES (default 1G;
     /// 0: full runs). Holds --calib-samples (default 1000) and
     /// --eval-samples in memory. The chosen configuration is written to --save-config
-    /// (default OUT.mixed.json).
+    /// (default OUT.mixed.json). Progress: bars on a terminal; when stderr is not one, or
+    /// with --json, plain `search: H:MM:SS ...` lines on stderr, one per configuration
+    /// measured (action, figure against the target, verdict, seconds) and a summary with
+    /// the mean seconds per configuration (--quiet silences them).
     #[arg(long, value_name = "METRIC=VALUE")]
     pub target: Option<String>,
     /// Re-apply a configuration written by --target (JSON: {"layers": {"LAYER": "float" |
