@@ -97,10 +97,11 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-    /// No progress on stderr: neither the progress bar (a terminal) nor, with --target or
-    /// --config, the plain progress lines written when stderr is not a terminal or with
-    /// --json (`search: H:MM:SS ...`: each stage as it starts, one line per configuration
-    /// measured, a line at most every 30 s in long passes). Warnings and errors are still
+    /// No progress on stderr: neither the progress bar (a terminal) nor, with --target,
+    /// --config or --activation-bits 16, the plain progress lines written when stderr is
+    /// not a terminal or with --json (`search: H:MM:SS ...` for --target: each stage as it
+    /// starts, one line per configuration measured, a line at most every 30 s in long
+    /// passes; `quantize: H:MM:SS ...` for the others). Warnings and errors are still
     /// printed.
     #[arg(short, long)]
     pub quiet: bool,

@@ -761,9 +761,13 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     drop(calib);
     let confidence = (args.confidence > 0.0).then_some(args.confidence);
     log.line(format_args!(
-        "evaluation: {} samples for the {}{}; running the float model on them",
+        "evaluation: {} samples {}{}; running the float model on them",
         samples(&eval),
-        if searched { "search" } else { "measure" },
+        if searched {
+            "for the search"
+        } else {
+            "to measure"
+        },
         match &confirm_part {
             Some((c, _, _)) => format!(", {} kept to confirm", samples(&c.feeds)),
             None => String::new(),
@@ -1064,12 +1068,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let n_a16 = chosen.with(Precision::Act16).len();
     let n_w16 = chosen.with(Precision::Wide16).len();
     log.line(format_args!(
-        "done: {} written, target {}",
+        "done: {} written{}",
         args.output.display(),
         match (target, result.met) {
-            (None, _) => "none",
-            (Some(_), true) => "met",
-            (Some(_), false) => "NOT met",
+            (None, _) => "",
+            (Some(_), true) => ", target met",
+            (Some(_), false) => ", target NOT met",
         }
     ));
     if args.json {
@@ -1378,7 +1382,7 @@ fn confirm_line(log: &Progress, target: Option<Target>, e: ConfirmEvent) {
             planned,
             action,
         } => log.line(format_args!(
-            "confirm {}/{planned} {action}: measuring on the samples the search never ran",
+            "confirm {}/{planned} {action}: measuring on the confirmation samples",
             index + 1
         )),
         ConfirmEvent::Done {
