@@ -10,8 +10,8 @@ use common::{rand_vec, search_for, search_with};
 use quantkit_graph::{AttrValue, Graph, Node, Tensor};
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{
-    confirm, Accepted, ConfirmOptions, Evaluation, MixedConfig, Precision, SearchOptions,
-    SearchResult, Target,
+    confirm, Accepted, ConfirmOptions, Evaluation, MixedConfig, Phase, Precision, SearchEvent,
+    SearchOptions, SearchResult, Target,
 };
 use quantkit_ptq::{PtqConfig, QdqOptions};
 
@@ -291,13 +291,25 @@ fn an_unmet_agreement_search_reruns_the_stopped_configurations_and_reports_the_b
     let data = feeds(8, 16, 400);
     let setup = Setup::new(doubly_destroyed(0.3), &per_tensor(), &calib, &mut |_, _| {}).unwrap();
     let eval = Evaluation::new(&setup, &data, None).unwrap();
-    let r = search_with(
+    // The events a progress display gets: each configuration as it is measured, each
+    // re-run, and the re-runs' phase.
+    let (mut measured, mut reruns, mut phase) = (Vec::new(), Vec::new(), 0);
+    let r = quantkit_ptq::mixed::search(
         &setup,
         &eval,
         "agreement=0.99".parse().unwrap(),
         &SearchOptions {
             max_float: Some(0),
             ..Default::default()
+        },
+        &mut |e| match e {
+            SearchEvent::Measured { index, step } => measured.push((index, step.action.clone())),
+            SearchEvent::Rerun { index, step } => {
+                assert!(step.full.is_some());
+                reruns.push(index)
+            }
+            SearchEvent::Begin(Phase::RerunStopped { stopped }) => phase = stopped,
+            _ => {}
         },
     )
     .unwrap();
@@ -352,6 +364,17 @@ fn an_unmet_agreement_search_reruns_the_stopped_configurations_and_reports_the_b
     for &i in &rerun {
         assert_eq!(r.steps[i].full.unwrap().value, Some(full[i]), "{i}");
     }
+    let mut sorted = reruns.clone();
+    sorted.sort();
+    assert_eq!(sorted, rerun);
+    assert_eq!(phase, r.stopped_early);
+    let actions: Vec<(usize, String)> = r
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.action.clone()))
+        .collect();
+    assert_eq!(measured, actions);
     for s in r.steps[1..].iter().filter(|s| s.full.is_none()) {
         let n = s.stopped_after.unwrap();
         let disagree = n - (s.value.unwrap() * n as f64).round() as usize;
