@@ -174,3 +174,16 @@ fn run() -> anyhow::Result<()> {
         Command::Check(args) => cmd::check::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the argument definitions (duplicate short flags such as a second
+    /// `-q`, conflicting names). They are compiled only with debug assertions: this test
+    /// checks in the dev profile CI runs (`analyze`'s new `-q` given `-o` fails it there) and
+    /// passes vacuously under `--release`.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

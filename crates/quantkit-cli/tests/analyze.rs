@@ -133,3 +133,56 @@ fn json_report_has_every_quantized_layer_with_finite_numbers() {
         assert!(table.contains(l["name"].as_str().unwrap()), "{table}");
     }
 }
+
+/// With --json (stderr is not a terminal here) analyze writes plain progress lines on
+/// stderr, one as each stage starts, while stdout stays one JSON document; -q silences
+/// them.
+#[test]
+fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
+    let model = repo().join("models/lenet.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let args = [
+        "analyze",
+        model.to_str().unwrap(),
+        "--calib",
+        calib.to_str().unwrap(),
+        "--samples",
+        "32",
+        "--calib-samples",
+        "64",
+        "--top",
+        "2",
+        "--json",
+    ];
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_quantkit"))
+            .args(args)
+            .output()
+            .expect("run quantkit");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("stdout is pure JSON");
+        (v, err)
+    };
+    let (v, err) = run(&args);
+    assert!(v["layers"].as_array().is_some_and(|l| !l.is_empty()));
+    assert!(err.lines().all(|l| l.starts_with("analyze: ")), "{err}");
+    for stage in [
+        " loading ",
+        " calibrating ",
+        " float and quantized passes over 2 batches",
+        " sensitivity passes on 2 layers (--top 2)",
+        " done: ",
+    ] {
+        assert!(err.contains(stage), "no `{stage}` line in\n{err}");
+    }
+    let mut quiet = args.to_vec();
+    quiet.push("--quiet");
+    let (w, err) = run(&quiet);
+    assert_eq!(err, "");
+    assert_eq!(
+        w["layers"].as_array().unwrap().len(),
+        v["layers"].as_array().unwrap().len()
+    );
+}

@@ -42,6 +42,12 @@ fn target_writes_a_configuration_that_config_reapplies_exactly() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["met"], true, "{v}");
     assert!(v["measured"]["cosine"].as_f64().unwrap() >= 0.9999);
+    // The confirmation's progress lines (stderr is not a terminal here).
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("search: ") && l.contains(" confirm 1/")),
+        "{err}"
+    );
     // Evaluated on the held-out quarter of the 256 calibration samples (64): the search on
     // every other one of them (32), its choice confirmed on the other 32.
     assert_eq!(v["samples"], 32, "{v}");
@@ -315,4 +321,82 @@ fn a_confirmation_part_too_small_for_the_target_is_refused_with_the_samples_it_t
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["confirmation"]["level"], 0.95, "{v}");
     assert_eq!(v["confirmation"]["tests_planned"], 1);
+}
+
+/// With --json (and stderr not a terminal, as here) the search writes plain progress lines
+/// on stderr, `search: H:MM:SS ...`, one per configuration measured with its action and
+/// verdict, and a summary with the mean time per configuration, while stdout stays one
+/// JSON document; -q/--quiet silences them and changes nothing else.
+#[test]
+fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
+    let out = tmp("lenet.lines.onnx");
+    let args = [
+        "--target",
+        "sqnr=46.5",
+        "--confirm",
+        "0",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let (ok, stdout, err) = quantize(&args);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is pure JSON");
+    // Every line is a progress line, greppable by its prefix, with the time since start.
+    let lines: Vec<&str> = err.lines().collect();
+    for l in &lines {
+        let rest = l.strip_prefix("search: ").unwrap_or_else(|| panic!("{l}"));
+        let clock = rest.split(' ').next().unwrap();
+        assert!(
+            clock.len() >= 7 && clock.chars().filter(|&c| c == ':').count() == 2,
+            "{l}"
+        );
+    }
+    let has = |what: &str| lines.iter().any(|l| l.contains(what));
+    for stage in [
+        " loading ",
+        " calibrating ",
+        " measuring all int8 on 64 samples",
+        " ranking 7 layers",
+        " ranking: sensitivity passes on ",
+        " int16: the smallest prefix of ",
+        " search done, target met: ",
+        " done: ",
+    ] {
+        assert!(has(stage), "no `{stage}` line in\n{err}");
+    }
+    // One line per configuration measured, in order, naming the step's action and its
+    // figure against the target.
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.len() > 3, "{v}");
+    let configs: Vec<&&str> = lines.iter().filter(|l| l.contains(" config ")).collect();
+    assert_eq!(configs.len(), steps.len(), "{err}");
+    for (i, (l, s)) in configs.iter().zip(steps).enumerate() {
+        let action = s["action"].as_str().unwrap();
+        assert!(l.contains(&format!(" config {i} {action}: SQNR ")), "{l}");
+        assert!(l.contains("(target ≥ 46.50 dB)"), "{l}");
+        let verdict = if s["met"] == true {
+            ", met ("
+        } else {
+            ", not met ("
+        };
+        assert!(l.contains(verdict), "{l} vs {s}");
+        assert!(l.ends_with(" s)"), "{l}");
+        assert!(s["seconds"].as_f64().unwrap() >= 0.0);
+    }
+    let summary = lines.iter().find(|l| l.contains(" search done")).unwrap();
+    assert!(
+        summary.contains(&format!("{} configuration(s) measured", steps.len()))
+            && summary.contains(" s per configuration"),
+        "{summary}"
+    );
+    // --quiet: nothing on stderr, the same result on stdout.
+    let mut quiet = args.to_vec();
+    quiet.push("-q");
+    let (ok, stdout, err) = quantize(&quiet);
+    assert!(ok, "{err}");
+    assert_eq!(err, "", "--quiet wrote on stderr");
+    let w: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(w["config"], v["config"]);
+    assert_eq!(w["steps"].as_array().unwrap().len(), steps.len());
 }

@@ -872,8 +872,9 @@ pub enum Stage {
 }
 
 /// Measures every layer of `setup` on the evaluation feeds `data` (one batch each).
-/// `progress(stage, done, total)` is called after each feed of the first passes and after
-/// each layer's sensitivity.
+/// `progress(stage, done, total)` is called as each stage begins (`done` 0; the sensitivity
+/// stage's `total` is the number of layers it will run) and after each feed of the first
+/// passes and each layer's sensitivity.
 pub fn analyze(
     setup: &Setup,
     data: &[Feed],
@@ -1028,6 +1029,7 @@ pub fn analyze_with(
     let q_keep = if reuse.holds(&q) { Keep::No } else { Keep::Pin };
     let mut float_run = reuse.session_full(float, Keep::Pin);
     let mut q_run = reuse.session_full(&q, q_keep);
+    progress(Stage::Passes, 0, data.len());
     for (bi, feed) in data.iter().enumerate() {
         samples += batch_of(feed);
         let mut values: HashMap<String, Tensor> = HashMap::new();
@@ -1178,6 +1180,7 @@ pub fn analyze_with(
     } else {
         subset.iter().map(|&b| batch_noise[b]).sum()
     };
+    progress(Stage::Sensitivity, 0, k);
     for (done, &li) in order[..k].iter().enumerate() {
         let l = &layers[li];
         let mine: HashSet<&str> = l.nodes.iter().map(String::as_str).collect();

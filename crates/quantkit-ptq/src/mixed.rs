@@ -867,6 +867,26 @@ pub struct Step {
     /// it provably could not meet the target (`value` and `judged` are of those samples).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_after: Option<usize>,
+    /// Set when the configuration, stopped early, was run again on every sample because
+    /// nothing met the target and it could be the best found ([`SearchResult::rerun_in_full`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full: Option<FullRun>,
+    /// Wall time of the step: writing its QDQ graph and measuring it.
+    pub seconds: f64,
+    /// The configuration measured.
+    #[serde(skip)]
+    pub config: MixedConfig,
+}
+
+/// The figures of a configuration stopped early and run again on every sample.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct FullRun {
+    /// The target's metric on every sample.
+    pub value: Option<f64>,
+    /// The value judged on every sample.
+    pub judged: Option<f64>,
+    /// Wall time of the run again, seconds.
+    pub seconds: f64,
 }
 
 /// The result of [`search`].
@@ -905,6 +925,10 @@ pub struct SearchResult {
     /// Configurations whose run stopped early, once they provably could not meet an
     /// agreement target (nor beat the best found): see [`Step::stopped_after`].
     pub stopped_early: usize,
+    /// Of those, the ones run again on every sample because nothing met the target and
+    /// each could still be the best found ([`Step::full`]), so the best reported is the
+    /// best of full runs.
+    pub rerun_in_full: usize,
     /// Nodes run against nodes full runs would have run ([`crate::reuse`]).
     pub reuse: ReuseStats,
 }
@@ -929,6 +953,75 @@ pub enum SearchStage {
     Search,
 }
 
+/// A part of [`search`] that begins ([`SearchEvent::Begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Measuring the fully quantized (int8) model on the evaluation samples.
+    Int8,
+    /// The sensitivity ranking ([`crate::analyze`]): the float and int8 passes over
+    /// `batches` batches, then sensitivity passes on up to `layers` layers (as many as fit
+    /// in [`SearchOptions::ranking_budget`]) on [`RANKING_SAMPLES`] samples.
+    Ranking {
+        /// Evaluation batches of the first passes.
+        batches: usize,
+        /// Layers of the model.
+        layers: usize,
+    },
+    /// The smallest prefix of `candidates` ranked layers that meets the target with
+    /// `precision` (doubling, then bisection).
+    Prefix {
+        /// The precision the prefix gets.
+        precision: Precision,
+        /// Layers it may take.
+        candidates: usize,
+    },
+    /// Putting the `changed` layers back in int8 where the target allows, by groups.
+    Prune {
+        /// Layers off int8 before pruning.
+        changed: usize,
+    },
+    /// 4-bit weights on the int8 weighted layers, least sensitive first.
+    Weight4,
+    /// Nothing met the target: running again on every sample the configurations stopped
+    /// early that could still be the best found (at most `stopped`).
+    RerunStopped {
+        /// Configurations stopped early.
+        stopped: usize,
+    },
+}
+
+/// What [`search`] reports as it goes: `quantkit quantize --target` draws its progress
+/// bars, or writes plain lines, from these.
+#[derive(Debug, Clone, Copy)]
+pub enum SearchEvent<'a> {
+    /// A part of the search begins.
+    Begin(Phase),
+    /// `done` of `total` in a stage: feeds of the ranking's passes, layers of its
+    /// sensitivity passes, configurations measured (`total` an upper bound).
+    Progress {
+        /// The stage.
+        stage: SearchStage,
+        /// Done so far.
+        done: usize,
+        /// Of this many.
+        total: usize,
+    },
+    /// A configuration was measured: `step` is [`SearchResult::steps`]`[index]`.
+    Measured {
+        /// Its index in the steps.
+        index: usize,
+        /// The step.
+        step: &'a Step,
+    },
+    /// A configuration stopped early was run again on every sample ([`Step::full`]).
+    Rerun {
+        /// Its index in the steps.
+        index: usize,
+        /// The step, with [`Step::full`] set.
+        step: &'a Step,
+    },
+}
+
 /// The measuring side of [`search`]: runs configurations, records the steps, keeps the
 /// best one found and the times.
 struct Runner<'s, 'e, 'p> {
@@ -942,10 +1035,13 @@ struct Runner<'s, 'e, 'p> {
     measured: usize,
     /// Configurations stopped early.
     stopped: usize,
-    /// Those configurations, with the highest judged agreement each could have reached.
-    unfinished: Vec<(MixedConfig, f64)>,
+    /// Those configurations (by step), with the highest judged agreement each could have
+    /// reached.
+    unfinished: Vec<(usize, f64)>,
+    /// Stopped configurations run again on every sample.
+    rerun: usize,
     total_hint: usize,
-    progress: &'p mut dyn FnMut(SearchStage, usize, usize),
+    progress: &'p mut dyn FnMut(SearchEvent<'_>),
     /// The configurations that met the target, in the order the search accepted them.
     accepted: Vec<Accepted>,
 }
@@ -965,11 +1061,11 @@ impl Runner<'_, '_, '_> {
     /// the target held) and updates the best configuration found.
     fn run(&mut self, c: &MixedConfig, action: String, keep_if_met: bool) -> Result<Measured> {
         self.measured += 1;
-        (self.progress)(
-            SearchStage::Search,
-            self.measured,
-            self.total_hint.max(self.measured),
-        );
+        (self.progress)(SearchEvent::Progress {
+            stage: SearchStage::Search,
+            done: self.measured,
+            total: self.total_hint.max(self.measured),
+        });
         let t0 = std::time::Instant::now();
         let g = self.setup.mixed(c)?;
         let t1 = std::time::Instant::now();
@@ -986,7 +1082,7 @@ impl Runner<'_, '_, '_> {
             let agree = (m.agreement.unwrap_or(0.0) * n as f64).round() as usize;
             let most = self.eval.best_agreement_after(n - agree.min(n));
             self.unfinished
-                .push((c.clone(), most.unwrap_or(f64::INFINITY)));
+                .push((self.steps.len(), most.unwrap_or(f64::INFINITY)));
         }
         self.steps.push(Step {
             action,
@@ -995,6 +1091,14 @@ impl Runner<'_, '_, '_> {
             met,
             kept: !keep_if_met || met,
             stopped_after: stopped,
+            full: None,
+            seconds: t0.elapsed().as_secs_f64(),
+            config: c.clone(),
+        });
+        let index = self.steps.len() - 1;
+        (self.progress)(SearchEvent::Measured {
+            index,
+            step: &self.steps[index],
         });
         if stopped.is_none() && self.better(&m, c, &self.best.1, &self.best.0) {
             self.best = (c.clone(), m);
@@ -1007,17 +1111,34 @@ impl Runner<'_, '_, '_> {
     /// found is the one of running every configuration in full.
     fn finish_stopped(&mut self) -> Result<()> {
         let mut left = std::mem::take(&mut self.unfinished);
+        if left.is_empty() {
+            return Ok(());
+        }
+        (self.progress)(SearchEvent::Begin(Phase::RerunStopped {
+            stopped: left.len(),
+        }));
         left.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (c, most) in left {
+        for (index, most) in left {
             if most < self.target.score(&self.best.1) {
                 break;
             }
+            let c = self.steps[index].config.clone();
             let t0 = std::time::Instant::now();
             let g = self.setup.mixed(&c)?;
             let t1 = std::time::Instant::now();
             let m = measure_reusing(self.eval, &mut self.reuse, &g, None)?.0;
             self.times.build += (t1 - t0).as_secs_f64();
             self.times.measure += t1.elapsed().as_secs_f64();
+            self.rerun += 1;
+            self.steps[index].full = Some(FullRun {
+                value: self.target.value_of(&m),
+                judged: self.target.judged(&m),
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+            (self.progress)(SearchEvent::Rerun {
+                index,
+                step: &self.steps[index],
+            });
             if self.better(&m, &c, &self.best.1, &self.best.0) {
                 self.best = (c, m);
             }
@@ -1051,10 +1172,17 @@ impl Runner<'_, '_, '_> {
     /// `k` with its configuration and figures, or `None` when even all of them miss.
     fn smallest_prefix(
         &mut self,
-        what: &str,
+        what: Precision,
         names: &[String],
         make: &dyn Fn(usize) -> MixedConfig,
     ) -> Result<Option<(usize, MixedConfig, Measured, usize)>> {
+        if !names.is_empty() {
+            (self.progress)(SearchEvent::Begin(Phase::Prefix {
+                precision: what,
+                candidates: names.len(),
+            }));
+        }
+        let what = what.name();
         let action = |k: usize| match &names[..k] {
             [one] => format!("{what} {one}"),
             [first, .., last] => format!("{what} the first {k} ranked ({first} … {last})"),
@@ -1158,7 +1286,7 @@ pub fn search(
     eval: &Evaluation,
     target: Target,
     opts: &SearchOptions,
-    progress: &mut dyn FnMut(SearchStage, usize, usize),
+    progress: &mut dyn FnMut(SearchEvent<'_>),
 ) -> Result<SearchResult> {
     if target.metric == Metric::Accuracy && eval.labels.is_none() {
         return Err(PtqError::InvalidOption(
@@ -1171,6 +1299,7 @@ pub fn search(
     };
     // Kept: the int8 run (pinned), the float run while the ranking runs, two recent ones.
     let mut reuse = Reuse::new(eval.data, budget, 3);
+    progress(SearchEvent::Begin(Phase::Int8));
     let t_int8 = std::time::Instant::now();
     let int8 = measure_keep(
         eval,
@@ -1188,6 +1317,21 @@ pub fn search(
                 .into(),
         ));
     }
+    let first = Step {
+        action: "all int8".into(),
+        value: target.value_of(&int8),
+        judged: target.judged(&int8),
+        met: target.met(&int8),
+        kept: true,
+        stopped_after: None,
+        full: None,
+        seconds: t_int8,
+        config: MixedConfig::default(),
+    };
+    progress(SearchEvent::Measured {
+        index: 0,
+        step: &first,
+    });
     if let (Metric::Agreement, Some(c)) = (target.metric, eval.confidence) {
         // Every row agreeing gives the bound of the inputs (clustered_lower_bound): with
         // several rows per input, the inputs are what count.
@@ -1223,6 +1367,10 @@ pub fn search(
     let need_ranking = !target.met(&int8) || opts.allow_weight4;
     let mut ranking: Vec<(String, Option<f64>)> = Vec::new();
     if need_ranking {
+        progress(SearchEvent::Begin(Phase::Ranking {
+            batches: eval.data.len(),
+            layers: layers.len(),
+        }));
         let t0 = std::time::Instant::now();
         let (r0, f0) = (reuse.nodes_run, reuse.nodes_full);
         let report = analyze_with(
@@ -1234,7 +1382,13 @@ pub fn search(
                 sensitivity_samples: Some(RANKING_SAMPLES),
                 left_float_only: true,
             },
-            &mut |s, d, t| progress(SearchStage::Ranking(s), d, t),
+            &mut |s, d, t| {
+                progress(SearchEvent::Progress {
+                    stage: SearchStage::Ranking(s),
+                    done: d,
+                    total: t,
+                })
+            },
             &mut reuse,
         )?;
         stats.ranking_nodes_run = reuse.nodes_run - r0;
@@ -1268,19 +1422,13 @@ pub fn search(
         eval,
         reuse,
         target,
-        steps: vec![Step {
-            action: "all int8".into(),
-            value: target.value_of(&int8),
-            judged: target.judged(&int8),
-            met: target.met(&int8),
-            kept: true,
-            stopped_after: None,
-        }],
+        steps: vec![first],
         best: (MixedConfig::default(), int8),
         times,
         measured: 0,
         stopped: 0,
         unfinished: Vec::new(),
+        rerun: 0,
         total_hint: 4 * ilog2_ceil(order.len() + 1) + order.len(),
         progress,
         accepted: Vec::new(),
@@ -1311,7 +1459,7 @@ pub fn search(
             Precision::Act16,
         );
         let make = |k: usize| prefix(&MixedConfig::default(), &order, k, Precision::Act16);
-        if let Some((_, c, m, step)) = r.smallest_prefix("int16", &order, &make)? {
+        if let Some((_, c, m, step)) = r.smallest_prefix(Precision::Act16, &order, &make)? {
             r.accept(step, &c, &m);
             config = c;
             current = m;
@@ -1326,7 +1474,9 @@ pub fn search(
         if !target.met(&current) && !weighted_order.is_empty() {
             let base = all16.clone();
             let make = |k: usize| prefix(&base, &weighted_order, k, Precision::Wide16);
-            if let Some((_, c, m, step)) = r.smallest_prefix("int16-w16", &weighted_order, &make)? {
+            if let Some((_, c, m, step)) =
+                r.smallest_prefix(Precision::Wide16, &weighted_order, &make)?
+            {
                 r.accept(step, &c, &m);
                 config = c;
                 current = m;
@@ -1360,7 +1510,7 @@ pub fn search(
             }
             c
         };
-        if let Some((_, c, m, step)) = r.smallest_prefix("float", &floats, &make)? {
+        if let Some((_, c, m, step)) = r.smallest_prefix(Precision::Float, &floats, &make)? {
             r.accept(step, &c, &m);
             config = c;
             current = m;
@@ -1384,6 +1534,7 @@ pub fn search(
             confirmation: None,
             seconds: r.times,
             stopped_early: r.stopped,
+            rerun_in_full: r.rerun,
             reuse,
         });
     }
@@ -1400,6 +1551,11 @@ pub fn search(
         .filter(|n| config.get(n) != Precision::Int8)
         .cloned()
         .collect();
+    if !changed.is_empty() {
+        (r.progress)(SearchEvent::Begin(Phase::Prune {
+            changed: changed.len(),
+        }));
+    }
     let mut stack: Vec<Vec<String>> = vec![changed];
     while let Some(group) = stack.pop() {
         if group.is_empty() {
@@ -1455,6 +1611,7 @@ pub fn search(
     }
     // 3. 4-bit weights, least sensitive first (the end of the ranking).
     if opts.allow_weight4 && setup.options.weight_bits > 4 {
+        (r.progress)(SearchEvent::Begin(Phase::Weight4));
         for name in order.iter().rev() {
             if !weighted.contains(name.as_str()) || config.get(name) != Precision::Int8 {
                 continue;
@@ -1484,6 +1641,7 @@ pub fn search(
         confirmation: None,
         seconds: r.times,
         stopped_early: r.stopped,
+        rerun_in_full: r.rerun,
         reuse,
     })
 }
@@ -1634,9 +1792,46 @@ pub fn confirmation_candidates(accepted: usize, max_tests: usize) -> Vec<usize> 
 /// `result.measured` stays the chosen configuration's figure on the search's samples.
 pub fn confirm(
     setup: &Setup,
+    result: SearchResult,
+    confirm_eval: &mut Evaluation,
+    opts: &ConfirmOptions,
+) -> Result<SearchResult> {
+    confirm_with(setup, result, confirm_eval, opts, &mut |_| {})
+}
+
+/// What [`confirm_with`] reports as it goes.
+#[derive(Debug, Clone, Copy)]
+pub enum ConfirmEvent<'a> {
+    /// Test `index` (from 0) of at most `planned` begins: `action`'s configuration is
+    /// measured on the confirmation samples.
+    Begin {
+        /// The test's index.
+        index: usize,
+        /// Tests planned.
+        planned: usize,
+        /// What the search's step did.
+        action: &'a str,
+    },
+    /// Test `index` ended.
+    Done {
+        /// The test's index.
+        index: usize,
+        /// Tests planned.
+        planned: usize,
+        /// Its result.
+        test: &'a ConfirmTest,
+        /// Wall time of the test, seconds.
+        seconds: f64,
+    },
+}
+
+/// [`confirm`], reporting each test as it begins and ends.
+pub fn confirm_with(
+    setup: &Setup,
     mut result: SearchResult,
     confirm_eval: &mut Evaluation,
     opts: &ConfirmOptions,
+    progress: &mut dyn FnMut(ConfirmEvent<'_>),
 ) -> Result<SearchResult> {
     let target = result.target;
     let family = confirm_eval.confidence;
@@ -1670,6 +1865,12 @@ pub fn confirm(
     let mut confirmed = None;
     let mut best: Option<(f64, usize)> = None;
     for (i, (step, action, c, _)) in picks.iter().enumerate() {
+        progress(ConfirmEvent::Begin {
+            index: i,
+            planned: picks.len(),
+            action,
+        });
+        let t0 = std::time::Instant::now();
         let m = confirm_eval.measure(&setup.mixed(c)?)?;
         let met = result.search_met && target.met(&m);
         let score = target.score(&m);
@@ -1683,6 +1884,12 @@ pub fn confirm(
             measured: m,
             judged: target.judged(&m),
             met,
+        });
+        progress(ConfirmEvent::Done {
+            index: i,
+            planned: picks.len(),
+            test: &tests[i],
+            seconds: t0.elapsed().as_secs_f64(),
         });
         if met {
             confirmed = Some(i);

@@ -233,7 +233,7 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     )
     .unwrap();
     let setup = Setup::new(conv_net(true), &config, &calib, &mut |_, _| {}).unwrap();
-    let mut stages = 0;
+    let mut stages = Vec::new();
     let report = analyze(
         &setup,
         &eval,
@@ -242,7 +242,7 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
             budget: None,
             ..Default::default()
         },
-        &mut |_, _, _| stages += 1,
+        &mut |s, d, t| stages.push((s, d, t)),
     )
     .unwrap();
     for l in &report.layers {
@@ -291,7 +291,8 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
     assert_eq!(w.channels.len(), 8);
     assert!(w.channels[0].sqnr_db > 30.0);
     assert!(w.channels[1..].iter().all(|c| c.sqnr_db < 5.0), "{w:?}");
-    // top_k: sensitivity ran on three layers only; progress was reported for passes and layers.
+    // top_k: sensitivity ran on three layers only; progress was reported as each stage
+    // began (done 0, with the layers the sensitivity passes take) and for passes and layers.
     assert_eq!(
         report
             .layers
@@ -300,7 +301,12 @@ fn a_destroyed_layer_ranks_first_and_leaving_it_float_recovers_the_output() {
             .count(),
         3
     );
-    assert_eq!(stages, 4 + 3);
+    use quantkit_ptq::analyze::Stage;
+    let want: Vec<(Stage, usize, usize)> = (0..=4)
+        .map(|d| (Stage::Passes, d, 4))
+        .chain((0..=3).map(|d| (Stage::Sensitivity, d, 3)))
+        .collect();
+    assert_eq!(stages, want);
 }
 
 /// The graph analyze measures is the one `quantize_static` writes from the same data: same

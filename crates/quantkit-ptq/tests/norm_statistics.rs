@@ -124,7 +124,7 @@ fn normalisation_statistics_stay_float_and_plain_int8_keeps_agreeing() {
         &eval,
         target,
         &SearchOptions::default(),
-        &mut |_, _, _| {},
+        &mut |_| {},
     )
     .unwrap();
     eprintln!("chosen {:?}, {:?}", r.config, r.measured);

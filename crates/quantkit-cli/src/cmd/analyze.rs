@@ -1,13 +1,13 @@
 //! `quantkit analyze`: per-layer quantization error of a model and which layer is to blame
 //! (weight error, local and propagated SQNR, output sensitivity), as a ranked table or JSON.
 
+use super::progress::{Mode, Progress};
 use anyhow::Context;
 use quantkit_core::CalibrationMethod;
 use quantkit_data::{BatchOptions, DataSource, OpenOptions};
 use quantkit_graph::{Dim, Tensor};
 use quantkit_ptq::analyze::{analyze, AnalyzeOptions, Feed, Report, Setup, Stage};
 use quantkit_ptq::{PtqConfig, QdqOptions};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 mod html;
@@ -83,6 +83,12 @@ pub struct Args {
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr: neither the progress bars (a terminal) nor the plain lines
+    /// written when stderr is not a terminal or with --json (`analyze: H:MM:SS ...`: each
+    /// stage as it starts, a line at most every 30 s within one). Warnings and errors are
+    /// still printed.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Write the report into this folder (created if absent): `report.html`, a
     /// self-contained page of charts (per-layer SQNR, sensitivity ranking, activation
     /// histograms with clip range and grid, error vs bit width, one weight's error picture),
@@ -165,15 +171,6 @@ fn load_feeds(
     Ok(feeds)
 }
 
-fn bar(hidden: bool, template: &str) -> indicatif::ProgressBar {
-    if hidden {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::new(0);
-    b.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
-    b
-}
-
 /// Runs `quantkit analyze`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let method: CalibrationMethod = args
@@ -186,7 +183,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         other => anyhow::bail!("--activations {other}: expected u8 or i8"),
     };
     let top_k = parse_top(&args.top)?;
+    let log = Progress::new("analyze", Mode::of(args.json, args.quiet));
     let graph = quantkit_graph::load_model(&args.model)?;
+    log.line(format_args!(
+        "loading {} (up to {} calibration samples) and {} (up to {} evaluation samples)",
+        args.calib.display(),
+        args.calib_samples,
+        args.data.as_deref().unwrap_or(&args.calib).display(),
+        args.samples
+    ));
     let calib = load_feeds(
         &graph,
         &args.calib,
@@ -219,14 +224,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         exclude: args.exclude.clone(),
         ..Default::default()
     };
-    let hidden = args.json || !std::io::stderr().is_terminal();
-    let b = bar(
-        hidden,
-        "calibrating {bar:30} {pos}/{len} batches [{elapsed_precise}]",
-    );
+    let b = log.bar("calibrating {bar:30} {pos}/{len} batches [{elapsed_precise}]");
+    log.line(format_args!(
+        "calibrating ({}) on {} batches",
+        args.method,
+        calib.len()
+    ));
     let setup = Setup::new(graph, &config, &calib, &mut |done, total| {
         b.set_length(total as u64);
         b.set_position(done as u64);
+        log.tick("calibrating", done, total, "batches");
     })
     .with_context(|| format!("calibrating {}", args.model.display()))?;
     b.finish_and_clear();
@@ -240,10 +247,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let details = match report_dir {
         Some(_) => {
-            let b = bar(
-                hidden,
+            let b = log.bar(
                 "histograms and bit-width sweep {bar:30} {pos}/{len} passes [{elapsed_precise}]",
             );
+            log.line("report: histograms and bit-width sweep");
             let d = quantkit_ptq::analyze::details(
                 &setup,
                 &eval,
@@ -252,6 +259,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &mut |done, total| {
                     b.set_length(total as u64);
                     b.set_position(done as u64);
+                    log.tick(
+                        "report: histograms and bit-width sweep",
+                        done,
+                        total,
+                        "passes",
+                    );
                 },
             )
             .with_context(|| {
@@ -266,14 +279,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let budget_left = (args.budget - t0.elapsed().as_secs_f64()).max(0.0);
-    let passes = bar(
-        hidden,
-        "float + quantized passes {bar:30} {pos}/{len} batches",
-    );
-    let sens = bar(
-        hidden,
-        "sensitivity {bar:30} {pos}/{len} layers [{elapsed_precise}, eta {eta}]",
-    );
+    let passes = log.bar("float + quantized passes {bar:30} {pos}/{len} batches");
+    let sens = log.bar("sensitivity {bar:30} {pos}/{len} layers [{elapsed_precise}, eta {eta}]");
+    log.line(format_args!(
+        "float and quantized passes over {} batches",
+        eval.len()
+    ));
     let report = analyze(
         &setup,
         &eval,
@@ -291,11 +302,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             b.set_length(total as u64);
             b.set_position(done as u64);
+            match stage {
+                Stage::Passes => log.tick("passes", done, total, "batches"),
+                Stage::Sensitivity if done == 0 => log.line(format_args!(
+                    "sensitivity passes on {total} layers (--top {}{})",
+                    args.top,
+                    if args.top == "auto" {
+                        format!(", {budget_left:.0} s of --budget left")
+                    } else {
+                        String::new()
+                    }
+                )),
+                Stage::Sensitivity => log.tick("sensitivity", done, total, "layers"),
+            }
         },
     )
     .with_context(|| format!("analyzing {}", args.model.display()))?;
     passes.finish_and_clear();
     sens.finish_and_clear();
+    log.line(format_args!(
+        "done: {} layers, sensitivity on {}",
+        report.layers.len(),
+        report
+            .layers
+            .iter()
+            .filter(|l| l.sensitivity.is_some())
+            .count()
+    ));
     let mut json = serde_json::to_value(&report)?;
     json["model"] = args.model.display().to_string().into();
     json["method"] = args.method.clone().into();

@@ -1,4 +1,4 @@
-//! One module per subcommand.
+//! One module per subcommand (and `progress`, their progress on stderr).
 
 pub mod analyze;
 pub mod bench;
@@ -9,6 +9,7 @@ pub mod demo;
 pub mod engine_profile;
 pub mod eval;
 pub mod inspect;
+pub mod progress;
 pub mod qat;
 pub mod qat_plot;
 pub mod quantize;

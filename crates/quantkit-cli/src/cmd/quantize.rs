@@ -97,6 +97,14 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr: neither the progress bar (a terminal) nor, with --target,
+    /// --config or --activation-bits 16, the plain progress lines written when stderr is
+    /// not a terminal or with --json (`search: H:MM:SS ...` for --target: each stage as it
+    /// starts, one line per configuration measured, a line at most every 30 s in long
+    /// passes; `quantize: H:MM:SS ...` for the others). Warnings and errors are still
+    /// printed.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Automatic mixed precision: METRIC=VALUE with METRIC agreement (top-1 vs float,
     /// e.g. agreement=0.99), cosine (outputs vs float), sqnr (dB on the outputs) or accuracy
     /// (largest drop in points against labels, e.g. accuracy=0.5). Starting from full int8,
@@ -117,7 +125,10 @@ pub struct Args {
     /// same figures as full runs; the cache holds at most QUANTKIT_REUSE_BYTES (default 1G;
     /// 0: full runs). Holds --calib-samples (default 1000) and
     /// --eval-samples in memory. The chosen configuration is written to --save-config
-    /// (default OUT.mixed.json).
+    /// (default OUT.mixed.json). Progress: bars on a terminal; when stderr is not one, or
+    /// with --json, plain `search: H:MM:SS ...` lines on stderr, one per configuration
+    /// measured (action, figure against the target, verdict, seconds) and a summary with
+    /// the mean seconds per configuration (--quiet silences them).
     #[arg(long, value_name = "METRIC=VALUE")]
     pub target: Option<String>,
     /// Re-apply a configuration written by --target (JSON: {"layers": {"LAYER": "float" |
@@ -271,7 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("opening calibration data {}", calib.display()))?;
-    let bar = if args.json {
+    let bar = if args.json || args.quiet {
         indicatif::ProgressBar::hidden()
     } else {
         let b = indicatif::ProgressBar::new(0);

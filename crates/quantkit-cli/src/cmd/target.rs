@@ -3,17 +3,19 @@
 //! the evaluation samples, writes the model and the configuration, and measures the size and
 //! speed cost of the choice on the integer engine.
 
+use super::progress::{Mode, Progress};
 use super::quantize::Args;
 use anyhow::Context;
 use quantkit_data::{BatchOptions, DataSource, OpenOptions};
 use quantkit_graph::{Dim, Graph, Tensor};
+use quantkit_ptq::analyze::Stage;
 use quantkit_ptq::analyze::{Feed, Setup};
 use quantkit_ptq::mixed::{
-    bonferroni_level, confirm, fmt_level, search, Accepted, ConfirmOptions, Evaluation, Measured,
-    MixedConfig, Precision, SearchOptions, SearchResult, SearchStage, Target,
+    bonferroni_level, confirm_with, fmt_level, search, Accepted, ConfirmEvent, ConfirmOptions,
+    Evaluation, Measured, Metric, MixedConfig, Phase, Precision, SearchEvent, SearchOptions,
+    SearchResult, SearchStage, Step, Target, RANKING_SAMPLES,
 };
 use quantkit_ptq::{Format, PtqConfig};
-use std::io::IsTerminal;
 use std::path::Path;
 
 /// Calibration samples held in memory by `--target`/`--config` when `--calib-samples` is
@@ -588,7 +590,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     }
     // Whether a search runs (and writes its configuration).
     let searched = args.config.is_none() && target.is_some();
-    let hidden = args.json || !std::io::stderr().is_terminal();
+    let log = Progress::new(
+        if searched { "search" } else { "quantize" },
+        Mode::of(args.json, args.quiet),
+    );
     let calib_limit = args.calib_samples.unwrap_or(DEFAULT_CALIB_SAMPLES);
     let open = |split| OpenOptions {
         scale: args.scale,
@@ -601,6 +606,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             args.held_out
         );
     }
+    log.line(format_args!(
+        "loading {} (up to {calib_limit} samples)",
+        calib_path.display()
+    ));
     let (all, split) = load(
         &graph,
         calib_path,
@@ -735,24 +744,35 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     } else {
         (eval, labels, None)
     };
-    let bar = |t: &str| {
-        if hidden {
-            return indicatif::ProgressBar::hidden();
-        }
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(indicatif::ProgressStyle::with_template(t).expect("valid template"));
-        b
-    };
-    let cal_bar = bar("calibrating {bar:30} {pos}/{len} batches [{elapsed_precise}]");
+    let cal_bar = log.bar("calibrating {bar:30} {pos}/{len} batches [{elapsed_precise}]");
+    let calibration_samples = samples(&calib);
+    log.line(format_args!(
+        "calibrating ({}) on {calibration_samples} samples, {} batches",
+        args.method,
+        calib.len()
+    ));
     let setup = Setup::new(graph, &config, &calib, &mut |d, t| {
         cal_bar.set_length(t as u64);
         cal_bar.set_position(d as u64);
+        log.tick("calibrating", d, t, "batches");
     })
     .with_context(|| format!("calibrating {}", args.model.display()))?;
     cal_bar.finish_and_clear();
-    let calibration_samples = samples(&calib);
     drop(calib);
     let confidence = (args.confidence > 0.0).then_some(args.confidence);
+    log.line(format_args!(
+        "evaluation: {} samples {}{}; running the float model on them",
+        samples(&eval),
+        if searched {
+            "for the search"
+        } else {
+            "to measure"
+        },
+        match &confirm_part {
+            Some((c, _, _)) => format!(", {} kept to confirm", samples(&c.feeds)),
+            None => String::new(),
+        }
+    ));
     let evaluation = Evaluation::new(&setup, &eval, labels.as_deref())?
         .with_confidence(confidence)
         .context("--confidence")?;
@@ -829,6 +849,10 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         if let Some(t) = target {
             eprintln!("note: --config given, --target {t:?} is only checked, not searched");
         }
+        log.line(format_args!(
+            "measuring the configuration ({} layers off int8) and all int8",
+            chosen.layers.len()
+        ));
         measured = evaluation.measure(&setup.mixed(&chosen)?)?;
         int8 = evaluation.measure(&setup.quantized()?)?;
         let met_here = target.is_none_or(|t| t.met(&measured));
@@ -857,6 +881,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             confirmation: None,
             seconds: Default::default(),
             stopped_early: 0,
+            rerun_in_full: 0,
             reuse: Default::default(),
         };
         result = match &mut confirm_eval {
@@ -864,7 +889,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
             // chosen on these samples (when it was chosen by --target with the same data
             // and --confirm, it was chosen on the other part).
             Some(ce) => {
-                let r = confirm(
+                let r = confirm_with(
                     &setup,
                     SearchResult {
                         search_met: true,
@@ -872,6 +897,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                     },
                     ce,
                     &ConfirmOptions { max_tests: 1 },
+                    &mut |e| confirm_line(&log, target, e),
                 )?;
                 SearchResult {
                     search_met: met_here,
@@ -884,8 +910,24 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         let Some(target) = target else {
             anyhow::bail!("--target or --config");
         };
-        let rank_bar = bar("ranking layers {bar:30} {pos}/{len} [{elapsed_precise}]");
-        let search_bar = bar("search {bar:30} {pos} configurations [{elapsed_precise}]");
+        let rank_bar = log.bar("ranking layers {bar:30} {pos}/{len} [{elapsed_precise}]");
+        let search_bar = log.bar("search {bar:30} {pos} configurations [{elapsed_precise}]");
+        log.line(format_args!(
+            "searching for {}{}{}{}{}",
+            args.target.as_deref().unwrap_or(""),
+            match (target.metric, confidence) {
+                (Metric::Agreement, Some(c)) => format!(", judged on its {c} lower bound"),
+                _ => String::new(),
+            },
+            args.max_float
+                .map_or(String::new(), |k| format!(", at most {k} float layers")),
+            if args.no_int16 { ", no int16" } else { "" },
+            if args.weight_bits <= 4 {
+                ", 4-bit weights allowed"
+            } else {
+                ""
+            },
+        ));
         result = search(
             &setup,
             &evaluation,
@@ -900,30 +942,54 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                 )),
                 reuse_bytes: None,
             },
-            &mut |stage, d, t| {
-                let b = if stage == SearchStage::Search {
-                    &search_bar
-                } else {
-                    &rank_bar
-                };
-                b.set_length(t as u64);
-                b.set_position(d as u64);
+            &mut |e| match e {
+                SearchEvent::Progress { stage, done, total } => {
+                    let b = if stage == SearchStage::Search {
+                        &search_bar
+                    } else {
+                        &rank_bar
+                    };
+                    b.set_length(total as u64);
+                    b.set_position(done as u64);
+                    match stage {
+                        SearchStage::Ranking(Stage::Passes) => {
+                            log.tick("ranking: float and int8 passes", done, total, "batches")
+                        }
+                        SearchStage::Ranking(Stage::Sensitivity) if done == 0 => {
+                            log.line(format_args!(
+                                "ranking: sensitivity passes on {total} layers (each left \
+                                 float, on {RANKING_SAMPLES} samples; --budget {} s)",
+                                args.budget
+                            ))
+                        }
+                        SearchStage::Ranking(Stage::Sensitivity) => {
+                            log.tick("ranking: sensitivity", done, total, "layers")
+                        }
+                        SearchStage::Search => {}
+                    }
+                }
+                SearchEvent::Begin(p) => log.line(phase_line(p, evaluation.samples())),
+                SearchEvent::Measured { index, step } => log.line(step_line(target, index, step)),
+                SearchEvent::Rerun { index, step } => log.line(rerun_line(target, index, step)),
             },
         )?;
         rank_bar.finish_and_clear();
         search_bar.finish_and_clear();
+        log.line(summary_line(&result));
         if let Some(ce) = &mut confirm_eval {
-            result = confirm(
+            result = confirm_with(
                 &setup,
                 result,
                 ce,
                 &ConfirmOptions {
                     max_tests: args.confirm_tests,
                 },
+                &mut |e| confirm_line(&log, Some(target), e),
             )?;
         }
         chosen = result.config.clone();
     }
+    log.line("writing the model");
     let mut q = setup.mixed(&chosen)?;
     // 4-bit weights chosen by the search (or the configuration) go in int4 initializers,
     // as in the uniform `--weight-bits 4` path; int8 layers keep int8.
@@ -986,6 +1052,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         .with_context(|| format!("writing {}", config_path.display()))?;
     }
     // Cost: weight bytes and engine time against the fully quantized model.
+    log.line("timing the chosen and the all-int8 models on the integer engine");
     let w_float = quantkit_ptq::initializer_bytes(&setup.float);
     let w_int8 = quantkit_ptq::initializer_bytes(&all_int8);
     let w_mixed = quantkit_ptq::initializer_bytes(&q);
@@ -1000,6 +1067,15 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     let n_w4 = chosen.with(Precision::Weight4).len();
     let n_a16 = chosen.with(Precision::Act16).len();
     let n_w16 = chosen.with(Precision::Wide16).len();
+    log.line(format_args!(
+        "done: {} written{}",
+        args.output.display(),
+        match (target, result.met) {
+            (None, _) => "",
+            (Some(_), true) => ", target met",
+            (Some(_), false) => ", target NOT met",
+        }
+    ));
     if args.json {
         let mut v = serde_json::to_value(&result)?;
         v["model"] = args.model.display().to_string().into();
@@ -1186,6 +1262,145 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         );
     }
     Ok(())
+}
+
+/// The target's metric of a step for a progress line: `agreement 0.9766 (bound 0.9612;
+/// target ≥ 0.99)`.
+fn fmt_step_value(t: Target, value: Option<f64>, judged: Option<f64>) -> String {
+    let (name, cmp) = match t.metric {
+        Metric::Agreement => ("agreement", "≥"),
+        Metric::Cosine => ("cosine", "≥"),
+        Metric::Sqnr => ("SQNR", "≥"),
+        Metric::Accuracy => ("accuracy drop", "≤"),
+    };
+    let f = |v: f64| match t.metric {
+        Metric::Agreement => format!("{v:.4}"),
+        Metric::Cosine => format!("{v:.6}"),
+        Metric::Sqnr => format!("{v:.2} dB"),
+        Metric::Accuracy => format!("{v:.2} pt"),
+    };
+    match (value, judged) {
+        (None, _) => format!("{name} not measurable (target {cmp} {})", f(t.value)),
+        (Some(v), Some(j)) if j != v => {
+            format!(
+                "{name} {} (bound {}; target {cmp} {})",
+                f(v),
+                f(j),
+                f(t.value)
+            )
+        }
+        (Some(v), _) => format!("{name} {} (target {cmp} {})", f(v), f(t.value)),
+    }
+}
+
+/// The line of a configuration measured: `config 7 int16 conv2: agreement … , not met,
+/// stopped early after 48 samples (2.1 s)`.
+fn step_line(t: Target, index: usize, s: &Step) -> String {
+    let verdict = match s.stopped_after {
+        Some(n) => format!("not met, stopped early after {n} samples"),
+        None if s.met => "met".into(),
+        None => "not met".into(),
+    };
+    format!(
+        "config {index} {}: {}, {verdict} ({:.1} s)",
+        s.action,
+        fmt_step_value(t, s.value, s.judged),
+        s.seconds
+    )
+}
+
+/// The line of a stopped configuration run again on every sample.
+fn rerun_line(t: Target, index: usize, s: &Step) -> String {
+    match &s.full {
+        Some(f) => format!(
+            "rerun config {index} {} on every sample: {} ({:.1} s)",
+            s.action,
+            fmt_step_value(t, f.value, f.judged),
+            f.seconds
+        ),
+        None => format!("rerun config {index} {}", s.action),
+    }
+}
+
+/// The line of a part of the search that begins.
+fn phase_line(p: Phase, samples: usize) -> String {
+    match p {
+        Phase::Int8 => format!("measuring all int8 on {samples} samples"),
+        Phase::Ranking { batches, layers } => format!(
+            "ranking {layers} layers: float and int8 passes over {batches} batches, then \
+             sensitivity passes"
+        ),
+        Phase::Prefix {
+            precision,
+            candidates,
+        } => format!(
+            "{}: the smallest prefix of {candidates} ranked layers that meets the target \
+             (doubling, then bisection)",
+            precision.name()
+        ),
+        Phase::Prune { changed } => {
+            format!("prune: {changed} changed layers tried back in int8, by groups")
+        }
+        Phase::Weight4 => "4-bit weights on the int8 layers, least sensitive first".into(),
+        Phase::RerunStopped { stopped } => format!(
+            "target not met: running again on every sample the configurations stopped early \
+             that could be the best found (of {stopped} stopped)"
+        ),
+    }
+}
+
+/// The search's last line: configurations measured, mean time each, where the time went.
+fn summary_line(r: &SearchResult) -> String {
+    let n = r.steps.len();
+    let secs = r.steps.iter().fold(0.0, |a, s| a + s.seconds);
+    let rerun = r
+        .steps
+        .iter()
+        .filter_map(|s| s.full.map(|f| f.seconds))
+        .fold(0.0, |a, t| a + t);
+    let stopped = match (r.stopped_early, r.rerun_in_full) {
+        (0, _) => String::new(),
+        (s, 0) => format!("; {s} stopped early"),
+        (s, k) => format!("; {s} stopped early, {k} run again in full ({rerun:.1} s)"),
+    };
+    format!(
+        "search done, target {}: {n} configuration(s) measured in {secs:.1} s, {:.2} s per \
+         configuration{stopped}; ranking {:.1} s, writing graphs {:.1} s, measuring {:.1} s",
+        if r.search_met { "met" } else { "NOT met" },
+        secs / n.max(1) as f64,
+        r.seconds.ranking,
+        r.seconds.build,
+        r.seconds.measure
+    )
+}
+
+/// Lines of the confirmation's tests.
+fn confirm_line(log: &Progress, target: Option<Target>, e: ConfirmEvent) {
+    match e {
+        ConfirmEvent::Begin {
+            index,
+            planned,
+            action,
+        } => log.line(format_args!(
+            "confirm {}/{planned} {action}: measuring on the confirmation samples",
+            index + 1
+        )),
+        ConfirmEvent::Done {
+            index,
+            planned,
+            test,
+            seconds,
+        } => log.line(format_args!(
+            "confirm {}/{planned} {}: {}, {} ({seconds:.1} s)",
+            index + 1,
+            test.action,
+            match target {
+                Some(t) => fmt_step_value(t, t.value_of(&test.measured), test.judged),
+                None => fmt_metric(&test.measured, None),
+            },
+            if test.met { "confirmed" } else { "missed" }
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -271,5 +271,5 @@ pub fn search_with(
     target: quantkit_ptq::mixed::Target,
     opts: &quantkit_ptq::mixed::SearchOptions,
 ) -> quantkit_ptq::Result<quantkit_ptq::mixed::SearchResult> {
-    quantkit_ptq::mixed::search(setup, eval, target, opts, &mut |_, _, _| {})
+    quantkit_ptq::mixed::search(setup, eval, target, opts, &mut |_| {})
 }
