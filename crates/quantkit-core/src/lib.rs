@@ -63,7 +63,7 @@ pub use observer::{
     MovingAverageMinMaxObserver, Observer,
 };
 pub use params::{choose_qparams, quantize_bias, QParams};
-pub use quant_type::QuantType;
+pub use quant_type::{CodeType, QuantType};
 pub use scheme::{Granularity, QuantScheme};
 pub use tensor::{dequantize_linear, quantize_linear};
 pub use weight_clip::{mse_clip_ranges, WEIGHT_CLIP_STEPS};

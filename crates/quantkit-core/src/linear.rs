@@ -19,12 +19,12 @@
 //! code range up to i32, a choice of rounding); [`quantize_value_wide`] is the same rule
 //! for 64-bit ranges and f16 quotients (the graph's generic QuantizeLinear);
 //! [`quantize_code`] is the same rule written with f32 operations only so that loops over
-//! it vectorise, and equals [`quantize_value`] for every 8-bit code type and in-range zero
-//! point (tested below). [`requantize_float`] is a different computation — a
+//! it vectorise, and equals [`quantize_value`] for every 8- and 16-bit code type
+//! ([`CodeType`]) and in-range zero point (tested below). [`requantize_float`] is a different computation — a
 //! multiplication by a precomputed f32 multiplier, clamped before rounding as ONNX
 //! Runtime's MLAS does — not a division by a scale, so it has its own name.
 
-use crate::quant_type::QuantType;
+use crate::quant_type::CodeType;
 
 /// How `x / s` is rounded to an integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -179,18 +179,19 @@ pub fn quantize_value_wide(
     )
 }
 
-/// Equation (1) to an 8-bit code: `clamp(round_half_even(x / scale) + zero_point, T::MIN,
+/// Equation (1) to an 8- or 16-bit code: `clamp(round_half_even(x / scale) + zero_point, T::MIN,
 /// T::MAX)` with NaN → `zero_point`, written with f32 operations only (one true f32
 /// division — never a multiplication by the reciprocal —, [`round_half_even_saturating`],
 /// an f32 addition of the zero point, `max`/`min`) so that a loop over it vectorises.
 ///
 /// Equal to `quantize_value(x, scale, zero_point, T::MIN, T::MAX, RoundingMode::HalfToEven)`
 /// for every `x` and `scale` whenever `zero_point` lies in `[T::MIN, T::MAX]` (as the zero
-/// point of an 8-bit tensor does): below 2^22 every step is exact, and above it both
-/// saturate. The graph's QuantizeLinear fast path, the engine's input prologue and their
+/// point of an 8- or 16-bit tensor does): below 2^22 every step is exact (`r + zero_point`
+/// stays below 2^23 in magnitude), and above it both saturate (`|r| ≥ 2^22 − 1` exceeds
+/// every 16-bit range by more than any in-range zero point). The graph's QuantizeLinear fast path, the engine's input prologue and their
 /// SIMD loops (`quantkit_kernels::quantize`) all call this.
 #[inline(always)]
-pub fn quantize_code<T: QuantType>(x: f32, scale: f32, zero_point: i32) -> T {
+pub fn quantize_code<T: CodeType>(x: f32, scale: f32, zero_point: i32) -> T {
     let d = x / scale;
     let r = if d.is_nan() {
         0.0
@@ -218,12 +219,12 @@ pub fn dequantize_value<I: Into<i64>>(q: I, scale: f32, zero_point: I) -> f32 {
     (q.into() - zero_point.into()) as f32 * scale
 }
 
-/// Equation (2) for an 8-bit code: `(q − zero_point) as f32 · scale` with the difference in
-/// i32 (i32 → f32 converts in vector registers where i64 → f32 does not). Equal to
-/// [`dequantize_value`] whenever `zero_point` is an 8-bit code (the difference is then
-/// exact in i32 and in f32).
+/// Equation (2) for an 8- or 16-bit code: `(q − zero_point) as f32 · scale` with the
+/// difference in i32 (i32 → f32 converts in vector registers where i64 → f32 does not).
+/// Equal to [`dequantize_value`] whenever `zero_point` is a code of `T` (the difference,
+/// at most 65,535 in magnitude, is then exact in i32 and in f32).
 #[inline(always)]
-pub fn dequantize_code<T: QuantType>(q: T, scale: f32, zero_point: i32) -> f32 {
+pub fn dequantize_code<T: CodeType>(q: T, scale: f32, zero_point: i32) -> f32 {
     (q.to_i32() - zero_point) as f32 * scale
 }
 
@@ -252,6 +253,7 @@ pub fn requantize_float(acc: i32, multiplier: f32, zero_point: i32, lo: i32, hi:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant_type::QuantType;
 
     #[test]
     fn issue_example_u8() {
@@ -466,6 +468,56 @@ mod tests {
     #[test]
     fn code_form_equals_the_general_form_i8() {
         code_equals_value::<i8>();
+    }
+
+    /// The 16-bit code types: every code, at zero points at both ends of the range, zero
+    /// and in between (all 65,536 zero points times every code would take minutes).
+    fn code_equals_value_16<T: CodeType + Into<i32> + std::fmt::Debug>() {
+        let xs = awkward_values();
+        let mid = (T::MIN + T::MAX) / 2;
+        let zs = [
+            T::MIN,
+            T::MIN + 1,
+            -1,
+            0,
+            1,
+            127,
+            128,
+            mid,
+            T::MAX - 1,
+            T::MAX,
+        ];
+        for z in zs.into_iter().filter(|z| (T::MIN..=T::MAX).contains(z)) {
+            for s in [1.0f32, 0.5, 0.0123, 3.7, 1e-30, 0.0, 3.1e-5] {
+                for &x in &xs {
+                    let c: T = quantize_code(x, s, z);
+                    let v = quantize_value(x, s, z, T::MIN, T::MAX, RoundingMode::HalfToEven);
+                    assert_eq!(c.into(), v, "x {x}, scale {s}, zero point {z}");
+                }
+                // Every integer code and the ties between them, as quotients.
+                for q in (T::MIN - 2)..=(T::MAX + 2) {
+                    for x in [q as f32, q as f32 + 0.5] {
+                        let c: T = quantize_code(x, 1.0, z);
+                        let v = quantize_value(x, 1.0, z, T::MIN, T::MAX, RoundingMode::HalfToEven);
+                        assert_eq!(c.into(), v, "x {x}, zero point {z}");
+                    }
+                }
+            }
+            for q in T::MIN..=T::MAX {
+                let d = dequantize_code(T::from_clamped(q), 0.037, z);
+                assert_eq!(d.to_bits(), dequantize_value(q, 0.037, z).to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn code_form_equals_the_general_form_u16() {
+        code_equals_value_16::<u16>();
+    }
+
+    #[test]
+    fn code_form_equals_the_general_form_i16() {
+        code_equals_value_16::<i16>();
     }
 
     #[test]

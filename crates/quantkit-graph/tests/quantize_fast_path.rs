@@ -1,6 +1,6 @@
-//! The per-tensor 8-bit QuantizeLinear fast path against the generic element-by-element
-//! path, on values that exercise rounding ties, saturation, infinities and NaN; and the
-//! per-tensor DequantizeLinear fast path against the spec formula.
+//! The per-tensor 8- and 16-bit QuantizeLinear fast path against the generic
+//! element-by-element path, on values that exercise rounding ties, saturation, infinities
+//! and NaN; and the per-tensor DequantizeLinear fast path against the spec formula.
 
 use quantkit_graph::ops::{dequantize_linear, quantize_linear, OpCtx};
 use quantkit_graph::{Data, Node, Tensor};
@@ -34,7 +34,9 @@ fn per_tensor_quantize_fast_path_equals_generic_path() {
         f32::MIN_POSITIVE,
     ]);
     let xt = Tensor::from_f32(&[x.len()], x.clone());
-    for scale in [0.5f32, 1.0, 0.0123, 3.7, 1e-30] {
+    // Ties of the 16-bit range and just beyond it at scale 1.
+    x.extend((-70_000..70_000).map(|i| i as f32 * 0.5));
+    for scale in [0.5f32, 1.0, 0.0123, 3.7, 1e-30, 0.004, 3.1e-5] {
         let s = Tensor::scalar_f32(scale);
         for z in [
             Tensor::new(vec![], Data::U8(vec![0])).unwrap(),
@@ -43,6 +45,13 @@ fn per_tensor_quantize_fast_path_equals_generic_path() {
             Tensor::new(vec![], Data::I8(vec![0])).unwrap(),
             Tensor::new(vec![], Data::I8(vec![-128])).unwrap(),
             Tensor::new(vec![], Data::I8(vec![77])).unwrap(),
+            Tensor::new(vec![], Data::U16(vec![0])).unwrap(),
+            Tensor::new(vec![], Data::U16(vec![32_768])).unwrap(),
+            Tensor::new(vec![], Data::U16(vec![65_535])).unwrap(),
+            Tensor::new(vec![], Data::I16(vec![0])).unwrap(),
+            Tensor::new(vec![], Data::I16(vec![-32_768])).unwrap(),
+            Tensor::new(vec![], Data::I16(vec![32_767])).unwrap(),
+            Tensor::new(vec![], Data::I16(vec![-5])).unwrap(),
         ] {
             let ins = [Some(&xt), Some(&s), Some(&z)];
             let fast = quantize_linear::eval_with(&ctx, &ins, false).unwrap();
@@ -84,6 +93,37 @@ fn per_tensor_dequantize_is_the_spec_formula() {
         .map(|&q| (q as i8 as f32 + 5.0) * 0.037)
         .collect();
     assert_eq!(y[0].as_f32().unwrap(), want.as_slice());
+}
+
+/// The 16-bit per-tensor DequantizeLinear (W8A16/W16A16 activations) on every code, against
+/// `(q − z) · s` in i64 then f32, at zero points at both ends of the range.
+#[test]
+fn per_tensor_dequantize_16bit_is_the_spec_formula() {
+    let node = Node::new("dq", "DequantizeLinear", &["x", "s", "z"], &["y"]);
+    let ctx = OpCtx {
+        node: &node,
+        opset: 21,
+    };
+    let s = Tensor::scalar_f32(3.1e-5);
+    let spec = |q: i64, z: i64| ((q - z) as f32 * 3.1e-5f32).to_bits();
+    let codes: Vec<u16> = (0..=u16::MAX).collect();
+    let xt = Tensor::new(vec![codes.len()], Data::U16(codes.clone())).unwrap();
+    for z in [0u16, 1, 32_768, 65_535] {
+        let zt = Tensor::new(vec![], Data::U16(vec![z])).unwrap();
+        let y = dequantize_linear::eval(&ctx, &[Some(&xt), Some(&s), Some(&zt)]).unwrap();
+        let got: Vec<u32> = y[0].as_f32().unwrap().iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = codes.iter().map(|&q| spec(q.into(), z.into())).collect();
+        assert_eq!(got, want, "u16, zero point {z}");
+    }
+    let codes: Vec<i16> = (i16::MIN..=i16::MAX).collect();
+    let xt = Tensor::new(vec![codes.len()], Data::I16(codes.clone())).unwrap();
+    for z in [i16::MIN, -5, 0, i16::MAX] {
+        let zt = Tensor::new(vec![], Data::I16(vec![z])).unwrap();
+        let y = dequantize_linear::eval(&ctx, &[Some(&xt), Some(&s), Some(&zt)]).unwrap();
+        let got: Vec<u32> = y[0].as_f32().unwrap().iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = codes.iter().map(|&q| spec(q.into(), z.into())).collect();
+        assert_eq!(got, want, "i16, zero point {z}");
+    }
 }
 
 /// DynamicQuantizeLinear's vectorised arithmetic against the ONNX spec written out plainly

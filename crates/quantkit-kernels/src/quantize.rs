@@ -1,8 +1,8 @@
 //! Element-wise quantization passes over whole slices, outside the GEMM/conv kernels:
 //!
-//! - [`quantize`]: f32 → 8-bit codes, ONNX `QuantizeLinear` per tensor, equation (1) of
+//! - [`quantize`]: f32 → 8- or 16-bit codes, ONNX `QuantizeLinear` per tensor, equation (1) of
 //!   `docs/quantization.md`;
-//! - [`dequantize`]: 8-bit codes → f32, ONNX `DequantizeLinear` per tensor, equation (2);
+//! - [`dequantize`]: 8- or 16-bit codes → f32, ONNX `DequantizeLinear` per tensor, equation (2);
 //! - [`chain_quantize`]: a chain of f32 operations with constants, then (1) — the input
 //!   normalisation `(x − mean) / std → QuantizeLinear` the integer engine runs in one pass;
 //! - [`binary_codes`]: `Q(DQ(a) ∘ b)` on 8-bit codes with a clamp — the integer engine's
@@ -19,7 +19,7 @@
 //! Each entry point picks its implementation from the kernel table of the dispatched ISA
 //! (its `elementwise` entry), so `QUANTKIT_ISA=scalar` makes these loops scalar too.
 
-use quantkit_core::{dequantize_code, quantize_code, QuantType};
+use quantkit_core::{dequantize_code, quantize_code, CodeType, QuantType};
 
 use crate::dispatch::{isa, Isa, VectorBody};
 
@@ -37,22 +37,17 @@ fn use_avx2(isa: Isa) -> bool {
 
 /// Equation (1) per tensor: `out[i] = clamp(round_half_even(x[i] / scale) + zero_point,
 /// T::MIN, T::MAX)`, NaN → `zero_point` ([`quantkit_core::quantize_code`]; `x / scale` is
-/// a true f32 division). `zero_point` must lie in `T`'s range (an 8-bit zero point).
+/// a true f32 division), to 8- or 16-bit codes ([`CodeType`]). `zero_point` must lie in
+/// `T`'s range (a zero point of `T`).
 ///
 /// # Panics
 /// If `x` and `out` differ in length.
-pub fn quantize<T: QuantType>(x: &[f32], scale: f32, zero_point: i32, out: &mut [T]) {
+pub fn quantize<T: CodeType>(x: &[f32], scale: f32, zero_point: i32, out: &mut [T]) {
     quantize_with(isa(), x, scale, zero_point, out)
 }
 
 /// [`quantize`] on `isa` (an ISA the CPU lacks runs the scalar loop).
-pub fn quantize_with<T: QuantType>(
-    isa: Isa,
-    x: &[f32],
-    scale: f32,
-    zero_point: i32,
-    out: &mut [T],
-) {
+pub fn quantize_with<T: CodeType>(isa: Isa, x: &[f32], scale: f32, zero_point: i32, out: &mut [T]) {
     assert_eq!(x.len(), out.len(), "quantize: input and output lengths");
     #[cfg(target_arch = "x86_64")]
     if use_avx2(isa) {
@@ -64,16 +59,17 @@ pub fn quantize_with<T: QuantType>(
 }
 
 /// Equation (2) per tensor: `out[i] = (q[i] − zero_point) as f32 · scale`, the difference in
-/// i32 ([`quantkit_core::dequantize_code`]). `zero_point` must be an 8-bit code.
+/// i32 ([`quantkit_core::dequantize_code`]), from 8- or 16-bit codes ([`CodeType`]).
+/// `zero_point` must be a code of `T`.
 ///
 /// # Panics
 /// If `q` and `out` differ in length.
-pub fn dequantize<T: QuantType>(q: &[T], scale: f32, zero_point: i32, out: &mut [f32]) {
+pub fn dequantize<T: CodeType>(q: &[T], scale: f32, zero_point: i32, out: &mut [f32]) {
     dequantize_with(isa(), q, scale, zero_point, out)
 }
 
 /// [`dequantize`] on `isa` (an ISA the CPU lacks runs the scalar loop).
-pub fn dequantize_with<T: QuantType>(
+pub fn dequantize_with<T: CodeType>(
     isa: Isa,
     q: &[T],
     scale: f32,
@@ -223,14 +219,14 @@ mod generic {
     use super::*;
 
     #[inline(always)]
-    pub(super) fn quantize<T: QuantType>(x: &[f32], scale: f32, zero_point: i32, out: &mut [T]) {
+    pub(super) fn quantize<T: CodeType>(x: &[f32], scale: f32, zero_point: i32, out: &mut [T]) {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = quantize_code(v, scale, zero_point);
         }
     }
 
     #[inline(always)]
-    pub(super) fn dequantize<T: QuantType>(q: &[T], scale: f32, zero_point: i32, out: &mut [f32]) {
+    pub(super) fn dequantize<T: CodeType>(q: &[T], scale: f32, zero_point: i32, out: &mut [f32]) {
         for (o, &v) in out.iter_mut().zip(q) {
             *o = dequantize_code(v, scale, zero_point);
         }
@@ -331,7 +327,7 @@ mod avx2 {
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize<T: QuantType>(
+    pub(super) unsafe fn quantize<T: CodeType>(
         x: &[f32],
         scale: f32,
         zero_point: i32,
@@ -343,7 +339,7 @@ mod avx2 {
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn dequantize<T: QuantType>(
+    pub(super) unsafe fn dequantize<T: CodeType>(
         q: &[T],
         scale: f32,
         zero_point: i32,
@@ -433,7 +429,7 @@ mod tests {
             .collect()
     }
 
-    fn quantize_case<T: QuantType + PartialEq + std::fmt::Debug>() {
+    fn quantize_case<T: CodeType + PartialEq + std::fmt::Debug>() {
         let all = values(2050);
         for n in LENGTHS {
             // An unaligned start as well as an aligned one.
@@ -468,9 +464,19 @@ mod tests {
         quantize_case::<i8>();
     }
 
-    fn dequantize_case<T: QuantType>() {
+    #[test]
+    fn quantize_simd_equals_scalar_u16() {
+        quantize_case::<u16>();
+    }
+
+    #[test]
+    fn quantize_simd_equals_scalar_i16() {
+        quantize_case::<i16>();
+    }
+
+    fn dequantize_case<T: CodeType>() {
         let codes: Vec<T> = (0..2050i32)
-            .map(|i| T::from_clamped(T::MIN + i * 37 % 256))
+            .map(|i| T::from_clamped(T::MIN + i * 37 % (T::MAX - T::MIN + 1)))
             .collect();
         for n in LENGTHS {
             for q in [&codes[..n], &codes[1..n + 1]] {
@@ -505,6 +511,16 @@ mod tests {
     #[test]
     fn dequantize_simd_equals_scalar_i8() {
         dequantize_case::<i8>();
+    }
+
+    #[test]
+    fn dequantize_simd_equals_scalar_u16() {
+        dequantize_case::<u16>();
+    }
+
+    #[test]
+    fn dequantize_simd_equals_scalar_i16() {
+        dequantize_case::<i16>();
     }
 
     /// The chain element by element, written plainly.

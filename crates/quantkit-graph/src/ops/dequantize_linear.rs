@@ -11,7 +11,7 @@ use super::quantize_linear::qparam_index;
 use super::{input, make, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
-use quantkit_core::{dequantize_value, QuantType};
+use quantkit_core::{dequantize_value, CodeType};
 
 /// Evaluates `DequantizeLinear`.
 pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -67,8 +67,10 @@ pub fn eval(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpEr
         // `(q − zp) as f32 · s` (the difference of two 8-/16-bit codes is exact in f32).
         let (z, sc) = (zpv[0], sv[0]);
         let y: Option<Vec<f32>> = match (&x.data, i32::try_from(z)) {
-            (Data::U8(q), Ok(z)) => Some(dequantize_8bit(q, z, sc)),
-            (Data::I8(q), Ok(z)) => Some(dequantize_8bit(q, z, sc)),
+            (Data::U8(q), Ok(z)) => Some(dequantize_codes(q, z, sc)),
+            (Data::I8(q), Ok(z)) => Some(dequantize_codes(q, z, sc)),
+            (Data::U16(q), Ok(z)) => Some(dequantize_codes(q, z, sc)),
+            (Data::I16(q), Ok(z)) => Some(dequantize_codes(q, z, sc)),
             _ => None,
         };
         if let Some(y) = y {
@@ -169,9 +171,10 @@ fn dequantize_float(
     make(DType::F32, x.shape.clone(), Data::F32(y))
 }
 
-/// [`quantkit_core::dequantize_code`] over 8-bit codes (SIMD where the dispatched ISA has
-/// it): `(q − z) as f32 · s` with the difference in i32 (exact for an 8-bit zero point).
-fn dequantize_8bit<T: QuantType>(q: &[T], z: i32, s: f32) -> Vec<f32> {
+/// [`quantkit_core::dequantize_code`] over 8- or 16-bit codes (SIMD where the dispatched ISA
+/// has it): `(q − z) as f32 · s` with the difference in i32 (exact for a zero point of the
+/// code type, which the caller checked: it has the codes' type).
+fn dequantize_codes<T: CodeType>(q: &[T], z: i32, s: f32) -> Vec<f32> {
     let mut out = vec![0f32; q.len()];
     quantkit_kernels::quantize::dequantize(q, s, z, &mut out);
     out

@@ -12,14 +12,14 @@
 //! both agree.
 //!
 //! The rule itself is quantkit-core's ([`quantkit_core::quantize_value_wide`] element by
-//! element, [`quantkit_core::quantize_code`] on the per-tensor 8-bit path, whose loop is
+//! element, [`quantkit_core::quantize_code`] on the per-tensor 8- and 16-bit path, whose loop is
 //! [`quantkit_kernels::quantize::quantize`]).
 
 use super::{input, make, norm_axis, opt_input, OpCtx};
 use crate::error::OpError;
 use crate::tensor::{DType, Data, Tensor};
 use quantkit_core::formats::{bf16_decode, bf16_encode};
-use quantkit_core::{quantize_value_wide, QuantType, QuotientPrecision};
+use quantkit_core::{quantize_value_wide, CodeType, QuotientPrecision};
 
 /// quantkit-core's magic-number round half to even, used by `DynamicQuantizeLinear` too.
 pub use quantkit_core::linear::round_half_even_saturating;
@@ -162,7 +162,7 @@ pub fn eval_with(
     let (precision, explicit) = quotient_precision(ctx, x, s)?;
     // The fast path divides in f32, which is what an explicit `precision` = FLOAT asks too.
     if !generic && (explicit.is_none() || precision == QuotientPrecision::F32) {
-        if let Some(t) = per_tensor_8bit(x, s, &zpv, out_dtype, block)? {
+        if let Some(t) = per_tensor_codes(x, s, &zpv, out_dtype, block)? {
             return Ok(vec![t]);
         }
     }
@@ -265,10 +265,11 @@ fn quantize_float(
     make(out, x.shape.clone(), Data::U8(codes))
 }
 
-/// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8
-/// or i8 output. The same codes as the generic path: [`quantkit_core::quantize_code`] equals
-/// [`quantize_value_wide`] for an 8-bit zero point.
-fn per_tensor_8bit(
+/// The common case in one pass without index or i64 buffers: f32 input, one f32 scale, u8,
+/// i8, u16 or i16 output (the 16-bit activations of W8A16/W16A16 models). The same codes as
+/// the generic path: [`quantkit_core::quantize_code`] equals [`quantize_value_wide`] for a
+/// zero point of the output type (quantkit-core's tests; `fast_path_equals_generic` below).
+fn per_tensor_codes(
     x: &Tensor,
     s: &Tensor,
     zpv: &[i64],
@@ -278,20 +279,24 @@ fn per_tensor_8bit(
     let (Data::F32(xv), Data::F32(sv)) = (&x.data, &s.data) else {
         return Ok(None);
     };
-    if sv.len() != 1 || block != 0 || !matches!(out, DType::U8 | DType::I8) {
+    if sv.len() != 1 || block != 0 {
         return Ok(None);
     }
-    // An 8-bit zero point (the output type is the zero point's), so it fits in i32.
+    // The zero point has the output type (checked by the caller when given, else 0), so it
+    // fits in i32 and lies in the code range.
     let (sc, zp) = (sv[0], zpv[0] as i32);
     let data = match out {
-        DType::U8 => Data::U8(quantize_8bit(xv, sc, zp)),
-        _ => Data::I8(quantize_8bit(xv, sc, zp)),
+        DType::U8 => Data::U8(quantize_codes(xv, sc, zp)),
+        DType::I8 => Data::I8(quantize_codes(xv, sc, zp)),
+        DType::U16 => Data::U16(quantize_codes(xv, sc, zp)),
+        DType::I16 => Data::I16(quantize_codes(xv, sc, zp)),
+        _ => return Ok(None),
     };
     make(out, x.shape.clone(), data).map(Some)
 }
 
 /// [`quantkit_core::quantize_code`] over a slice (SIMD where the dispatched ISA has it).
-fn quantize_8bit<T: QuantType>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
+fn quantize_codes<T: CodeType>(x: &[f32], s: f32, zp: i32) -> Vec<T> {
     let mut out = vec![T::default(); x.len()];
     quantkit_kernels::quantize::quantize(x, s, zp, &mut out);
     out
