@@ -132,3 +132,95 @@ fn profile_with_the_engine_marks_float_islands() {
     assert!((total - p["total_seconds"].as_f64().unwrap()).abs() < 1e-9);
     assert!(p["runs"].as_u64().unwrap() >= 5);
 }
+
+/// `run --batch N` runs the rows in chunks (here 24, 24 and 16 of 64) and writes what one
+/// call writes: bit for bit on the integer engine; on the float executor up to float
+/// rounding (its sgemm blocks the rows of the whole call, so a chunk's sums can be added in
+/// another order). `--batch 0` and `--batch` with `--profile` over several chunks are
+/// refused and write nothing.
+#[test]
+fn batch_runs_chunks_and_writes_what_one_call_writes() {
+    let lenet = repo().join("models/lenet.onnx");
+    let q = tmp("lenet.batch.int8.onnx");
+    let calib = repo().join("data/fashion-mnist-sample");
+    let (ok, _, err) = quantkit(&[
+        "quantize",
+        lenet.to_str().unwrap(),
+        "--calib",
+        calib.to_str().unwrap(),
+        "--calib-samples",
+        "128",
+        "-o",
+        q.to_str().unwrap(),
+    ]);
+    assert!(ok, "quantize failed: {err}");
+    let x = input_npy("x-batch.npy");
+    // The float model on the float executor, the quantized one on the integer engine.
+    for (model, engine) in [(&lenet, "float"), (&q, "int8")] {
+        let (whole, parts) = (
+            tmp(&format!("batch-whole-{engine}")),
+            tmp(&format!("batch-parts-{engine}")),
+        );
+        for (dir, batch) in [(&whole, None), (&parts, Some("24"))] {
+            let mut a = vec![
+                "run",
+                model.to_str().unwrap(),
+                "-i",
+                x.to_str().unwrap(),
+                "-o",
+                dir.to_str().unwrap(),
+                "--engine",
+                engine,
+            ];
+            if let Some(b) = batch {
+                a.extend(["--batch", b]);
+            }
+            let (ok, _, err) = quantkit(&a);
+            assert!(ok, "run {a:?} failed: {err}");
+        }
+        let name = std::fs::read_dir(&whole)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name();
+        let (sw, yw) = f32s(&whole.join(&name));
+        let (sp, yp) = f32s(&parts.join(&name));
+        assert_eq!(sw, vec![64, 10]);
+        assert_eq!(sw, sp, "{engine}");
+        if engine == "int8" {
+            assert_eq!(yw, yp, "int8: chunked outputs differ from one call");
+        } else {
+            let range = yw.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = yw
+                .iter()
+                .zip(&yp)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                diff <= 1e-5 * range,
+                "float: chunked outputs differ from one call by {diff} (max |y| {range})"
+            );
+        }
+    }
+    for (extra, says) in [
+        (vec!["--batch", "0"], "--batch 0"),
+        (vec!["--batch", "10", "--profile"], "--profile"),
+    ] {
+        let dir = tmp("batch-bad");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut a = vec![
+            "run",
+            lenet.to_str().unwrap(),
+            "-i",
+            x.to_str().unwrap(),
+            "-o",
+            dir.to_str().unwrap(),
+        ];
+        a.extend(extra);
+        let (ok, _, err) = quantkit(&a);
+        assert!(!ok, "{a:?} should fail");
+        assert!(err.contains(says), "{err}");
+        assert!(!dir.exists(), "{a:?} wrote {}", dir.display());
+    }
+}

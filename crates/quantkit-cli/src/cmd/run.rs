@@ -1,4 +1,4 @@
-//! `quantkit run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--engine int8] [--json]`:
+//! `quantkit run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--engine int8] [--batch N] [--json]`:
 //! runs a model with the float executor (or, with `--engine int8`, the integer engine);
 //! inputs are `.npy` or ONNX `TensorProto` `.pb` files and each output is written as
 //! `<name>.npy`.
@@ -43,6 +43,100 @@ pub struct Args {
     /// for the rest).
     #[arg(long, value_parser = ["float", "int8"], default_value = "float")]
     pub engine: String,
+    /// Run the inputs in chunks of at most N rows of their first dimension and concatenate
+    /// the outputs (for inputs too large for one call, e.g. thousands of samples stacked in
+    /// one `.npz`). Every input and output must have the batch as its first dimension. The
+    /// integer engine's outputs are those of one call bit for bit; float operators (the
+    /// float executor, float islands) may add their sums in another order and differ in the
+    /// last bits. Default: one call with everything.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+}
+
+/// Rows `[from, to)` of the first dimension of `t`.
+fn rows(t: &Tensor, from: usize, to: usize) -> Tensor {
+    let per: usize = t.shape[1..].iter().product();
+    let idx: Vec<usize> = (from * per..to * per).collect();
+    let mut shape = t.shape.clone();
+    shape[0] = to - from;
+    Tensor {
+        dtype: t.dtype,
+        shape,
+        data: t.data.gather(&idx),
+    }
+}
+
+/// The inputs in chunks of at most `batch` rows of their common first dimension.
+fn chunks(inputs: &[(String, Tensor)], batch: usize) -> Result<Vec<Vec<(String, Tensor)>>> {
+    if batch == 0 {
+        bail!("--batch 0: give the number of rows per call (1 or more)");
+    }
+    let mut n = None;
+    for (name, t) in inputs {
+        let Some(&b) = t.shape.first() else {
+            bail!("--batch: input `{name}` is a scalar; it has no batch dimension to split");
+        };
+        match n {
+            None => n = Some((name, b)),
+            Some((first, m)) if m != b => bail!(
+                "--batch: input `{name}` has {b} rows in its first dimension and `{first}` has {m}; \
+                 every input must have the batch first (run without --batch)"
+            ),
+            _ => {}
+        }
+    }
+    let Some((_, n)) = n else {
+        return Ok(vec![inputs.to_vec()]);
+    };
+    Ok((0..n.div_ceil(batch).max(1))
+        .map(|k| {
+            let (a, b) = (k * batch, ((k + 1) * batch).min(n));
+            inputs
+                .iter()
+                .map(|(name, t)| (name.clone(), rows(t, a, b)))
+                .collect()
+        })
+        .collect())
+}
+
+/// Concatenates the outputs of the chunks along their first dimension.
+fn concat_outputs(
+    parts: Vec<Vec<(String, Tensor)>>,
+    rows_in: &[usize],
+) -> Result<Vec<(String, Tensor)>> {
+    let mut parts = parts.into_iter();
+    let first = parts.next().unwrap_or_default();
+    let rest: Vec<_> = parts.collect();
+    first
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let mut all = vec![t];
+            all.extend(rest.iter().map(|p| p[i].1.clone()));
+            for (t, &r) in all.iter().zip(rows_in) {
+                if t.shape.first() != Some(&r) {
+                    bail!(
+                        "--batch: output `{name}` has shape {:?} for a chunk of {r} rows: its \
+                         first dimension is not the batch, so the chunks cannot be joined \
+                         (run without --batch)",
+                        t.shape
+                    );
+                }
+            }
+            let mut shape = all[0].shape.clone();
+            shape[0] = rows_in.iter().sum();
+            let data = Data::concat(&all.iter().map(|t| &t.data).collect::<Vec<_>>())
+                .with_context(|| format!("output `{name}`: chunks of different types"))?;
+            Ok((
+                name,
+                Tensor {
+                    dtype: all[0].dtype,
+                    shape,
+                    data,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// Time per operator type, from the executor's observer calls: the time between one node's
@@ -213,21 +307,44 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         None
     };
+    let parts = match args.batch {
+        Some(b) => chunks(&inputs, b)?,
+        None => vec![inputs.clone()],
+    };
+    if parts.len() > 1 && args.profile {
+        bail!("--profile measures one call: run it without --batch (or with one chunk)");
+    }
+    let rows_in: Vec<usize> = parts
+        .iter()
+        .map(|p| {
+            p.first()
+                .and_then(|(_, t)| t.shape.first().copied())
+                .unwrap_or(0)
+        })
+        .collect();
     let mut run_s = f64::INFINITY;
     let mut outputs = Vec::new();
     let mut profile_rows = Vec::new();
     for _ in 0..args.repeat {
-        let inputs = inputs.clone();
         let mut profile = Profile::new(&graph);
         let t1 = Instant::now();
-        outputs = if let Some(plan) = &plan {
-            plan.run(inputs)?
-        } else if args.profile {
-            execute_with(&graph, inputs, |name, _| profile.observe(name))?
-        } else {
-            execute(&graph, inputs)?
-        };
+        let mut outs = Vec::with_capacity(parts.len());
+        for inputs in &parts {
+            let inputs = inputs.clone();
+            outs.push(if let Some(plan) = &plan {
+                plan.run(inputs)?
+            } else if args.profile {
+                execute_with(&graph, inputs, |name, _| profile.observe(name))?
+            } else {
+                execute(&graph, inputs)?
+            });
+        }
         let s = t1.elapsed().as_secs_f64();
+        outputs = if outs.len() == 1 {
+            outs.pop().unwrap_or_default()
+        } else {
+            concat_outputs(outs, &rows_in)?
+        };
         if s < run_s {
             run_s = s;
             profile_rows = profile.rows();
