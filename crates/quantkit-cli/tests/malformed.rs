@@ -244,18 +244,29 @@ fn output_to_a_directory_or_symlink_is_refused_and_leaves_nothing() {
     assert!(temp_leftovers(tmp.path()).is_empty());
 }
 
-/// SIGTERM and SIGINT while the output is being written (held open by the test hook
-/// `QUANTKIT_TEST_SLOW_WRITE_MS` between the fsync and the rename) leave the old file and
-/// no temporary file.
+/// SIGTERM and SIGINT while the output is being written leave the old file and no
+/// temporary file: with the window between the fsync and the rename held open by the test
+/// hook `QUANTKIT_TEST_SLOW_WRITE_MS`, and with the one between creating the temporary file
+/// and registering it for clean-up (`QUANTKIT_TEST_SLOW_CREATE_MS`; a signal there once
+/// left the file behind in CI, before both steps were made one under the registry lock).
 #[cfg(unix)]
 #[test]
 fn a_signal_during_the_write_leaves_the_old_file_and_no_temporary() {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
+    let cases = [libc::SIGTERM, libc::SIGINT].into_iter().flat_map(|sig| {
+        // The creation window is held under the registry lock, which the clean-up waits
+        // for: it is held open for 1.5 s (not 20), after which the process must end.
+        [
+            ("QUANTKIT_TEST_SLOW_WRITE_MS", "20000"),
+            ("QUANTKIT_TEST_SLOW_CREATE_MS", "1500"),
+        ]
+        .map(|(hook, ms)| (sig, hook, ms))
+    });
+    for (sig, hook, ms) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let target = tmp.path().join("q.onnx");
         std::fs::write(&target, b"old model").unwrap();
         let mut cmd = quantize_to(&target);
-        cmd.env("QUANTKIT_TEST_SLOW_WRITE_MS", "20000");
+        cmd.env(hook, ms);
         let mut child = cmd.spawn().expect("spawn");
         let start = Instant::now();
         while temp_leftovers(tmp.path()).is_empty() {
@@ -279,13 +290,13 @@ fn a_signal_during_the_write_leaves_the_old_file_and_no_temporary() {
         );
         assert!(
             temp_leftovers(tmp.path()).is_empty(),
-            "signal {sig}: {:?}",
+            "signal {sig}, {hook}: {:?}",
             temp_leftovers(tmp.path())
         );
         assert_eq!(
             std::fs::read(&target).unwrap(),
             b"old model",
-            "signal {sig}"
+            "signal {sig}, {hook}"
         );
     }
 }

@@ -72,21 +72,23 @@ pub fn write_atomic(
         };
         builder.permissions(std::fs::Permissions::from_mode(mode));
     }
+    // Created and registered under the registry lock: a signal handler emptying the
+    // registry either runs first (and then holds the lock, so no file is created) or sees
+    // the file registered. Registering after creating left a window in which a signal
+    // found the file on disk but not in the registry (tests/malformed.rs caught it).
+    let mut reg = pending();
     let tmp = builder.tempfile_in(&dir)?;
     let tmp_path = tmp.path().to_path_buf();
-    pending().insert(tmp_path.clone());
+    test_hook_sleep("QUANTKIT_TEST_SLOW_CREATE_MS");
+    reg.insert(tmp_path.clone());
+    drop(reg);
     let result = (|| {
         let mut w = BufWriter::new(tmp.as_file());
         write(&mut w)?;
         w.flush()?;
         drop(w);
         tmp.as_file().sync_all()?;
-        if let Some(hook) = std::env::var_os("QUANTKIT_TEST_SLOW_WRITE_MS") {
-            // Test hook: widen the window between the temporary file and the rename so a
-            // test can deliver a signal inside it (tests/malformed.rs).
-            let ms = hook.to_str().and_then(|s| s.parse().ok()).unwrap_or(0);
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
+        test_hook_sleep("QUANTKIT_TEST_SLOW_WRITE_MS");
         // Re-checked just before the rename: the target may have changed meanwhile.
         check_target(path)?;
         // Renamed while holding the registry lock, so a signal handler emptying the
@@ -102,6 +104,17 @@ pub fn write_atomic(
         pending().remove(&tmp_path);
     }
     result
+}
+
+/// Test hooks (tests/malformed.rs): sleep for the milliseconds the variable `var` holds, to
+/// widen a window so that a test can deliver a signal inside it:
+/// `QUANTKIT_TEST_SLOW_CREATE_MS` between creating the temporary file and registering it,
+/// `QUANTKIT_TEST_SLOW_WRITE_MS` between the fsync and the rename.
+fn test_hook_sleep(var: &str) {
+    if let Some(v) = std::env::var_os(var) {
+        let ms = v.to_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// [`write_atomic`] of a byte slice.
