@@ -32,7 +32,7 @@
 use crate::error::Result;
 use crate::Plan;
 use quantkit_graph::OpKind;
-use quantkit_graph::{map_data, Data, Node, Tensor};
+use quantkit_graph::{Node, Tensor};
 use quantkit_kernels::par;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -233,19 +233,6 @@ pub(crate) fn plan_chunks(
     Some((0..chunks).map(|c| par::task_range(c, chunks, n)).collect())
 }
 
-/// Images `r` of `t` (axis 0).
-fn slice_images(t: &Tensor, r: &std::ops::Range<usize>) -> Tensor {
-    let per = t.len() / t.shape[0].max(1);
-    let (a, b) = (r.start * per, r.end * per);
-    let mut shape = t.shape.clone();
-    shape[0] = r.len();
-    Tensor {
-        dtype: t.dtype,
-        shape,
-        data: map_data!(&t.data, v => v[a..b].to_vec()),
-    }
-}
-
 /// Whether chunks run in parallel on `threads` workers (module docs).
 pub(crate) fn parallel(chunks: usize, threads: usize) -> bool {
     threads >= 2 && chunks >= threads && (chunks.is_multiple_of(threads) || chunks >= 4 * threads)
@@ -262,7 +249,7 @@ pub(crate) fn run_chunked(
     let one = |r: &std::ops::Range<usize>| -> Result<Vec<(String, Tensor)>> {
         let x: Vec<(String, Tensor)> = inputs
             .iter()
-            .map(|(name, t)| (name.clone(), slice_images(t, r)))
+            .map(|(name, t)| (name.clone(), t.slice_rows(r.clone())))
             .collect();
         plan.run_inner(x, None)
     };
@@ -284,30 +271,14 @@ pub(crate) fn run_chunked(
     let mut stacked = Vec::with_capacity(first.len());
     for k in 0..first.len() {
         let parts: Vec<&Tensor> = outs.iter().map(|o| &o[k].1).collect();
-        let t0 = parts[0];
-        let fits = parts.iter().zip(chunks).all(|(t, r)| {
-            t.shape.first() == Some(&r.len())
-                && t.shape[1..] == t0.shape[1..]
-                && t.dtype == t0.dtype
-                && t.data.len() == t.len()
-        });
-        if !fits {
-            return Ok(None);
-        }
-        let data = Data::concat(&parts.iter().map(|t| &t.data).collect::<Vec<_>>());
-        let Some(data) = data else {
+        let rows_fit = parts
+            .iter()
+            .zip(chunks)
+            .all(|(t, r)| t.shape.first() == Some(&r.len()));
+        let Some(t) = Tensor::stack_rows(&parts).filter(|_| rows_fit) else {
             return Ok(None);
         };
-        let mut shape = t0.shape.clone();
-        shape[0] = chunks.iter().map(|r| r.len()).sum();
-        stacked.push((
-            first[k].0.clone(),
-            Tensor {
-                dtype: t0.dtype,
-                shape,
-                data,
-            },
-        ));
+        stacked.push((first[k].0.clone(), t));
     }
     Ok(Some(stacked))
 }
@@ -329,7 +300,7 @@ mod tests {
     #[test]
     fn slices_are_whole_images() {
         let t = Tensor::from_f32(&[3, 2], vec![0., 1., 2., 3., 4., 5.]);
-        let s = slice_images(&t, &(1..3));
+        let s = t.slice_rows(1..3);
         assert_eq!(s.shape, vec![2, 2]);
         assert_eq!(s.as_f32().unwrap(), &[2., 3., 4., 5.]);
     }

@@ -517,6 +517,41 @@ impl Tensor {
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
+    /// Rows `r` of the first axis (samples `r` of a batch). `r` must lie within
+    /// `shape[0]`.
+    pub fn slice_rows(&self, r: std::ops::Range<usize>) -> Tensor {
+        let per = self.len() / self.shape.first().copied().unwrap_or(1).max(1);
+        let (a, b) = (r.start * per, r.end * per);
+        let mut shape = self.shape.clone();
+        shape[0] = r.len();
+        Tensor {
+            dtype: self.dtype,
+            shape,
+            data: crate::map_data!(&self.data, v => v[a..b].to_vec()),
+        }
+    }
+    /// `parts` joined along the first axis (the inverse of [`Tensor::slice_rows`]); `None`
+    /// when there are none or they differ in element type or in the other axes.
+    pub fn stack_rows(parts: &[&Tensor]) -> Option<Tensor> {
+        let t0 = parts.first()?;
+        let fits = parts.iter().all(|t| {
+            !t.shape.is_empty()
+                && t.shape[1..] == t0.shape[1..]
+                && t.dtype == t0.dtype
+                && t.data.len() == t.len()
+        });
+        if !fits {
+            return None;
+        }
+        let data = Data::concat(&parts.iter().map(|t| &t.data).collect::<Vec<_>>())?;
+        let mut shape = t0.shape.clone();
+        shape[0] = parts.iter().map(|t| t.shape[0]).sum();
+        Some(Tensor {
+            dtype: t0.dtype,
+            shape,
+            data,
+        })
+    }
     /// Rank.
     pub fn rank(&self) -> usize {
         self.shape.len()
@@ -802,4 +837,25 @@ pub fn broadcast_index(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
         }
     }
     idx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_slice_and_stack_back() {
+        let t = Tensor::from_f32(&[5, 2], (0..10).map(|v| v as f32).collect());
+        let parts = [t.slice_rows(0..2), t.slice_rows(2..3), t.slice_rows(3..5)];
+        assert_eq!(parts[1].shape, vec![1, 2]);
+        assert_eq!(parts[1].as_f32().unwrap(), &[4., 5.]);
+        let back = Tensor::stack_rows(&parts.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(back, t);
+        // Other axes or element types that differ do not stack.
+        let other = Tensor::from_f32(&[1, 3], vec![0.; 3]);
+        assert!(Tensor::stack_rows(&[&parts[0], &other]).is_none());
+        let ints = Tensor::new(vec![1, 2], Data::I32(vec![0, 1])).unwrap();
+        assert!(Tensor::stack_rows(&[&parts[0], &ints]).is_none());
+        assert!(Tensor::stack_rows(&[]).is_none());
+    }
 }

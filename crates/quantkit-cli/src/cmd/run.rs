@@ -53,19 +53,6 @@ pub struct Args {
     pub batch: Option<usize>,
 }
 
-/// Rows `[from, to)` of the first dimension of `t`.
-fn rows(t: &Tensor, from: usize, to: usize) -> Tensor {
-    let per: usize = t.shape[1..].iter().product();
-    let idx: Vec<usize> = (from * per..to * per).collect();
-    let mut shape = t.shape.clone();
-    shape[0] = to - from;
-    Tensor {
-        dtype: t.dtype,
-        shape,
-        data: t.data.gather(&idx),
-    }
-}
-
 /// The inputs in chunks of at most `batch` rows of their common first dimension.
 fn chunks(inputs: &[(String, Tensor)], batch: usize) -> Result<Vec<Vec<(String, Tensor)>>> {
     if batch == 0 {
@@ -93,7 +80,7 @@ fn chunks(inputs: &[(String, Tensor)], batch: usize) -> Result<Vec<Vec<(String, 
             let (a, b) = (k * batch, ((k + 1) * batch).min(n));
             inputs
                 .iter()
-                .map(|(name, t)| (name.clone(), rows(t, a, b)))
+                .map(|(name, t)| (name.clone(), t.slice_rows(a..b)))
                 .collect()
         })
         .collect())
@@ -101,18 +88,17 @@ fn chunks(inputs: &[(String, Tensor)], batch: usize) -> Result<Vec<Vec<(String, 
 
 /// Concatenates the outputs of the chunks along their first dimension.
 fn concat_outputs(
-    parts: Vec<Vec<(String, Tensor)>>,
+    parts: &[Vec<(String, Tensor)>],
     rows_in: &[usize],
 ) -> Result<Vec<(String, Tensor)>> {
-    let mut parts = parts.into_iter();
-    let first = parts.next().unwrap_or_default();
-    let rest: Vec<_> = parts.collect();
+    let Some(first) = parts.first() else {
+        return Ok(Vec::new());
+    };
     first
-        .into_iter()
+        .iter()
         .enumerate()
-        .map(|(i, (name, t))| {
-            let mut all = vec![t];
-            all.extend(rest.iter().map(|p| p[i].1.clone()));
+        .map(|(i, (name, _))| {
+            let all: Vec<&Tensor> = parts.iter().map(|p| &p[i].1).collect();
             for (t, &r) in all.iter().zip(rows_in) {
                 if t.shape.first() != Some(&r) {
                     bail!(
@@ -123,18 +109,9 @@ fn concat_outputs(
                     );
                 }
             }
-            let mut shape = all[0].shape.clone();
-            shape[0] = rows_in.iter().sum();
-            let data = Data::concat(&all.iter().map(|t| &t.data).collect::<Vec<_>>())
-                .with_context(|| format!("output `{name}`: chunks of different types"))?;
-            Ok((
-                name,
-                Tensor {
-                    dtype: all[0].dtype,
-                    shape,
-                    data,
-                },
-            ))
+            let t = Tensor::stack_rows(&all)
+                .with_context(|| format!("output `{name}`: chunks of different types or shapes"))?;
+            Ok((name.clone(), t))
         })
         .collect()
 }
@@ -343,7 +320,7 @@ pub fn run(args: Args) -> Result<()> {
         outputs = if outs.len() == 1 {
             outs.pop().unwrap_or_default()
         } else {
-            concat_outputs(outs, &rows_in)?
+            concat_outputs(&outs, &rows_in)?
         };
         if s < run_s {
             run_s = s;
