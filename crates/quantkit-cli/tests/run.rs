@@ -40,9 +40,9 @@ fn input_npy(file: &str) -> PathBuf {
     p
 }
 
-#[test]
-fn engine_int8_runs_a_quantized_model_like_the_float_executor() {
-    let q = tmp("lenet.int8.onnx");
+/// LeNet quantized on 128 sample images, written to `file` in the test folder.
+fn quantized_lenet(file: &str) -> PathBuf {
+    let q = tmp(file);
     let lenet = repo().join("models/lenet.onnx");
     let calib = repo().join("data/fashion-mnist-sample");
     let (ok, _, err) = quantkit(&[
@@ -56,6 +56,12 @@ fn engine_int8_runs_a_quantized_model_like_the_float_executor() {
         q.to_str().unwrap(),
     ]);
     assert!(ok, "quantize failed: {err}");
+    q
+}
+
+#[test]
+fn engine_int8_runs_a_quantized_model_like_the_float_executor() {
+    let q = quantized_lenet("lenet.int8.onnx");
     let x = input_npy("x-engine.npy");
     let (dir_f, dir_i) = (tmp("out-float"), tmp("out-int8"));
     for (dir, engine) in [(&dir_f, "float"), (&dir_i, "int8")] {
@@ -141,19 +147,7 @@ fn profile_with_the_engine_marks_float_islands() {
 #[test]
 fn batch_runs_chunks_and_writes_what_one_call_writes() {
     let lenet = repo().join("models/lenet.onnx");
-    let q = tmp("lenet.batch.int8.onnx");
-    let calib = repo().join("data/fashion-mnist-sample");
-    let (ok, _, err) = quantkit(&[
-        "quantize",
-        lenet.to_str().unwrap(),
-        "--calib",
-        calib.to_str().unwrap(),
-        "--calib-samples",
-        "128",
-        "-o",
-        q.to_str().unwrap(),
-    ]);
-    assert!(ok, "quantize failed: {err}");
+    let q = quantized_lenet("lenet.batch.int8.onnx");
     let x = input_npy("x-batch.npy");
     // The float model on the float executor, the quantized one on the integer engine.
     for (model, engine) in [(&lenet, "float"), (&q, "int8")] {
