@@ -2,7 +2,8 @@
 //! 1,000-image sample: the teacher labels the augmented batch the student sees (an 8-bit
 //! student distilled on strongly augmented inputs stays close to its teacher, which it
 //! could not if the teacher saw the original images), the validation split is reported per
-//! epoch and the kept epoch is the best one by it; bad options are clear errors.
+//! epoch and the kept epoch is the best one by it (the start included); bad options are
+//! clear errors.
 
 use std::path::PathBuf;
 
@@ -60,9 +61,12 @@ fn augmented_distillation_with_validation_keeps_the_best_epoch() {
         .collect();
     assert_eq!(val.len(), 3, "{stdout}");
     assert!(v["validation_ptq"].as_f64().unwrap() > 0.9, "{stdout}");
-    // The kept epoch is the best by validation, ties to the later one.
-    let best = val.iter().cloned().fold(f64::MIN, f64::max);
-    let kept = val.iter().rposition(|&s| s == best).unwrap() + 1;
+    // The kept epoch is the best by validation, ties to the later one; the start (the
+    // PTQ model the training began from, scored as exported) is candidate 0.
+    let start = v["validation_start"].as_f64().unwrap();
+    let scores: Vec<f64> = std::iter::once(start).chain(val.iter().cloned()).collect();
+    let best = scores.iter().cloned().fold(f64::MIN, f64::max);
+    let kept = scores.iter().rposition(|&s| s == best).unwrap();
     assert_eq!(v["kept_epoch"].as_u64(), Some(kept as u64), "{stdout}");
     assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
     let csv = std::fs::read_to_string(&log).unwrap();
@@ -74,6 +78,49 @@ fn augmented_distillation_with_validation_keeps_the_best_epoch() {
     assert!(quantkit_graph::load_model(&out).is_ok());
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&log);
+}
+
+/// A fine-tune that ruins the model (SGD at 0.5 on 256 images) scores far below its start
+/// on the validation split every epoch, so `--keep-best` writes the start: epoch 0, whose
+/// test figure on the engine is the PTQ model's.
+#[test]
+fn keep_best_writes_the_start_when_no_epoch_beats_it() {
+    let out = tmp("start.onnx");
+    let (ok, stdout, err) = qat(&[
+        "--validation",
+        "200",
+        "--keep-best",
+        "--epochs",
+        "2",
+        "--batch",
+        "32",
+        "--limit",
+        "256",
+        "--eval-limit",
+        "200",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.5",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    let start = v["validation_start"].as_f64().unwrap();
+    assert!(start > 0.8, "{stdout}");
+    for e in v["validation"].as_array().unwrap() {
+        assert!(
+            e.as_f64().unwrap() < start,
+            "an epoch scored as well as the start: {stdout}"
+        );
+    }
+    assert_eq!(v["kept_epoch"].as_u64(), Some(0), "{stdout}");
+    assert_eq!(v["engine_value"], v["ptq_value"], "{stdout}");
+    assert_eq!(v["engine_agreement"].as_f64(), Some(1.0), "{stdout}");
+    assert!(quantkit_graph::load_model(&out).is_ok());
+    let _ = std::fs::remove_file(&out);
 }
 
 #[test]

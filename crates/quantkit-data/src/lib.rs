@@ -37,4 +37,4 @@ pub use feed::{InputSpec, NamedFeeds, Run};
 pub use idx::Split;
 pub use image_folder::{ColorMode, ImageOptions, Layout};
 pub use source::{open_data, open_data_for, DataSource, OpenOptions};
-pub use subset::{holdout_split, Subset};
+pub use subset::{holdout_split, validation_split, Subset};

@@ -89,6 +89,25 @@ impl ImageData {
         self.pixels.truncate(self.labels.len() * size);
     }
 
+    /// The samples `idx`, in that order, as a new data set (a validation split).
+    pub fn select(&self, idx: &[usize]) -> Result<Self> {
+        let size: usize = self.sample_shape.iter().product();
+        let mut pixels = Vec::with_capacity(idx.len() * size);
+        let mut labels = Vec::with_capacity(idx.len());
+        for &i in idx {
+            if i >= self.len() {
+                return Err(shape_err(
+                    "ImageData::select",
+                    format!("indices below {}", self.len()),
+                    &[i],
+                ));
+            }
+            pixels.extend_from_slice(&self.pixels[i * size..(i + 1) * size]);
+            labels.push(self.labels[i]);
+        }
+        Self::new(pixels, labels, self.sample_shape)
+    }
+
     /// Samples `idx` as a `[B, C, H, W]` tensor of `pixel / 255` and their labels.
     pub fn batch(&self, idx: &[usize]) -> (Tensor, Vec<usize>) {
         let size: usize = self.sample_shape.iter().product();

@@ -201,7 +201,9 @@ pub struct Args {
     #[arg(long)]
     validation: Option<usize>,
     /// Write the epoch with the best validation figure instead of the last one (ties go to
-    /// the later epoch); needs `--validation`. The test set is never used to choose.
+    /// the later epoch); the QAT start (PTQ) is a candidate too, as epoch 0, so the written
+    /// model never scores below the start on the validation split. Needs `--validation`.
+    /// The test set is never used to choose.
     #[arg(long)]
     keep_best: bool,
     /// Output QDQ ONNX model (written atomically, only after training succeeded).
@@ -717,7 +719,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(nv) => {
             let n = open(&args.data, &specs, Split::Train, args.labels.clone())?.len();
             Some(
-                quantkit_data::holdout_split(n, nv, args.seed ^ 0x005E_ED0F_0A11)
+                quantkit_data::validation_split(n, nv, args.seed)
                     .with_context(|| format!("--validation {nv} of {}", args.data.display()))?,
             )
         }
@@ -944,8 +946,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let mut val_scores: Vec<f64> = Vec::new();
-    // (epoch, the training state, its export, its per-output training losses).
-    let mut best: Option<(usize, Box<Qat>, Graph, Vec<f64>)> = None;
+    // The candidate --keep-best holds: (epochs trained, 0 for the start; the state; its
+    // export; its per-output training losses; its validation figure).
+    type Kept = (usize, Box<Qat>, Graph, Vec<f64>, f64);
+    let mut best: Option<Kept> = None;
+    let mut val_start = None;
+    // The start is a candidate too: fine-tuning that scores below it on the validation
+    // split is not kept, so a kept model is never worse there than where QAT began.
+    if let (true, Some(v)) = (args.keep_best, &mut val_data) {
+        let start = qat.deployed()?.into_owned();
+        let exported = start
+            .export()
+            .context("exporting the QAT start for the validation split")?;
+        let plan = quantkit_engine::compile(&exported, &engine_opts)
+            .context("compiling the QAT start on the integer engine")?;
+        let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
+        val_start = Some(score);
+        best = Some((0, Box::new(start), exported, vec![f64::NAN; nout], score));
+    }
 
     let n_train = args.limit.map_or(train.len(), |l| l.min(train.len()));
     let steps = n_train / args.batch;
@@ -1165,10 +1183,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 val_ptq.unwrap_or(f64::NAN) * 100.0
             ));
             // Ties go to the later epoch: further down the cosine schedule.
-            if args.keep_best && best.as_ref().is_none_or(|b| score >= val_scores[b.0]) {
+            if args.keep_best && best.as_ref().is_none_or(|b| score >= b.4) {
                 // Kept as exported: the deployed model.
                 let kept = deployed.clone().into_owned();
-                best = Some((epoch, Box::new(kept), exported, part_means.clone()));
+                best = Some((
+                    epoch + 1,
+                    Box::new(kept),
+                    exported,
+                    part_means.clone(),
+                    score,
+                ));
             }
         }
         if args.eval_last && epoch + 1 < args.epochs {
@@ -1313,9 +1337,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let (mut exported, mut ev, mut last_parts, last_epoch) = last.expect("at least one epoch");
     let mut kept_epoch = args.epochs;
-    if let Some((epoch, qat_best, exported_best, parts)) = best {
-        kept_epoch = epoch + 1;
-        if epoch != last_epoch {
+    if let Some((kept, qat_best, exported_best, parts, score)) = best {
+        kept_epoch = kept;
+        if kept != last_epoch + 1 {
             // The test figures of the kept epoch (evaluated once, after the choice).
             let plan = quantkit_engine::compile(&exported_best, &engine_opts)
                 .context("compiling the kept epoch's model on the integer engine")?;
@@ -1335,10 +1359,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             last_parts = parts;
         }
         if !args.json {
-            eprintln!(
-                "keeping epoch {kept_epoch} (best validation figure {:.2}%)",
-                val_scores[epoch] * 100.0
-            );
+            if kept == 0 {
+                eprintln!(
+                    "keeping the start (validation {:.2}%): no epoch scored as well on the validation split",
+                    score * 100.0
+                );
+            } else {
+                eprintln!(
+                    "keeping epoch {kept_epoch} (best validation figure {:.2}%)",
+                    score * 100.0
+                );
+            }
         }
     }
     quantkit_graph::save_model(&exported, &args.output)
@@ -1465,6 +1496,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "augment": args.augment,
                 "validation_samples": args.validation,
                 "validation_ptq": val_ptq,
+                "validation_start": val_start,
                 "validation": val_scores,
                 "kept_epoch": kept_epoch,
                 "ema": ema_summary.map(|e| e.2),

@@ -41,6 +41,12 @@ pub struct Args {
     /// Train on only the first N training images (quick runs).
     #[arg(long)]
     limit: Option<usize>,
+    /// Hold out N training images as a validation split (a seeded random subset, `--seed`):
+    /// never trained on, scored after training. `quantkit qat --validation N --seed S` with
+    /// the same N and S holds out the same images, so its `--keep-best` chooses on images
+    /// neither model saw (docs/qat.md).
+    #[arg(long, value_name = "N")]
+    validation: Option<usize>,
     /// Output ONNX file.
     #[arg(short, long)]
     output: PathBuf,
@@ -76,9 +82,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = find_fashion_mnist(args.data.as_deref())?;
     let mut train_data = ImageData::from_idx_dir(&dir, Split::Train)
         .with_context(|| format!("loading the training split from {}", dir.display()))?;
+    anyhow::ensure!(
+        args.limit.is_none() || args.validation.is_none(),
+        "--limit and --validation both choose the training images: give one"
+    );
     if let Some(n) = args.limit {
         train_data.truncate(n);
     }
+    let validation = match args.validation {
+        Some(nv) => {
+            let (tr, ho) = quantkit_data::validation_split(train_data.len(), nv, args.seed)
+                .with_context(|| format!("--validation {nv} of {}", dir.display()))?;
+            let held = train_data.select(&ho)?;
+            train_data = train_data.select(&tr)?;
+            Some(held)
+        }
+        None => None,
+    };
     let test_data = ImageData::from_idx_dir(&dir, Split::Test)
         .with_context(|| format!("loading the test split from {}", dir.display()))?;
     if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -112,6 +132,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     bar.finish();
     let train_secs = start.elapsed().as_secs_f64();
     let ev = evaluate(&model, &test_data, 500)?;
+    let val = validation
+        .as_ref()
+        .map(|v| evaluate(&model, v, 500))
+        .transpose()?;
     export::save_onnx(&model, &args.output)?;
     if args.json {
         let v = serde_json::json!({
@@ -122,23 +146,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "metric": ev.metric,
             "value": ev.value,
             "samples": ev.samples,
+            "train_samples": train_data.len(),
+            "validation_value": val.map(|v| v.value),
+            "validation_samples": val.map(|v| v.samples),
             "output": args.output.display().to_string(),
         });
         println!("{v}");
     } else {
-        let value = if ev.metric == "accuracy" {
-            format!("{:.2}%", ev.value * 100.0)
-        } else {
-            format!("{:.5}", ev.value)
+        let show = |v: f64| {
+            if ev.metric == "accuracy" {
+                format!("{:.2}%", v * 100.0)
+            } else {
+                format!("{v:.5}")
+            }
         };
+        let val_note = val
+            .map(|v| {
+                format!(
+                    "; validation {} on {} held-out images",
+                    show(v.value),
+                    v.samples
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "{}: {} parameters, {} epochs in {:.1} s; test {} {} on {} images; wrote {}",
+            "{}: {} parameters, {} epochs of {} images in {:.1} s; test {} {} on {} images{val_note}; wrote {}",
             args.arch,
             model.num_params(),
             cfg.epochs,
+            train_data.len(),
             train_secs,
             ev.metric,
-            value,
+            show(ev.value),
             ev.samples,
             args.output.display()
         );
