@@ -8,9 +8,11 @@ where PTQ is already at float and every fine-tune moves a few borderline test im
    weights, u8 activations), then the same with 1,000 other training images drawn at
    random (numpy `default_rng(K).choice(60000, 1000, replace=False)`, K = 1..--draws):
    each file run by `quantkit run --engine int8` on the full test set.
-2. For each `--qat FILE.onnx`: the engine's test top-1 and, against the first PTQ file,
-   the images only QAT gets right, the images only PTQ gets right, and the exact two-sided
-   McNemar (sign test) p-value of that split.
+2. For each `--qat FILE.onnx`: the engine's test top-1 and, against the first PTQ file
+   (or `--ptq FILE.onnx`: the start the QAT runs began from, e.g. the file `quantkit qat
+   --validation N --keep-best` writes when it keeps the start, calibrated on the training
+   part only), the images only QAT gets right, the images only PTQ gets right, and the
+   exact two-sided McNemar (sign test) p-value of that split.
 3. The float model (ONNX Runtime, one thread) on the first 10,000 training images as they
    are, mirrored left-right, and shifted one pixel right (np.roll): how far the model is
    from the views an augmentation would train on.
@@ -18,7 +20,7 @@ where PTQ is already at float and every fine-tune moves a few borderline test im
 Usage:
     python3 bench/ptq_calib_spread.py [--quantkit target/release/quantkit] [--model resnet8]
         [--data /usr/share/datasets/fashion-mnist] [--out /tmp/ptq_spread] [--draws 5]
-        [--qat A.onnx B.onnx ...]
+        [--ptq START.onnx] [--qat A.onnx B.onnx ...]
 """
 import argparse, gzip, math, os, subprocess
 
@@ -53,6 +55,7 @@ def main():
     ap.add_argument("--out", default="/tmp/ptq_spread")
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--qat", nargs="*", default=[])
+    ap.add_argument("--ptq", help="the PTQ file the --qat files are compared with (default: the first PTQ)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     model = os.path.join(ROOT, "models", f"{a.model}.onnx")
@@ -79,6 +82,9 @@ def main():
         print(f"PTQ, random draw {k}: {accs[-1] * 100:.2f} % (differs from the first on {(p != p0).sum()} images)")
     print(f"PTQ over {len(accs)} calibration sets: {min(accs) * 100:.2f}–{max(accs) * 100:.2f} %, "
           f"mean {np.mean(accs) * 100:.3f} %")
+    if a.ptq:
+        p0 = engine_top1(a.quantkit, a.ptq, xfile, os.path.join(a.out, "ptq_given"))
+        print(f"{os.path.basename(a.ptq)} (the reference below): {(p0 == y).mean() * 100:.2f} %")
     for f in a.qat:
         q = engine_top1(a.quantkit, f, xfile, os.path.join(a.out, "qat_" + os.path.basename(f)))
         b, c = int(((q == y) & (p0 != y)).sum()), int(((q != y) & (p0 == y)).sum())
