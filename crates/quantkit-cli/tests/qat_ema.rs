@@ -32,7 +32,6 @@ fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
         "0",
         "--validation",
         "200",
-        "--keep-best",
         "-o",
         out.to_str().unwrap(),
         "--json",
@@ -45,7 +44,9 @@ fn run(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn the_averaged_model_is_written_and_equals_the_engine() {
-    let (plain, averaged) = (tmp("plain.onnx"), tmp("ema.onnx"));
+    let (plain, averaged, kept) = (tmp("plain.onnx"), tmp("ema.onnx"), tmp("kept.onnx"));
+    // Without --keep-best both write their last epoch: the last step's parameters and
+    // their average.
     let p = run(&plain, &[]);
     assert!(p["ema"].is_null(), "{p}");
     let v = run(&averaged, &["--ema", "0.9", "--ema-warmup"]);
@@ -61,7 +62,20 @@ fn the_averaged_model_is_written_and_equals_the_engine() {
         std::fs::read(&averaged).unwrap(),
     );
     assert_ne!(a, b, "the averaged run wrote the last step's model");
-    for f in [&plain, &averaged] {
+    // --keep-best on the averaged model: the best of the start and the averaged epochs by
+    // the validation split (ties to the later), still equal to the engine.
+    let k = run(&kept, &["--ema", "0.9", "--ema-warmup", "--keep-best"]);
+    assert_eq!(k["engine_agreement"].as_f64(), Some(1.0), "{k}");
+    assert_eq!(k["engine_max_logit_diff"].as_f64(), Some(0.0), "{k}");
+    assert_eq!(k["validation"], v["validation"], "{k}");
+    let scores: Vec<f64> = std::iter::once(&k["validation_start"])
+        .chain(k["validation"].as_array().unwrap())
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let best = scores.iter().cloned().fold(f64::MIN, f64::max);
+    let epoch = scores.iter().rposition(|&s| s == best).unwrap();
+    assert_eq!(k["kept_epoch"].as_u64(), Some(epoch as u64), "{k}");
+    for f in [&plain, &averaged, &kept] {
         let _ = std::fs::remove_file(f);
     }
 }
