@@ -207,3 +207,43 @@ fn augmentation_with_labels_trains_on_the_transformed_batches() {
     // Labels kept: the mirrored and shifted clothes are still mostly classified right.
     assert!(flip["qat_value"].as_f64().unwrap() > 0.8, "{flip}");
 }
+
+/// With `--json` (or stderr not a terminal) `qat` writes plain progress lines on stderr,
+/// each `qat: H:MM:SS ...`: the start and every epoch's figures; `-q` silences them, and
+/// stdout is the JSON either way.
+#[test]
+fn progress_lines_on_stderr_and_quiet() {
+    let out = tmp("lines.onnx");
+    let o = out.to_str().unwrap();
+    let args = [
+        "--epochs",
+        "2",
+        "--batch",
+        "32",
+        "--limit",
+        "64",
+        "--eval-limit",
+        "64",
+        "-o",
+        o,
+        "--json",
+    ];
+    let (ok, stdout, err) = qat(&args);
+    assert!(ok, "{err}");
+    assert!(serde_json::from_str::<serde_json::Value>(stdout.trim()).is_ok());
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.starts_with("qat: ")),
+        "a stderr line without the prefix: {err}"
+    );
+    assert!(lines[0].contains("training: 2 epochs of 2 steps"), "{err}");
+    for e in ["epoch 1: loss", "epoch 2: loss"] {
+        assert!(lines.iter().any(|l| l.contains(e)), "no `{e}` line: {err}");
+    }
+    let quiet: Vec<&str> = args.iter().copied().chain(["-q"]).collect();
+    let (ok, stdout, err) = qat(&quiet);
+    assert!(ok, "{err}");
+    assert!(err.is_empty(), "-q wrote on stderr: {err}");
+    assert!(serde_json::from_str::<serde_json::Value>(stdout.trim()).is_ok());
+    let _ = std::fs::remove_file(&out);
+}

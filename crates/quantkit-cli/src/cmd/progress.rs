@@ -1,4 +1,4 @@
-//! Progress of long commands (`quantize --target`, `analyze`) on stderr: progress bars on a
+//! Progress of long commands (`quantize --target`, `analyze`, `qat`) on stderr: progress bars on a
 //! terminal; plain lines when stderr is not a terminal or with `--json` (stdout then
 //! carries the JSON, stderr is free), so a run in a script or a CI log shows where it is;
 //! nothing with `--quiet` (warnings and errors are still printed).
@@ -82,6 +82,22 @@ impl Progress {
     pub fn tick(&self, what: &str, done: usize, total: usize, unit: &str) {
         if self.lines() && done > 0 && done < total && self.last.get().elapsed() >= TICK {
             self.line(format_args!("{what}: {done}/{total} {unit}"));
+        }
+    }
+
+    /// Whether a within-stage line is due ([`Mode::Lines`], the last line [`TICK`] ago):
+    /// for loops whose line says more than [`Progress::tick`]'s count.
+    pub fn due(&self) -> bool {
+        self.lines() && self.last.get().elapsed() >= TICK
+    }
+
+    /// A stage's line: printed above `bar` ([`Mode::Bars`]) or as a plain line
+    /// ([`Mode::Lines`]); nothing with `--quiet`.
+    pub fn say(&self, bar: &ProgressBar, what: impl std::fmt::Display) {
+        match self.mode {
+            Mode::Bars => bar.println(what.to_string()),
+            Mode::Lines => self.line(what),
+            Mode::Quiet => {}
         }
     }
 

@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::progress::{Mode, Progress};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use quantkit_data::{open_data_for, BatchOptions, DataSource, OpenOptions, Split};
@@ -217,6 +218,12 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress on stderr: neither the progress bar (a terminal) nor the plain lines
+    /// written when stderr is not a terminal or with --json (`qat: H:MM:SS ...`: each
+    /// epoch's figures, and within an epoch a line at most every 30 s). Warnings and errors
+    /// are still printed.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 /// Agreement of one output with the float model's over the evaluation set: the cosine of
@@ -560,9 +567,10 @@ fn exact_plan(
             "warning: exact mode evaluates `{node}` as the f32 fake-quant model ({why}); \
              its codes can differ from the engine's"
         );
+        // A warning is printed even when the bar is hidden (--json, not a terminal).
         match bar {
-            Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            Some(b) if !b.is_hidden() => b.println(msg),
+            _ => eprintln!("{msg}"),
         }
     }
     Ok(exact)
@@ -1018,16 +1026,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     log.push('\n');
     let mut points: Vec<super::qat_plot::EpochPoint> = Vec::new();
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total as u64)
-    };
+    let progress = Progress::new("qat", Mode::of(args.json, args.quiet));
+    let bar = progress.bar("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})");
+    bar.set_length(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
             .expect("valid template")
             .progress_chars("=> "),
     );
+    progress.line(format_args!(
+        "training: {} epochs of {steps} steps (batch {}); PTQ start {}",
+        args.epochs,
+        args.batch,
+        if recon {
+            format!("reconstruction MSE {ptq_value:.6}")
+        } else {
+            format!("{:.2}%", ptq_value * 100.0)
+        }
+    ));
     let mut global = 0;
     let mut last = None;
     let mut epochs_secs = Vec::new();
@@ -1035,10 +1051,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if epoch == args.freeze_bn_epoch && qat.bn_batch_active() {
             qat.freeze_bn()
                 .context("folding the batch-statistics BatchNormalizations")?;
-            bar.println(format!(
+            progress.say(
+                &bar,
+                format!(
                 "epoch {}: BatchNormalization statistics frozen and folded into the Conv layers",
                 epoch + 1
-            ));
+            ),
+            );
         }
         let te = Instant::now();
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
@@ -1157,6 +1176,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 inputs as f64 / te.elapsed().as_secs_f64().max(1e-9)
             ));
             bar.inc(1);
+            if progress.due() {
+                progress.line(format_args!(
+                    "epoch {}/{}: step {}/{steps}, loss {:.4}, {:.0} samples/s",
+                    epoch + 1,
+                    args.epochs,
+                    step + 1,
+                    loss_sum / seen.max(1) as f64,
+                    inputs as f64 / te.elapsed().as_secs_f64().max(1e-9)
+                ));
+            }
         }
         let train_secs = te.elapsed().as_secs_f64();
         epochs_secs.push(train_secs);
@@ -1175,13 +1204,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
             val_scores.push(score);
             val_note = format!(",{score:.6}");
-            bar.println(format!(
+            progress.say(
+                &bar,
+                format!(
                 "epoch {}: validation ({} held-out training samples, engine) {:.2}% (PTQ {:.2}%)",
                 epoch + 1,
                 v.len(),
                 score * 100.0,
                 val_ptq.unwrap_or(f64::NAN) * 100.0
-            ));
+            ),
+            );
             // Ties go to the later epoch: further down the cosine schedule.
             if args.keep_best && best.as_ref().is_none_or(|b| score >= b.4) {
                 // Kept as exported: the deployed model.
@@ -1216,11 +1248,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 fake: None,
                 engine: None,
             });
-            bar.println(format!(
-                "epoch {}: loss {:.4}, {sps:.0} samples/s (evaluated after the last epoch)",
-                epoch + 1,
-                loss_sum / seen.max(1) as f64
-            ));
+            progress.say(
+                &bar,
+                format!(
+                    "epoch {}: loss {:.4}, {sps:.0} samples/s (evaluated after the last epoch)",
+                    epoch + 1,
+                    loss_sum / seen.max(1) as f64
+                ),
+            );
             continue;
         }
         // Parameters are checked finite after every step, but quantities derived from
@@ -1294,13 +1329,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     )
                 })
                 .collect();
-            bar.println(format!(
-                "  per output (engine vs float): {}",
-                parts.join(", ")
-            ));
+            progress.say(
+                &bar,
+                format!("  per output (engine vs float): {}", parts.join(", ")),
+            );
         }
         if recon {
-            bar.println(format!(
+            progress.say(&bar, format!(
                 "epoch {}: loss {:.6}, {:.0} samples/s; eval on {}: reconstruction MSE float {:.6}, fake-quant (exact mode) {:.6}, engine {:.6} (PSNR {:.2} / {:.2} / {:.2} dB; engine within one output step of fake-quant on {:.2}% of samples, max difference {:.3e}; f32 fake-quant MSE {:.6})",
                 epoch + 1,
                 loss_sum / seen.max(1) as f64,
@@ -1317,7 +1352,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 ev.fake_f32
             ));
         } else {
-            bar.println(format!(
+            progress.say(&bar, format!(
             "epoch {}: loss {:.4}, {:.0} samples/s; eval on {}: float {:.2}%, fake-quant (exact mode) {:.2}%, engine {:.2}% (engine = fake-quant top-1 on {:.2}%, max logit difference {:.3e}; f32 fake-quant {:.2}%, = engine on {:.2}%)",
             epoch + 1,
             loss_sum / seen.max(1) as f64,
