@@ -1,7 +1,8 @@
 //! `quantkit train --validation N` on a small IDX folder written by the test (300 training
 //! and 50 test images of seeded noise, ten labels): the held-out images are not trained
 //! on and are scored after training; a split as large as the data, or with `--limit`, is
-//! a clear error that writes nothing.
+//! a clear error that writes nothing; progress lines on stderr (not a terminal), none with
+//! `-q`.
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +73,9 @@ fn validation_split_is_held_out_and_scored() {
     assert!((0.0..=1.0).contains(&val), "{stdout}");
     assert_eq!(v["samples"].as_u64(), Some(50), "{stdout}");
     assert!(quantkit_graph::load_model(&out).is_ok());
+    // --json: plain progress lines on stderr, one per epoch at least.
+    assert!(err.lines().all(|l| l.starts_with("train: ")), "{err}");
+    assert!(err.contains("epoch 1/1: step 10/10"), "{err}");
 
     // Without --validation every image trains and no validation figure is reported.
     let (ok, stdout, err) = train(&dir, &out, &[]);
@@ -79,6 +83,9 @@ fn validation_split_is_held_out_and_scored() {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
     assert_eq!(v["train_samples"].as_u64(), Some(300), "{stdout}");
     assert!(v["validation_value"].is_null(), "{stdout}");
+    // -q: nothing on stderr.
+    let (ok, _, err) = train(&dir, &out, &["-q"]);
+    assert!(ok && err.is_empty(), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::progress::{Mode, Progress};
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressStyle;
 use quantkit_data::idx::{find_fashion_mnist, Split};
 use quantkit_train::trainer::{evaluate, train, ImageData, OptimizerKind, TrainConfig};
 use quantkit_train::{export, zoo};
@@ -53,6 +54,11 @@ pub struct Args {
     /// Print the final summary as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress on stderr: neither the progress bar (a terminal) nor the plain lines
+    /// written when stderr is not a terminal or with --json (`train: H:MM:SS ...`: each
+    /// epoch's loss, and within an epoch a line at most every 30 s).
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 /// Runs `quantkit train`.
@@ -110,7 +116,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let steps = train_data.len() / cfg.batch_size.max(1);
-    let bar = ProgressBar::new((steps * cfg.epochs) as u64);
+    let progress = Progress::new("train", Mode::of(args.json, args.quiet));
+    progress.line(format_args!(
+        "{}: {} epochs of {steps} steps (batch {}, {} training images)",
+        args.arch,
+        cfg.epochs,
+        cfg.batch_size,
+        train_data.len()
+    ));
+    let bar = progress.bar("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})");
+    bar.set_length((steps * cfg.epochs) as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
             .expect("valid template")
@@ -128,6 +143,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             p.loss, p.samples_per_sec
         ));
         bar.inc(1);
+        if p.step + 1 == p.steps_per_epoch || progress.due() {
+            progress.line(format_args!(
+                "epoch {}/{}: step {}/{}, loss {:.4}{acc}, {:.0} samples/s",
+                p.epoch + 1,
+                cfg.epochs,
+                p.step + 1,
+                p.steps_per_epoch,
+                p.loss,
+                p.samples_per_sec
+            ));
+        }
     })?;
     bar.finish();
     let train_secs = start.elapsed().as_secs_f64();
