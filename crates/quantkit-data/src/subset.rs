@@ -77,10 +77,10 @@ pub fn holdout_split(n: usize, n_holdout: usize, seed: u64) -> Result<(Vec<usize
     Ok((train, holdout))
 }
 
-/// The validation split that `--validation N --seed S` names in `quantkit train` and
-/// `quantkit qat`: [`holdout_split`] of `0..n` with the seed `S` mixed by one fixed
-/// constant, so that a model trained with `--validation N --seed S` and fine-tuned with the
-/// same two options never sees the `N` held-out samples in either run.
+/// The validation split that `--validation N --validation-seed S` names in `quantkit
+/// train` and `quantkit qat`: [`holdout_split`] of `0..n` with the seed `S` mixed by one
+/// fixed constant, so that a model trained with `--validation N --validation-seed S` and
+/// fine-tuned with the same two options never sees the `N` held-out samples in either run.
 pub fn validation_split(n: usize, n_holdout: usize, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
     holdout_split(n, n_holdout, seed ^ 0x005E_ED0F_0A11)
 }

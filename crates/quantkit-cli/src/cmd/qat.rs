@@ -183,7 +183,7 @@ pub struct Args {
     /// the CSV then leaves the evaluation columns of earlier epochs empty.
     #[arg(long)]
     eval_last: bool,
-    /// Shuffling seed (also seeds `--augment` and the `--validation` split).
+    /// Shuffling seed (also seeds `--augment`; the `--validation` split has its own).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Augment every training batch before the student and the teacher see it (labels
@@ -196,11 +196,17 @@ pub struct Args {
     /// augmented (docs/qat.md).
     #[arg(long)]
     augment: Option<String>,
-    /// Hold out this many training samples (a seeded random subset, `--seed`) as a
-    /// validation split: never trained on nor calibrated on; the integer engine's accuracy
-    /// on it (without labels: top-1 agreement with the float model) is printed per epoch.
+    /// Hold out this many training samples (a random subset drawn with
+    /// `--validation-seed`) as a validation split: never trained on nor calibrated on; the
+    /// integer engine's accuracy on it (without labels: top-1 agreement with the float
+    /// model) is printed per epoch.
     #[arg(long)]
     validation: Option<usize>,
+    /// Seed of the `--validation` split, apart from `--seed` so that runs with other
+    /// shuffling hold out the same samples: `quantkit train --validation N
+    /// --validation-seed S` holds out the same N images.
+    #[arg(long, default_value_t = 0)]
+    validation_seed: u64,
     /// Write the epoch with the best validation figure instead of the last one (ties go to
     /// the later epoch); the QAT start (PTQ) is a candidate too, as epoch 0, so the written
     /// model never scores below the start on the validation split. Needs `--validation`.
@@ -727,7 +733,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(nv) => {
             let n = open(&args.data, &specs, Split::Train, args.labels.clone())?.len();
             Some(
-                quantkit_data::validation_split(n, nv, args.seed)
+                quantkit_data::validation_split(n, nv, args.validation_seed)
                     .with_context(|| format!("--validation {nv} of {}", args.data.display()))?,
             )
         }

@@ -42,12 +42,16 @@ pub struct Args {
     /// Train on only the first N training images (quick runs).
     #[arg(long)]
     limit: Option<usize>,
-    /// Hold out N training images as a validation split (a seeded random subset, `--seed`):
-    /// never trained on, scored after training. `quantkit qat --validation N --seed S` with
-    /// the same N and S holds out the same images, so its `--keep-best` chooses on images
-    /// neither model saw (docs/qat.md).
+    /// Hold out N training images as a validation split (a random subset drawn with
+    /// `--validation-seed`): never trained on, scored after training. `quantkit qat
+    /// --validation N --validation-seed S` with the same N and S holds out the same images,
+    /// so its `--keep-best` chooses on images neither model saw (docs/qat.md).
     #[arg(long, value_name = "N")]
     validation: Option<usize>,
+    /// Seed of the `--validation` split (apart from `--seed`, which seeds the weights and
+    /// the shuffling).
+    #[arg(long, default_value_t = 0)]
+    validation_seed: u64,
     /// Output ONNX file.
     #[arg(short, long)]
     output: PathBuf,
@@ -97,8 +101,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let validation = match args.validation {
         Some(nv) => {
-            let (tr, ho) = quantkit_data::validation_split(train_data.len(), nv, args.seed)
-                .with_context(|| format!("--validation {nv} of {}", dir.display()))?;
+            let (tr, ho) =
+                quantkit_data::validation_split(train_data.len(), nv, args.validation_seed)
+                    .with_context(|| format!("--validation {nv} of {}", dir.display()))?;
             let held = train_data.select(&ho)?;
             train_data = train_data.select(&tr)?;
             Some(held)
