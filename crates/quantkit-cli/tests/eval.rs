@@ -136,8 +136,13 @@ fn text_output_names_the_accuracy() {
         out.contains(&format!("({c} / 1000)")),
         "expected {c} correct in: {out}"
     );
-    // stderr is not a terminal here: no progress bar.
-    assert!(!err.contains("evaluating"), "{err}");
+    // stderr is not a terminal here: no progress bar, plain `eval:` lines instead (the
+    // last one says how many samples ran); none with -q.
+    assert!(!err.contains('\r'), "{err}");
+    assert!(err.lines().all(|l| l.starts_with("eval: ")), "{err}");
+    assert!(err.contains("evaluated 1000 samples"), "{err}");
+    let (ok, _, err) = eval(&lenet(), &["--data", sample().to_str().unwrap(), "-q"]);
+    assert!(ok && err.is_empty(), "{err}");
 }
 
 #[test]

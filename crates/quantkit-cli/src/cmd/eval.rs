@@ -2,11 +2,11 @@
 //! classifier or reconstruction MSE of an autoencoder on a data set, and, with a reference,
 //! how far the model's outputs are from the reference's on the same batches.
 
+use super::progress::{Mode, Progress};
 use crate::evaluate::{evaluate, Backend, EvalOptions, Metric, Outcome};
 use anyhow::{bail, Context, Result};
 use quantkit_data::{open_data_for, OpenOptions, Split};
 use serde_json::json;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// Arguments of `quantkit eval`.
@@ -39,6 +39,11 @@ pub struct Args {
     /// Print one JSON object (`sqnr_db` is null when the outputs are identical).
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr: neither the bar (a terminal) nor the plain lines written
+    /// when stderr is not a terminal or with --json (`eval: H:MM:SS evaluating: N/M
+    /// samples`, at most every 30 s, and one at the end).
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Executor of MODEL: `int8` (the integer engine; default for a quantized model: Q/DQ,
     /// QLinearConv/QLinearMatMul/QGemm or dynamic-quantization nodes) or `float` (the float executor, which simulates Q/DQ exactly). The reference always
     /// runs on the float executor.
@@ -103,18 +108,9 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
 
-    let bar = if args.json || !std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "evaluating {bar:30} {pos}/{len} samples [{elapsed_precise}, eta {eta}]",
-            )
-            .expect("valid template"),
-        );
-        b
-    };
+    let progress = Progress::new("eval", Mode::of(args.json, args.quiet));
+    let bar =
+        progress.bar("evaluating {bar:30} {pos}/{len} samples [{elapsed_precise}, eta {eta}]");
     let outcome = evaluate(
         model.as_ref(),
         reference.as_deref(),
@@ -130,9 +126,20 @@ pub fn run(args: Args) -> Result<()> {
                 bar.set_length(t as u64);
             }
             bar.set_position(done as u64);
+            if progress.due() {
+                match total {
+                    Some(t) => progress.line(format_args!("evaluating: {done}/{t} samples")),
+                    None => progress.line(format_args!("evaluating: {done} samples")),
+                }
+            }
         },
     )?;
     bar.finish_and_clear();
+    progress.line(format_args!(
+        "evaluated {} samples in {:.1} s",
+        outcome.samples,
+        progress.elapsed()
+    ));
 
     if args.json {
         print_json(&args, backend, &outcome)
