@@ -383,6 +383,13 @@ fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
         assert!(l.contains(verdict), "{l} vs {s}");
         assert!(l.ends_with(" s)"), "{l}");
         assert!(s["seconds"].as_f64().unwrap() >= 0.0);
+        // The continuous figures of the same samples: with an SQNR target, the step's
+        // value is its `sqnr_db`.
+        let cos = s["cosine"].as_f64().unwrap();
+        assert!(cos > 0.0 && cos <= 1.0 + 1e-12, "{s}");
+        if s["sqnr_db"].is_f64() {
+            assert_eq!(s["sqnr_db"], s["value"], "{s}");
+        }
     }
     let summary = lines.iter().find(|l| l.contains(" search done")).unwrap();
     assert!(

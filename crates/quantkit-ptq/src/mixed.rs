@@ -863,6 +863,12 @@ pub struct Step {
     pub met: bool,
     /// Whether the step was kept.
     pub kept: bool,
+    /// Cosine of all outputs against the float outputs, over the samples measured (those
+    /// before `stopped_after` when stopped early): a continuous figure beside the
+    /// agreement count, which saturates when every sample agrees.
+    pub cosine: f64,
+    /// Output SQNR in dB over the same samples (`null` in JSON when exact).
+    pub sqnr_db: f64,
     /// Set when the configuration was stopped early: the agreement samples counted before
     /// it provably could not meet the target (`value` and `judged` are of those samples).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1090,6 +1096,8 @@ impl Runner<'_, '_, '_> {
             judged: self.target.judged(&m),
             met,
             kept: !keep_if_met || met,
+            cosine: m.cosine,
+            sqnr_db: m.sqnr_db,
             stopped_after: stopped,
             full: None,
             seconds: t0.elapsed().as_secs_f64(),
@@ -1323,6 +1331,8 @@ pub fn search(
         judged: target.judged(&int8),
         met: target.met(&int8),
         kept: true,
+        cosine: int8.cosine,
+        sqnr_db: int8.sqnr_db,
         stopped_after: None,
         full: None,
         seconds: t_int8,
