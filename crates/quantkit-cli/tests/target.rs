@@ -407,3 +407,81 @@ fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
     assert_eq!(w["config"], v["config"]);
     assert_eq!(w["steps"].as_array().unwrap().len(), steps.len());
 }
+
+/// `--prune-floor DB`: after the first configuration that meets the target, a prune step
+/// is kept only if the output SQNR stays within DB dB of that configuration's. On LeNet
+/// with `sqnr=46.5` pruning without a floor keeps steps below the first acceptance's SQNR;
+/// with `--prune-floor 0` none is kept, some are refused for it (`below_floor`, and their
+/// progress line says so), and the written configuration still meets the target.
+#[test]
+fn prune_floor_keeps_only_steps_above_the_floor() {
+    let out = tmp("lenet.floor.onnx");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--target",
+            "sqnr=46.5",
+            "--confirm",
+            "0",
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, stdout, err) = quantize(&args);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        (v, err)
+    };
+    // The SQNR of the first accepted configuration, and the kept prune steps' SQNRs.
+    let pruned = |v: &serde_json::Value| {
+        let steps = v["steps"].as_array().unwrap();
+        let first = v["accepted"][0]["step"].as_u64().unwrap() as usize;
+        let start = steps[first]["sqnr_db"].as_f64().unwrap();
+        let kept: Vec<f64> = steps[first + 1..]
+            .iter()
+            .filter(|s| s["kept"] == true)
+            .map(|s| s["sqnr_db"].as_f64().unwrap_or(f64::INFINITY))
+            .collect();
+        (start, kept, steps.clone())
+    };
+    let (free, _) = run(&[]);
+    let (start, kept, _) = pruned(&free);
+    assert!(
+        kept.iter().any(|&q| q < start),
+        "without a floor no prune step lost SQNR ({start} dB): {kept:?}"
+    );
+    let (floored, err) = run(&["--prune-floor", "0"]);
+    assert_eq!(floored["prune_floor_db"].as_f64(), Some(0.0));
+    let (start, kept, steps) = pruned(&floored);
+    assert!(kept.iter().all(|&q| q >= start), "{start} dB: {kept:?}");
+    let refused = steps.iter().filter(|s| s["below_floor"] == true).count();
+    assert!(refused > 0, "no step was refused for the floor");
+    assert!(
+        steps
+            .iter()
+            .filter(|s| s["below_floor"] == true)
+            .all(|s| s["met"] == true && s["kept"] == false),
+        "{steps:?}"
+    );
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("below the --prune-floor SQNR"))
+            .count(),
+        refused,
+        "{err}"
+    );
+    assert_eq!(floored["met"], true);
+    assert!(floored["measured"]["sqnr_db"].as_f64().unwrap() >= 46.5);
+    // A negative floor is an error that writes nothing.
+    let bad = tmp("lenet.floor.bad.onnx");
+    let (ok, _, err) = quantize(&[
+        "--target",
+        "sqnr=46.5",
+        "--prune-floor=-1",
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("--prune-floor"), "{err}");
+    assert!(!bad.exists());
+    let _ = std::fs::remove_file(&out);
+}

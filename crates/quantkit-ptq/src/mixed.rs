@@ -847,6 +847,13 @@ pub struct SearchOptions {
     /// Memory budget of the values [`Reuse`] keeps, bytes (`None`: `QUANTKIT_REUSE_BYTES`
     /// or [`crate::reuse::DEFAULT_BUDGET`]; 0 runs every configuration in full).
     pub reuse_bytes: Option<usize>,
+    /// After the first configuration that meets the target, a step that gives quality back
+    /// (pruning, 4-bit weights) is kept only if the output SQNR on the search samples stays
+    /// within this many dB of that configuration's, besides meeting the target (`None`:
+    /// the target alone). An agreement count saturates when every search sample agrees,
+    /// so it cannot tell prune steps apart; the SQNR can (`quantkit quantize
+    /// --prune-floor`).
+    pub prune_floor_db: Option<f64>,
 }
 
 /// One configuration the search measured.
@@ -869,6 +876,10 @@ pub struct Step {
     pub cosine: f64,
     /// Output SQNR in dB over the same samples (`null` in JSON when exact).
     pub sqnr_db: f64,
+    /// The target held but the step was not kept: its output SQNR fell below the floor
+    /// ([`SearchOptions::prune_floor_db`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub below_floor: bool,
     /// Set when the configuration was stopped early: the agreement samples counted before
     /// it provably could not meet the target (`value` and `judged` are of those samples).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1048,12 +1059,21 @@ struct Runner<'s, 'e, 'p> {
     rerun: usize,
     total_hint: usize,
     progress: &'p mut dyn FnMut(SearchEvent<'_>),
+    /// The output SQNR a kept step may not fall below ([`SearchOptions::prune_floor_db`]),
+    /// set when pruning begins.
+    floor: Option<f64>,
     /// The configurations that met the target, in the order the search accepted them.
     accepted: Vec<Accepted>,
 }
 
 impl Runner<'_, '_, '_> {
     /// Records that the configuration of step `step` met the target and was taken.
+    /// Whether the last step measured was kept (run with `keep_if_met`: the target held
+    /// and the output SQNR stayed above the floor).
+    fn last_kept(&self) -> bool {
+        self.steps.last().is_some_and(|s| s.kept)
+    }
+
     fn accept(&mut self, step: usize, c: &MixedConfig, m: &Measured) {
         self.accepted.push(Accepted {
             step,
@@ -1083,6 +1103,11 @@ impl Runner<'_, '_, '_> {
         self.times.build += (t1 - t0).as_secs_f64();
         self.times.measure += t1.elapsed().as_secs_f64();
         let met = stopped.is_none() && self.target.met(&m);
+        let below_floor = met
+            && keep_if_met
+            && self
+                .floor
+                .is_some_and(|f| m.sqnr_db < f || m.sqnr_db.is_nan());
         if let Some(n) = stopped {
             self.stopped += 1;
             let agree = (m.agreement.unwrap_or(0.0) * n as f64).round() as usize;
@@ -1095,9 +1120,10 @@ impl Runner<'_, '_, '_> {
             value: self.target.value_of(&m),
             judged: self.target.judged(&m),
             met,
-            kept: !keep_if_met || met,
+            kept: !keep_if_met || (met && !below_floor),
             cosine: m.cosine,
             sqnr_db: m.sqnr_db,
+            below_floor,
             stopped_after: stopped,
             full: None,
             seconds: t0.elapsed().as_secs_f64(),
@@ -1333,6 +1359,7 @@ pub fn search(
         kept: true,
         cosine: int8.cosine,
         sqnr_db: int8.sqnr_db,
+        below_floor: false,
         stopped_after: None,
         full: None,
         seconds: t_int8,
@@ -1442,6 +1469,7 @@ pub fn search(
         total_hint: 4 * ilog2_ceil(order.len() + 1) + order.len(),
         progress,
         accepted: Vec::new(),
+        floor: None,
     };
     if target.met(&int8) {
         r.accept(0, &MixedConfig::default(), &int8);
@@ -1567,6 +1595,12 @@ pub fn search(
         }));
     }
     let mut stack: Vec<Vec<String>> = vec![changed];
+    // From here on a step gives quality back: with a floor, its output SQNR may not fall
+    // more than `prune_floor_db` below the configuration that first met the target.
+    r.floor = opts
+        .prune_floor_db
+        .filter(|_| current.sqnr_db.is_finite())
+        .map(|d| current.sqnr_db - d);
     while let Some(group) = stack.pop() {
         if group.is_empty() {
             continue;
@@ -1585,7 +1619,7 @@ pub fn search(
             ),
         };
         let m = r.run(&c, action, true)?;
-        if target.met(&m) {
+        if r.last_kept() {
             r.accept(r.steps.len() - 1, &c, &m);
             config = c;
             current = m;
@@ -1606,7 +1640,7 @@ pub fn search(
                 let mut c = config.clone();
                 c.set(one, p);
                 let m = r.run(&c, format!("{} {one} (prune)", p.name()), true)?;
-                if target.met(&m) {
+                if r.last_kept() {
                     r.accept(r.steps.len() - 1, &c, &m);
                     config = c;
                     current = m;
@@ -1629,7 +1663,7 @@ pub fn search(
             let mut c = config.clone();
             c.set(name, Precision::Weight4);
             let m = r.run(&c, format!("4-bit weights {name}"), true)?;
-            if target.met(&m) {
+            if r.last_kept() {
                 r.accept(r.steps.len() - 1, &c, &m);
                 config = c;
                 current = m;

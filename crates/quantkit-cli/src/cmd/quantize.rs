@@ -191,6 +191,15 @@ pub struct Args {
     /// for 3).
     #[arg(long, default_value_t = quantkit_ptq::mixed::DEFAULT_CONFIRM_TESTS, value_name = "K")]
     pub confirm_tests: usize,
+    /// With --target: after the first configuration that meets the target, keep a step
+    /// that gives quality back (a layer pruned back to int8, 4-bit weights) only if the
+    /// output SQNR on the search samples stays within DB dB of that configuration's, as well
+    /// as meeting the target. An agreement count saturates once every search sample agrees,
+    /// so pruning by it alone drifts to a configuration that misses on fresh samples
+    /// (Magika: SQNR 60 → 40 dB with all 340 search files agreeing; 653/660 on
+    /// confirmation). Off by default (docs/analysis.md, "Pruning floor").
+    #[arg(long, value_name = "DB")]
+    pub prune_floor: Option<f64>,
     /// Evaluation samples for --target.
     #[arg(long, default_value_t = 1000)]
     pub eval_samples: usize,

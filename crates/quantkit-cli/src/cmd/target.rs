@@ -712,6 +712,12 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
     if args.confirm_tests == 0 {
         anyhow::bail!("--confirm-tests 0: at least one configuration is confirmed (1 or more)");
     }
+    if let Some(d) = args.prune_floor {
+        anyhow::ensure!(
+            d.is_finite() && d >= 0.0,
+            "--prune-floor {d}: expected a number of dB, 0 or more"
+        );
+    }
     let eval_total = samples(&eval);
     let fixed_batch = graph.inputs.iter().any(|v| {
         !graph.initializers.contains_key(&v.name)
@@ -941,6 +947,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
                     args.budget.clamp(0.0, 1e9),
                 )),
                 reuse_bytes: None,
+                prune_floor_db: args.prune_floor,
             },
             &mut |e| match e {
                 SearchEvent::Progress { stage, done, total } => {
@@ -1091,6 +1098,7 @@ pub fn run(args: &Args, graph: Graph, config: PtqConfig, size_before: u64) -> an
         // No confirmation: `met` and `measured` are of the samples the search chose on.
         v["optimistic"] = result.confirmation.is_none().into();
         v["confirm_fraction"] = args.confirm.into();
+        v["prune_floor_db"] = args.prune_floor.into();
         v["evaluation_confirmation"] = confirm_part
             .as_ref()
             .map(|(_, _, how)| format!("{how}; never run by the search"))
@@ -1298,6 +1306,7 @@ fn fmt_step_value(t: Target, value: Option<f64>, judged: Option<f64>) -> String 
 fn step_line(t: Target, index: usize, s: &Step) -> String {
     let verdict = match s.stopped_after {
         Some(n) => format!("not met, stopped early after {n} samples"),
+        None if s.below_floor => "met, below the --prune-floor SQNR: not kept".into(),
         None if s.met => "met".into(),
         None => "not met".into(),
     };
