@@ -327,10 +327,10 @@ fn a_confirmation_part_too_small_for_the_target_is_refused_with_the_samples_it_t
 /// on stderr, `search: H:MM:SS ...`, one per configuration measured with its action and
 /// verdict, and a summary with the mean time per configuration, while stdout stays one
 /// JSON document; -q/--quiet silences them and changes nothing else.
-#[test]
-fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
-    let out = tmp("lenet.lines.onnx");
-    let args = [
+/// `quantize LeNet --target sqnr=46.5 --confirm 0 -o OUT --json EXTRA`, which must succeed:
+/// its JSON (stdout must be pure JSON) and its stderr.
+fn sqnr_search(out: &std::path::Path, extra: &[&str]) -> (serde_json::Value, String) {
+    let mut args = vec![
         "--target",
         "sqnr=46.5",
         "--confirm",
@@ -339,9 +339,17 @@ fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
         out.to_str().unwrap(),
         "--json",
     ];
+    args.extend_from_slice(extra);
     let (ok, stdout, err) = quantize(&args);
     assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is pure JSON");
+    let v = serde_json::from_str(&stdout).expect("stdout is pure JSON");
+    (v, err)
+}
+
+#[test]
+fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
+    let out = tmp("lenet.lines.onnx");
+    let (v, err) = sqnr_search(&out, &[]);
     // Every line is a progress line, greppable by its prefix, with the time since start.
     let lines: Vec<&str> = err.lines().collect();
     for l in &lines {
@@ -398,12 +406,8 @@ fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
         "{summary}"
     );
     // --quiet: nothing on stderr, the same result on stdout.
-    let mut quiet = args.to_vec();
-    quiet.push("-q");
-    let (ok, stdout, err) = quantize(&quiet);
-    assert!(ok, "{err}");
+    let (w, err) = sqnr_search(&out, &["-q"]);
     assert_eq!(err, "", "--quiet wrote on stderr");
-    let w: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(w["config"], v["config"]);
     assert_eq!(w["steps"].as_array().unwrap().len(), steps.len());
 }
@@ -416,22 +420,7 @@ fn progress_lines_go_to_stderr_with_json_and_quiet_silences_them() {
 #[test]
 fn prune_floor_keeps_only_steps_above_the_floor() {
     let out = tmp("lenet.floor.onnx");
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "--target",
-            "sqnr=46.5",
-            "--confirm",
-            "0",
-            "-o",
-            out.to_str().unwrap(),
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let (ok, stdout, err) = quantize(&args);
-        assert!(ok, "{err}");
-        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-        (v, err)
-    };
+    let run = |extra: &[&str]| sqnr_search(&out, extra);
     // The SQNR of the first accepted configuration, and the kept prune steps' SQNRs.
     let pruned = |v: &serde_json::Value| {
         let steps = v["steps"].as_array().unwrap();

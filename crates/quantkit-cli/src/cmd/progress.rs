@@ -1,7 +1,7 @@
-//! Progress of long commands (`quantize --target`, `analyze`, `qat`) on stderr: progress bars on a
-//! terminal; plain lines when stderr is not a terminal or with `--json` (stdout then
-//! carries the JSON, stderr is free), so a run in a script or a CI log shows where it is;
-//! nothing with `--quiet` (warnings and errors are still printed).
+//! Progress of long commands (`quantize --target`, `analyze`, `qat`, `train`, `eval`) on
+//! stderr: progress bars on a terminal; plain lines when stderr is not a terminal or with
+//! `--json` (stdout then carries the JSON, stderr is free), so a run in a script or a CI
+//! log shows where it is; nothing with `--quiet` (warnings and errors are still printed).
 //!
 //! A line is `PREFIX: H:MM:SS what` (the time since the command started), short and
 //! greppable: `grep '^search:'`.
@@ -99,6 +99,19 @@ impl Progress {
             Mode::Lines => self.line(what),
             Mode::Quiet => {}
         }
+    }
+
+    /// The bar of a training loop of `steps` steps (`qat`, `train`): `epoch 2/3 [===>  ]
+    /// pos/len message (eta …)` ([`Mode::Bars`]; hidden otherwise).
+    pub fn training_bar(&self, steps: u64) -> ProgressBar {
+        if self.mode != Mode::Bars {
+            return ProgressBar::hidden();
+        }
+        ProgressBar::new(steps).with_style(
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+                .expect("valid template")
+                .progress_chars("=> "),
+        )
     }
 
     /// A progress bar drawn with `template` ([`Mode::Bars`]; hidden otherwise).

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::progress::{Mode, Progress};
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use quantkit_data::{open_data_for, BatchOptions, DataSource, OpenOptions, Split};
 use quantkit_graph::{Graph, Tensor};
 use quantkit_train::exact::ExactPlan;
@@ -965,16 +965,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     type Kept = (usize, Box<Qat>, Graph, Vec<f64>, f64);
     let mut best: Option<Kept> = None;
     let mut val_start = None;
+    // A model's figure on the validation split, run on the integer engine as exported.
+    let validation_score = |q: &Qat, v: &mut DataSource, what: &str| -> anyhow::Result<_> {
+        let exported = q
+            .export()
+            .with_context(|| format!("{what}: exporting for the validation split"))?;
+        let plan = quantkit_engine::compile(&exported, &engine_opts)
+            .with_context(|| format!("{what}: compiling the QAT model on the integer engine"))?;
+        let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
+        Ok((exported, score))
+    };
     // The start is a candidate too: fine-tuning that scores below it on the validation
     // split is not kept, so a kept model is never worse there than where QAT began.
     if let (true, Some(v)) = (args.keep_best, &mut val_data) {
         let start = qat.deployed()?.into_owned();
-        let exported = start
-            .export()
-            .context("exporting the QAT start for the validation split")?;
-        let plan = quantkit_engine::compile(&exported, &engine_opts)
-            .context("compiling the QAT start on the integer engine")?;
-        let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
+        let (exported, score) = validation_score(&start, v, "the QAT start")?;
         val_start = Some(score);
         best = Some((0, Box::new(start), exported, vec![f64::NAN; nout], score));
     }
@@ -1033,13 +1038,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     log.push('\n');
     let mut points: Vec<super::qat_plot::EpochPoint> = Vec::new();
     let progress = Progress::new("qat", Mode::of(args.json, args.quiet));
-    let bar = progress.bar("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})");
-    bar.set_length(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let bar = progress.training_bar(total as u64);
     progress.line(format_args!(
         "training: {} epochs of {steps} steps (batch {}); PTQ start {}",
         args.epochs,
@@ -1202,12 +1201,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // folded while BatchNormalization runs on batch statistics.
         let deployed = qat.deployed()?;
         if let Some(v) = &mut val_data {
-            let exported = deployed.export().with_context(|| {
-                format!("epoch {}: exporting for the validation split", epoch + 1)
-            })?;
-            let plan = quantkit_engine::compile(&exported, &engine_opts)
-                .context("compiling the QAT model on the integer engine")?;
-            let (score, _) = evaluate_engine(v, None, &input, &float, &plan, po, recon)?;
+            let (exported, score) =
+                validation_score(&deployed, v, &format!("epoch {}", epoch + 1))?;
             val_scores.push(score);
             val_note = format!(",{score:.6}");
             progress.say(

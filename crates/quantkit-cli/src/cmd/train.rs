@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use super::progress::{Mode, Progress};
 use anyhow::Context;
-use indicatif::ProgressStyle;
 use quantkit_data::idx::{find_fashion_mnist, Split};
 use quantkit_train::trainer::{evaluate, train, ImageData, OptimizerKind, TrainConfig};
 use quantkit_train::{export, zoo};
@@ -129,13 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cfg.batch_size,
         train_data.len()
     ));
-    let bar = progress.bar("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})");
-    bar.set_length((steps * cfg.epochs) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let bar = progress.training_bar((steps * cfg.epochs) as u64);
     let start = Instant::now();
     train(&mut model, &train_data, &cfg, |p| {
         bar.set_prefix(format!("epoch {}/{}", p.epoch + 1, cfg.epochs));
